@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// generateResult is generate's --output json object.
+type generateResult struct {
+	Model                 string         `json:"model"`
+	Text                  string         `json:"text"`
+	TokenIDs              []int          `json:"token_ids"`
+	PromptTokenIDs        []int          `json:"prompt_token_ids"`
+	PromptTokens          int            `json:"prompt_tokens"`
+	CompletionTokens      int            `json:"completion_tokens"`
+	FinishReason          string         `json:"finish_reason"`
+	TokensPerSecond       float64        `json:"tokens_per_second"`
+	PromptTokensPerSecond float64        `json:"prompt_tokens_per_second"`
+	ElapsedMS             float64        `json:"elapsed_ms"`
+	Logprobs              []tokenLogprob `json:"logprobs,omitempty"`
+}
+
+// tokenLogprob is one completion token's log-probability and its top
+// alternatives, as generate --logprobs reports them.
+type tokenLogprob struct {
+	ID      int            `json:"id"`
+	Token   string         `json:"token"`
+	Logprob float64        `json:"logprob"`
+	Top     []tokenLogprob `json:"top_logprobs,omitempty"`
+}
+
+// finiteLogprob clamps -Inf (a token the model rules out) to -9999, as vLLM
+// does, because JSON has no infinities.
+func finiteLogprob(x float32) float64 {
+	return max(float64(x), -9999)
+}
+
+func logprobsJSON(tok interface{ Token(int) string }, results []sample.Result) []tokenLogprob {
+	out := make([]tokenLogprob, len(results))
+	for i, r := range results {
+		out[i] = tokenLogprob{ID: r.Token, Token: tok.Token(r.Token), Logprob: finiteLogprob(r.Logprob)}
+		for _, alt := range r.Top {
+			out[i].Top = append(out[i].Top, tokenLogprob{ID: alt.Token, Token: tok.Token(alt.Token), Logprob: finiteLogprob(alt.Logprob)})
+		}
+	}
+	return out
+}
+
+func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("generate", "generate [--model DIR] --prompt TEXT [flags]", stderr)
+	modelDir := fs.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
+	prompt := fs.String("prompt", "", "prompt text")
+	maxTokens := fs.Int("max-tokens", 256, "maximum completion tokens")
+	temperature := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
+	topP := fs.Float64("top-p", 1, "nucleus sampling: keep the smallest set of tokens with this cumulative probability")
+	topK := fs.Int("top-k", -1, "keep only the k most likely tokens; -1 disables")
+	minP := fs.Float64("min-p", 0, "drop tokens less likely than min-p × the most likely token's probability")
+	seed := fs.Int64("seed", -1, "random seed for sampling; -1 picks one")
+	presence := fs.Float64("presence-penalty", 0, "OpenAI presence penalty over generated tokens")
+	frequency := fs.Float64("frequency-penalty", 0, "OpenAI frequency penalty over generated tokens")
+	repetition := fs.Float64("repetition-penalty", 1, "repetition penalty over prompt and generated tokens; 1 disables")
+	logprobs := fs.Int("logprobs", -1, "report log-probabilities of the chosen token and this many alternatives; -1 disables")
+	ignoreEOS := fs.Bool("ignore-eos", false, "keep generating after end-of-sequence tokens")
+	var stops stringList
+	fs.Var(&stops, "stop", "stop string (repeatable); the text ends before it")
+	output := fs.String("output", "text", "output format: text (streamed) or json")
+	threads := fs.Int("threads", 0, "CPU threads for the kernels (default: all cores)")
+	chunk := fs.Int("max-num-batched-tokens", 512, "prefill tokens per step")
+	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("generate: unexpected argument %q", fs.Arg(0))
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("generate: --output must be text or json, got %q", *output)
+	}
+	if *prompt == "" {
+		return fmt.Errorf("generate: --prompt is required")
+	}
+	params := sample.Params{
+		Temperature: float32(*temperature), TopP: float32(*topP), TopK: *topK, MinP: float32(*minP),
+		PresencePenalty: float32(*presence), FrequencyPenalty: float32(*frequency), RepetitionPenalty: float32(*repetition),
+		Logprobs: *logprobs, Seed: *seed, HasSeed: *seed >= 0,
+	}
+	if err := params.Validate(); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+
+	m, err := loadModel(*modelDir)
+	if err != nil {
+		return err
+	}
+	pool := tensor.NewPool(*threads)
+	defer pool.Close()
+	runner, err := engine.NewRunner(m.Config, m.Weights, engine.RunnerOptions{BlockSize: *blockSize, Pool: pool})
+	if err != nil {
+		return err
+	}
+	gen := &engine.Generator{Runner: runner, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
+	ids := m.Tokenizer.Encode(*prompt, true)
+	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
+
+	var onText func(string)
+	if *output == "text" {
+		fmt.Fprint(stdout, *prompt)
+		onText = func(s string) { fmt.Fprint(stdout, s) }
+	}
+	start := time.Now()
+	out, err := gen.Generate(ctx, req, onText)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	decodeRate := 0.0
+	if n := len(out.Tokens) - 1; n > 0 && out.DecodeTime > 0 {
+		decodeRate = float64(n) / out.DecodeTime.Seconds()
+	}
+	prefillRate := 0.0
+	if out.PrefillTime > 0 {
+		prefillRate = float64(out.PromptTokens) / out.PrefillTime.Seconds()
+	}
+	if *output == "text" {
+		fmt.Fprintln(stdout)
+		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s\n",
+			m.Name, out.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason)
+		return nil
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(generateResult{
+		Model: m.Name, Text: out.Text, TokenIDs: out.Tokens, PromptTokenIDs: ids,
+		PromptTokens: out.PromptTokens, CompletionTokens: len(out.Tokens), FinishReason: out.FinishReason,
+		TokensPerSecond: decodeRate, PromptTokensPerSecond: prefillRate,
+		ElapsedMS: float64(elapsed.Microseconds()) / 1000, Logprobs: logprobsJSON(m.Tokenizer, out.Logprobs),
+	})
+}

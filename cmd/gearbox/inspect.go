@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/model/builtin"
+	"github.com/gearboxlm/gearbox/model/safetensors"
+)
+
+// inspectResult is what inspect reports.
+type inspectResult struct {
+	Model             string           `json:"model"`
+	Architecture      string           `json:"architecture"`
+	ModelType         string           `json:"model_type"`
+	Layers            int              `json:"num_hidden_layers"`
+	Hidden            int              `json:"hidden_size"`
+	Intermediate      int              `json:"intermediate_size"`
+	Heads             int              `json:"num_attention_heads"`
+	KVHeads           int              `json:"num_key_value_heads"`
+	HeadDim           int              `json:"head_dim"`
+	Vocab             int              `json:"vocab_size"`
+	Context           int              `json:"max_position_embeddings"`
+	Tied              bool             `json:"tie_word_embeddings"`
+	Parameters        int64            `json:"parameters"`
+	BytesPerDtype     map[string]int64 `json:"bytes_per_dtype"`
+	KVBytesPerTokenF  int              `json:"kv_bytes_per_token_fp32"`
+	KVBytesPerTokenBF int              `json:"kv_bytes_per_token_bf16"`
+}
+
+func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := newFlagSet("inspect", "inspect [--model DIR] [--output text|json]", stderr)
+	modelDir := flags.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
+	output := flags.String("output", "text", "output format: text or json")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var (
+		cfg  *model.Config
+		set  *safetensors.Set
+		name string
+		err  error
+	)
+	if *modelDir == "" {
+		name = builtin.Name
+		cfg, set, err = openBuiltin()
+	} else {
+		name = *modelDir
+		if cfg, err = model.LoadConfig(*modelDir); err == nil {
+			set, err = safetensors.OpenDir(*modelDir)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	defer set.Close()
+	res := inspectResult{
+		Model: name, Architecture: cfg.Architecture, ModelType: cfg.ModelType, Layers: cfg.Layers,
+		Hidden: cfg.Hidden, Intermediate: cfg.Intermediate, Heads: cfg.Heads, KVHeads: cfg.KVHeads,
+		HeadDim: cfg.HeadDim, Vocab: cfg.Vocab, Context: cfg.MaxPositions, Tied: cfg.TieWordEmbeddings,
+		BytesPerDtype: map[string]int64{}, KVBytesPerTokenF: cfg.KVBytesPerToken(4), KVBytesPerTokenBF: cfg.KVBytesPerToken(2),
+	}
+	for _, n := range set.Names() {
+		t, _ := set.Tensor(n)
+		res.Parameters += int64(t.NumElements())
+		res.BytesPerDtype[string(t.DType)] += int64(len(t.Bytes()))
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(stdout, "model          %s\narchitecture   %s (%s)\n", res.Model, res.Architecture, res.ModelType)
+	fmt.Fprintf(stdout, "layers         %d\nhidden         %d\nintermediate   %d\n", res.Layers, res.Hidden, res.Intermediate)
+	fmt.Fprintf(stdout, "heads          %d query, %d KV (head_dim %d)\nvocab          %d\ncontext        %d\ntied head      %v\n",
+		res.Heads, res.KVHeads, res.HeadDim, res.Vocab, res.Context, res.Tied)
+	fmt.Fprintf(stdout, "parameters     %d (%s)\n", res.Parameters, humanCount(res.Parameters))
+	dtypes := make([]string, 0, len(res.BytesPerDtype))
+	for d := range res.BytesPerDtype {
+		dtypes = append(dtypes, d)
+	}
+	sort.Strings(dtypes)
+	for _, d := range dtypes {
+		fmt.Fprintf(stdout, "bytes %-8s %d (%s)\n", d, res.BytesPerDtype[d], humanBytes(res.BytesPerDtype[d]))
+	}
+	fmt.Fprintf(stdout, "KV per token   %d bytes fp32, %d bytes bf16\n", res.KVBytesPerTokenF, res.KVBytesPerTokenBF)
+	return nil
+}
+
+func openBuiltin() (*model.Config, *safetensors.Set, error) {
+	fsys := builtin.FS()
+	data, err := fs.ReadFile(fsys, "config.json")
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := model.ParseConfig(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	blob, err := fs.ReadFile(fsys, "model.safetensors")
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := safetensors.Parse(builtin.Name+"/model.safetensors", blob)
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := safetensors.NewSet(f)
+	return cfg, set, err
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/internal/fixture"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+func TestGenerateJSON(t *testing.T) {
+	out, _, err := runCLI(t, "generate", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res generateResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON %q: %v", out, err)
+	}
+	want := []int{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}
+	if len(res.TokenIDs) != 16 || res.TokenIDs[0] != want[0] || res.TokenIDs[15] != want[15] {
+		t.Fatalf("token_ids = %v, want %v", res.TokenIDs, want)
+	}
+	if res.Text != ", there was a little girl named Lily. She loved to play" || res.FinishReason != "length" ||
+		res.PromptTokens != 5 || res.CompletionTokens != 16 || res.TokensPerSecond <= 0 {
+		t.Fatalf("result = %+v", res)
+	}
+}
+
+func TestGenerateText(t *testing.T) {
+	out, stderr, err := runCLI(t, "generate", "--prompt", "Once upon a time", "--max-tokens", "20", "--stop", "Lily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "Once upon a time, there was a little girl named \n" {
+		t.Fatalf("stdout = %q", out)
+	}
+	if !strings.Contains(stderr, "finish reason stop") {
+		t.Fatalf("stderr = %q", stderr)
+	}
+}
+
+func TestGenerateFixtureModel(t *testing.T) {
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{ModelType: "qwen3", Heads: 8, KVHeads: 4, HeadDim: 16, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "generate", "--model", dir, "--prompt", "the hat", "--max-tokens", "10", "--temperature", "0.8", "--seed", "7", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a generateResult
+	if err := json.Unmarshal([]byte(out), &a); err != nil || a.CompletionTokens == 0 {
+		t.Fatalf("bad result %q: %v", out, err)
+	}
+	again, _, _ := runCLI(t, "generate", "--model", dir, "--prompt", "the hat", "--max-tokens", "10", "--temperature", "0.8", "--seed", "7", "--output", "json")
+	var b generateResult
+	json.Unmarshal([]byte(again), &b)
+	if a.Text != b.Text || len(a.TokenIDs) != len(b.TokenIDs) {
+		t.Fatalf("seeded sampling differs: %q vs %q", a.Text, b.Text)
+	}
+	info, _, err := runCLI(t, "inspect", "--model", dir, "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ir inspectResult
+	if err := json.Unmarshal([]byte(info), &ir); err != nil {
+		t.Fatal(err)
+	}
+	if ir.ModelType != "qwen3" || ir.HeadDim != 16 || ir.KVBytesPerTokenF != 2*2*4*16*4 || ir.BytesPerDtype["F32"] != 4*ir.Parameters {
+		t.Fatalf("inspect = %+v", ir)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"generate"}, "--prompt is required"},
+		{[]string{"generate", "--prompt", "x", "--top-p", "1.5"}, "top_p"},
+		{[]string{"generate", "--prompt", "x", "--output", "xml"}, "--output must be text or json"},
+		{[]string{"generate", "--prompt", "x", "--model", os.DevNull}, "not a directory"},
+		{[]string{"generate", "--prompt", "x", "--model", "/nonexistent/model"}, "no such file"},
+		{[]string{"generate", "--bogus"}, "flag provided but not defined"},
+		{[]string{"inspect", "--model", "/nonexistent/model"}, "no such file"},
+	}
+	for _, tc := range cases {
+		_, stderr, err := runCLI(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
+			t.Errorf("%v: err = %v (stderr %q), want %q", tc.args, err, stderr, tc.want)
+		}
+	}
+}

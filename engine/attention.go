@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"math"
+
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// attention computes causal GQA attention for every (token, query head) of
+// the step from the paged cache into st.attn. The step's own keys and
+// values are already in the cache, so a prefill chunk attends to itself
+// and to everything before it through the same path as a decode.
+func (r *Runner) attention(layer int, b *Batch) {
+	c, st := r.cfg, &r.st
+	d, heads := c.HeadDim, c.Heads
+	group := c.Heads / c.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	r.pool.Run(len(st.tokPos)*heads, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			t, h := i/heads, i%heads
+			p := st.tokPos[t]
+			from := 0
+			if c.SlidingWindow > 0 && p+1 > c.SlidingWindow {
+				from = p + 1 - c.SlidingWindow
+			}
+			off := t*c.QDim() + h*d
+			attendPaged(st.attn[off:off+d], st.q[off:off+d], r.cache, layer, b.Seqs[st.tokSeq[t]].Blocks, h/group, from, p+1, scale)
+		}
+	})
+}
+
+// attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
+// one KV head into out, walking the block table one block at a time with an
+// online softmax, and returns the log-sum-exp of the scaled scores so that
+// partial results over disjoint key ranges can be merged.
+func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
+	bs, d := cache.BlockSize, cache.HeadDim
+	var scores [kvcache.MaxBlockSize]float32
+	clear(out)
+	m, sum := float32(math.Inf(-1)), float32(0)
+	for start := from - from%bs; start < to; start += bs {
+		blk := table[start/bs]
+		keys, vals := cache.Keys(layer, blk, head), cache.Values(layer, blk, head)
+		a, e := max(from, start)-start, min(to, start+bs)-start
+		bm := float32(math.Inf(-1))
+		for j := a; j < e; j++ {
+			s := tensor.Dot(q, keys[j*d:(j+1)*d]) * scale
+			scores[j] = s
+			bm = max(bm, s)
+		}
+		if bm > m {
+			if sum > 0 {
+				corr := float32(math.Exp(float64(m - bm)))
+				tensor.Scale(corr, out)
+				sum *= corr
+			}
+			m = bm
+		}
+		for j := a; j < e; j++ {
+			p := float32(math.Exp(float64(scores[j] - m)))
+			sum += p
+			tensor.Axpy(p, vals[j*d:(j+1)*d], out)
+		}
+	}
+	if sum == 0 {
+		return m
+	}
+	tensor.Scale(1/sum, out)
+	return m + float32(math.Log(float64(sum)))
+}

@@ -1,0 +1,68 @@
+package engine
+
+import "fmt"
+
+// SeqBatch is one sequence's share of a step: a prefill chunk or a single
+// decode token, against the sequence's paged KV.
+type SeqBatch struct {
+	Tokens    []int // token ids to run, at positions Pos, Pos+1, …
+	Pos       int   // tokens of this sequence already in the KV cache
+	Blocks    []int // block table; must cover positions [0, Pos+len(Tokens))
+	NumLogits int   // logits wanted for this many trailing tokens (0, 1 = last, len(Tokens) = all)
+}
+
+// Batch is one step: the sequences' chunks flattened into one token batch.
+type Batch struct {
+	Seqs []SeqBatch
+}
+
+// NumTokens is the number of tokens the step runs.
+func (b *Batch) NumTokens() int {
+	n := 0
+	for _, s := range b.Seqs {
+		n += len(s.Tokens)
+	}
+	return n
+}
+
+// NumLogits is the number of logits rows the step returns.
+func (b *Batch) NumLogits() int {
+	n := 0
+	for _, s := range b.Seqs {
+		n += s.NumLogits
+	}
+	return n
+}
+
+// validate checks the batch against the vocabulary, context and cache.
+func (b *Batch) validate(vocab, maxPos, blockSize, numBlocks int) error {
+	if len(b.Seqs) == 0 {
+		return fmt.Errorf("engine: empty batch")
+	}
+	for i, s := range b.Seqs {
+		if len(s.Tokens) == 0 {
+			return fmt.Errorf("engine: sequence %d has no tokens", i)
+		}
+		if s.Pos < 0 || s.NumLogits < 0 || s.NumLogits > len(s.Tokens) {
+			return fmt.Errorf("engine: sequence %d: bad position %d or logits count %d", i, s.Pos, s.NumLogits)
+		}
+		end := s.Pos + len(s.Tokens)
+		if end > maxPos {
+			return fmt.Errorf("engine: sequence %d reaches position %d beyond the context length %d", i, end, maxPos)
+		}
+		if need := (end + blockSize - 1) / blockSize; len(s.Blocks) < need {
+			return fmt.Errorf("engine: sequence %d needs %d KV blocks for %d tokens, has %d", i, need, end, len(s.Blocks))
+		}
+		for _, blk := range s.Blocks {
+			if blk < 0 || blk >= numBlocks {
+				return fmt.Errorf("engine: sequence %d: block id %d outside [0, %d)", i, blk, numBlocks)
+			}
+		}
+		for _, t := range s.Tokens {
+			if t < 0 || t >= vocab {
+				return fmt.Errorf("engine: sequence %d: token id %d outside the vocabulary [0, %d)", i, t, vocab)
+			}
+		}
+	}
+	return nil
+}

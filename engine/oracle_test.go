@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/internal/oracle"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// fixtureSpecs covers the architectures and storage formats the loader
+// supports; every one must match the float64 oracle.
+var fixtureSpecs = []struct {
+	name string
+	spec fixture.Spec
+}{
+	{"llama-gqa", fixture.Spec{Heads: 8, KVHeads: 2, Seed: 1}},
+	{"llama-mha", fixture.Spec{Heads: 8, KVHeads: 8, Seed: 2}},
+	{"llama-untied-bias", fixture.Spec{Heads: 4, KVHeads: 2, AttentionBias: true, MLPBias: true, Seed: 3}},
+	{"llama-tied", fixture.Spec{Heads: 4, KVHeads: 4, Tied: true, Seed: 4}},
+	{"head-dim-32", fixture.Spec{Heads: 4, KVHeads: 2, HeadDim: 32, Seed: 5}},
+	{"qwen2-bias", fixture.Spec{ModelType: "qwen2", Heads: 8, KVHeads: 4, Seed: 6}},
+	{"qwen3-qknorm", fixture.Spec{ModelType: "qwen3", Heads: 8, KVHeads: 4, HeadDim: 16, Seed: 7}},
+	{"llama3-rope-scaling", fixture.Spec{Heads: 8, KVHeads: 2, RopeTheta: 500000, Seed: 8, RopeScaling: map[string]any{
+		"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}},
+	{"linear-rope-scaling", fixture.Spec{Heads: 8, KVHeads: 4, Seed: 9, RopeScaling: map[string]any{"type": "linear", "factor": 2.0}}},
+	{"bf16", fixture.Spec{Heads: 8, KVHeads: 4, DType: "BF16", Seed: 10}},
+	{"f16", fixture.Spec{Heads: 8, KVHeads: 4, DType: "F16", Seed: 11}},
+	{"sharded", fixture.Spec{Heads: 8, KVHeads: 2, Shards: 3, Layers: 3, Seed: 12}},
+	{"mistral", fixture.Spec{ModelType: "mistral", Heads: 8, KVHeads: 2, Seed: 13}},
+}
+
+type loaded struct {
+	m   *model.Model
+	ref *oracle.Model
+}
+
+func load(t *testing.T, spec fixture.Spec) loaded {
+	t.Helper()
+	dir, err := fixture.Dir(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := oracle.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loaded{m, ref}
+}
+
+func randomTokens(seed, n, vocab int) []int {
+	out := make([]int, n)
+	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	for i := range out {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		out[i] = int(x % uint64(vocab))
+	}
+	return out
+}
+
+// assertClose checks max |got-want| ≤ 1e-4·max|want| over one logits row.
+func assertClose(t *testing.T, what string, got []float32, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d logits, want %d", what, len(got), len(want))
+	}
+	maxAbs, maxDiff := 0.0, 0.0
+	for i := range want {
+		maxAbs = math.Max(maxAbs, math.Abs(want[i]))
+		maxDiff = math.Max(maxDiff, math.Abs(float64(got[i])-want[i]))
+	}
+	if maxDiff > 1e-4*maxAbs {
+		t.Fatalf("%s: max abs diff %.3g exceeds 1e-4 × max abs logit %.3g", what, maxDiff, maxAbs)
+	}
+}
+
+// seqState tracks one sequence's blocks across steps in a test.
+type seqState struct {
+	tokens []int
+	done   int
+	blocks []int
+}
+
+func TestLogitsMatchOracle(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, fx := range fixtureSpecs {
+		t.Run(fx.name, func(t *testing.T) {
+			l := load(t, fx.spec)
+			cfg := l.m.Config
+			r, err := NewRunner(cfg, l.m.Weights, RunnerOptions{BlockSize: 4, NumBlocks: 256, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := 0
+			newSeq := func(n, seed int) *seqState {
+				s := &seqState{tokens: randomTokens(seed, n, cfg.Vocab)}
+				for i := 0; i < (n+3)/4; i++ {
+					s.blocks = append(s.blocks, next)
+					next++
+				}
+				return s
+			}
+			ctx := context.Background()
+
+			// One sequence, all positions.
+			one := newSeq(37, 1)
+			logits, err := r.Forward(ctx, &Batch{Seqs: []SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := l.ref.Logits(one.tokens)
+			for p := range one.tokens {
+				assertClose(t, "single sequence", logits[p*cfg.Vocab:(p+1)*cfg.Vocab], want[p])
+			}
+
+			// Varlen batch of fresh sequences.
+			lens := []int{5, 1, 19, 8, 2}
+			var b Batch
+			var seqs []*seqState
+			for i, n := range lens {
+				s := newSeq(n, 10+i)
+				seqs = append(seqs, s)
+				b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
+			}
+			logits, err = r.Forward(ctx, &b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := 0
+			for _, s := range seqs {
+				want := l.ref.Logits(s.tokens)
+				for p := range s.tokens {
+					assertClose(t, "varlen batch", logits[row*cfg.Vocab:(row+1)*cfg.Vocab], want[p])
+					row++
+				}
+			}
+
+			// Chunked prefill of two sequences interleaved with decodes.
+			a, c := newSeq(48, 20), newSeq(48, 21)
+			steps := []struct{ a, c int }{{7, 3}, {9, 1}, {1, 13}, {1, 1}, {11, 1}, {1, 8}, {1, 1}, {1, 1}, {1, 6}, {8, 1}, {1, 6}}
+			for _, st := range steps {
+				b := Batch{}
+				for _, pair := range []struct {
+					s *seqState
+					n int
+				}{{a, st.a}, {c, st.c}} {
+					s := pair.s
+					b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens[s.done : s.done+pair.n], Pos: s.done, Blocks: s.blocks, NumLogits: 1})
+					s.done += pair.n
+				}
+				logits, err := r.Forward(ctx, &b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, s := range []*seqState{a, c} {
+					want := l.ref.Logits(s.tokens[:s.done])
+					assertClose(t, "chunked prefill + decode", logits[i*cfg.Vocab:(i+1)*cfg.Vocab], want[s.done-1])
+				}
+			}
+		})
+	}
+}
+
+func TestGreedyMatchesOracle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64-step greedy oracle comparison is slow")
+	}
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, fx := range fixtureSpecs {
+		t.Run(fx.name, func(t *testing.T) {
+			l := load(t, fx.spec)
+			r, err := NewRunner(l.m.Config, l.m.Weights, RunnerOptions{BlockSize: 8, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := &Generator{Runner: r, Tokenizer: l.m.Tokenizer, ChunkSize: 5}
+			prompt := randomTokens(99, 11, l.m.Config.Vocab)
+			req := Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
+			out, err := g.Generate(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := l.ref.Greedy(prompt, 64)
+			for i := range want {
+				if out.Tokens[i] != want[i] {
+					t.Fatalf("token %d: got %d, oracle %d (got %v, want %v)", i, out.Tokens[i], want[i], out.Tokens, want)
+				}
+			}
+			again, err := g.Generate(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(again.Tokens) != 64 || again.Text != out.Text {
+				t.Fatalf("greedy generation is not deterministic")
+			}
+		})
+	}
+}

@@ -1,0 +1,290 @@
+// Package oracle is the reference for correctness tests: a deliberately
+// naive float64 forward pass of a Llama-family model, read straight from a
+// Hugging Face directory. It shares no kernels and no config parsing with
+// the engine (only the safetensors reader), follows transformers' modeling
+// code line by line, and is slow on purpose. Only tests import it.
+package oracle
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/gearboxlm/gearbox/model/safetensors"
+)
+
+// Model is a model held in float64.
+type Model struct {
+	cfg     map[string]any
+	t       map[string][]float64
+	hidden  int
+	inter   int
+	layers  int
+	heads   int
+	kvHeads int
+	headDim int
+	vocab   int
+	eps     float64
+	window  int
+	invFreq []float64
+	tied    bool
+}
+
+// Load reads dir's config.json and safetensors into float64.
+func Load(dir string) (*Model, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{t: map[string][]float64{}}
+	if err := json.Unmarshal(data, &m.cfg); err != nil {
+		return nil, err
+	}
+	num := func(k string, def float64) float64 {
+		if v, ok := m.cfg[k].(float64); ok {
+			return v
+		}
+		return def
+	}
+	m.hidden = int(num("hidden_size", 0))
+	m.inter = int(num("intermediate_size", 0))
+	m.layers = int(num("num_hidden_layers", 0))
+	m.heads = int(num("num_attention_heads", 0))
+	m.kvHeads = int(num("num_key_value_heads", float64(m.heads)))
+	m.headDim = int(num("head_dim", float64(m.hidden/m.heads)))
+	m.vocab = int(num("vocab_size", 0))
+	m.eps = num("rms_norm_eps", 1e-6)
+	m.tied, _ = m.cfg["tie_word_embeddings"].(bool)
+	if m.cfg["model_type"] == "mistral" {
+		m.window = int(num("sliding_window", 0))
+	}
+	m.invFreq = invFreq(m.cfg, m.headDim, num("rope_theta", 10000))
+
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer set.Close()
+	for _, name := range set.Names() {
+		t, _ := set.Tensor(name)
+		f, err := t.Float32()
+		if err != nil {
+			return nil, err
+		}
+		v := make([]float64, len(f))
+		for i, x := range f {
+			v[i] = float64(x)
+		}
+		m.t[name] = v
+	}
+	return m, nil
+}
+
+// invFreq follows transformers' _compute_default_rope_parameters,
+// _compute_linear_scaling_rope_parameters and _compute_llama3_parameters.
+func invFreq(cfg map[string]any, dim int, theta float64) []float64 {
+	inv := make([]float64, dim/2)
+	for i := range inv {
+		inv[i] = 1.0 / math.Pow(theta, float64(2*i)/float64(dim))
+	}
+	rs, _ := cfg["rope_scaling"].(map[string]any)
+	if rs == nil {
+		return inv
+	}
+	typ, _ := rs["rope_type"].(string)
+	if typ == "" {
+		typ, _ = rs["type"].(string)
+	}
+	factor, _ := rs["factor"].(float64)
+	switch typ {
+	case "linear":
+		for i := range inv {
+			inv[i] /= factor
+		}
+	case "llama3":
+		low, _ := rs["low_freq_factor"].(float64)
+		high, _ := rs["high_freq_factor"].(float64)
+		old, _ := rs["original_max_position_embeddings"].(float64)
+		lowWl, highWl := old/low, old/high
+		for i, f := range inv {
+			wl := 2 * math.Pi / f
+			llama := f
+			if wl > lowWl {
+				llama = f / factor
+			}
+			smooth := (old/wl - low) / (high - low)
+			smoothed := (1-smooth)*llama/factor + smooth*llama
+			medium := !(wl < highWl) && !(wl > lowWl)
+			if medium {
+				inv[i] = smoothed
+			} else {
+				inv[i] = llama
+			}
+		}
+	}
+	return inv
+}
+
+func (m *Model) w(name string) []float64 {
+	v, ok := m.t[name]
+	if !ok {
+		panic(fmt.Sprintf("oracle: missing tensor %s", name))
+	}
+	return v
+}
+
+// linear returns x·Wᵀ (+ b) for W [out, in].
+func linear(x, w, b []float64, out int) []float64 {
+	in := len(x)
+	y := make([]float64, out)
+	for o := 0; o < out; o++ {
+		s := 0.0
+		for i := 0; i < in; i++ {
+			s += x[i] * w[o*in+i]
+		}
+		if b != nil {
+			s += b[o]
+		}
+		y[o] = s
+	}
+	return y
+}
+
+func rmsNorm(x, w []float64, eps float64) []float64 {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	r := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = v * r * w[i]
+	}
+	return y
+}
+
+// rope applies rotate_half RoPE to one head in place.
+func rope(x []float64, pos int, inv []float64) {
+	half := len(x) / 2
+	for i := 0; i < half; i++ {
+		c, s := math.Cos(float64(pos)*inv[i]), math.Sin(float64(pos)*inv[i])
+		a, b := x[i], x[i+half]
+		x[i] = a*c - b*s
+		x[i+half] = b*c + a*s
+	}
+}
+
+func (m *Model) opt(name string) []float64 { return m.t[name] }
+
+// Logits runs the whole sequence from scratch and returns the logits of
+// every position, [len(tokens)][vocab].
+func (m *Model) Logits(tokens []int) [][]float64 {
+	T, h, d := len(tokens), m.hidden, m.headDim
+	x := make([][]float64, T)
+	emb := m.w("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*h:(id+1)*h]...)
+	}
+	for l := 0; l < m.layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		q := make([][]float64, T)
+		k := make([][]float64, T)
+		v := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			xn := rmsNorm(x[t], m.w(p+"input_layernorm.weight"), m.eps)
+			q[t] = linear(xn, m.w(p+"self_attn.q_proj.weight"), m.opt(p+"self_attn.q_proj.bias"), m.heads*d)
+			k[t] = linear(xn, m.w(p+"self_attn.k_proj.weight"), m.opt(p+"self_attn.k_proj.bias"), m.kvHeads*d)
+			v[t] = linear(xn, m.w(p+"self_attn.v_proj.weight"), m.opt(p+"self_attn.v_proj.bias"), m.kvHeads*d)
+			for hh := 0; hh < m.heads; hh++ {
+				head := q[t][hh*d : (hh+1)*d]
+				if qn := m.opt(p + "self_attn.q_norm.weight"); qn != nil {
+					copy(head, rmsNorm(head, qn, m.eps))
+				}
+				rope(head, t, m.invFreq)
+			}
+			for hh := 0; hh < m.kvHeads; hh++ {
+				head := k[t][hh*d : (hh+1)*d]
+				if kn := m.opt(p + "self_attn.k_norm.weight"); kn != nil {
+					copy(head, rmsNorm(head, kn, m.eps))
+				}
+				rope(head, t, m.invFreq)
+			}
+		}
+		group := m.heads / m.kvHeads
+		for t := 0; t < T; t++ {
+			attn := make([]float64, m.heads*d)
+			for hh := 0; hh < m.heads; hh++ {
+				g := hh / group
+				lo := 0
+				if m.window > 0 && t-m.window+1 > 0 {
+					lo = t - m.window + 1
+				}
+				scores := make([]float64, t+1)
+				mx := math.Inf(-1)
+				for j := lo; j <= t; j++ {
+					s := 0.0
+					for i := 0; i < d; i++ {
+						s += q[t][hh*d+i] * k[j][g*d+i]
+					}
+					scores[j] = s / math.Sqrt(float64(d))
+					mx = math.Max(mx, scores[j])
+				}
+				sum := 0.0
+				for j := lo; j <= t; j++ {
+					scores[j] = math.Exp(scores[j] - mx)
+					sum += scores[j]
+				}
+				for j := lo; j <= t; j++ {
+					for i := 0; i < d; i++ {
+						attn[hh*d+i] += scores[j] / sum * v[j][g*d+i]
+					}
+				}
+			}
+			o := linear(attn, m.w(p+"self_attn.o_proj.weight"), m.opt(p+"self_attn.o_proj.bias"), h)
+			for i := range o {
+				x[t][i] += o[i]
+			}
+			xn := rmsNorm(x[t], m.w(p+"post_attention_layernorm.weight"), m.eps)
+			gate := linear(xn, m.w(p+"mlp.gate_proj.weight"), m.opt(p+"mlp.gate_proj.bias"), m.inter)
+			up := linear(xn, m.w(p+"mlp.up_proj.weight"), m.opt(p+"mlp.up_proj.bias"), m.inter)
+			for i := range gate {
+				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+			}
+			down := linear(gate, m.w(p+"mlp.down_proj.weight"), m.opt(p+"mlp.down_proj.bias"), h)
+			for i := range down {
+				x[t][i] += down[i]
+			}
+		}
+	}
+	head := m.t["lm_head.weight"]
+	if m.tied || head == nil {
+		head = emb
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = linear(rmsNorm(x[t], m.w("model.norm.weight"), m.eps), head, nil, m.vocab)
+	}
+	return out
+}
+
+// Greedy extends prompt by n greedy tokens (argmax, lowest id on ties),
+// recomputing the whole sequence each step.
+func (m *Model) Greedy(prompt []int, n int) []int {
+	seq := append([]int(nil), prompt...)
+	var out []int
+	for i := 0; i < n; i++ {
+		logits := m.Logits(seq)
+		last := logits[len(logits)-1]
+		best := 0
+		for j, v := range last {
+			if v > last[best] {
+				best = j
+			}
+		}
+		out = append(out, best)
+		seq = append(seq, best)
+	}
+	return out
+}

@@ -1,0 +1,10 @@
+// Package kvcache holds the paged key/value cache.
+//
+// The cache is divided into fixed-size blocks of BlockSize token slots; a
+// sequence owns a block table (a list of block ids) and token position p
+// lives in block table[p/BlockSize], slot p%BlockSize. The package has two
+// audiences, kept apart as in Ollama's cache: the layers read and write one
+// layer's keys and values through Cache, and the scheduler hands out and
+// takes back whole blocks through Allocator, which answers yes or no and
+// never blocks.
+package kvcache

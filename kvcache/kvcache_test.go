@@ -1,0 +1,61 @@
+package kvcache
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestAllocator(t *testing.T) {
+	a := NewAllocator(4)
+	b, ok := a.Allocate(3)
+	if !ok || !slices.Equal(b, []int{0, 1, 2}) || a.NumFree() != 1 {
+		t.Fatalf("Allocate(3) = %v, %v; free %d", b, ok, a.NumFree())
+	}
+	if _, ok := a.Allocate(2); ok {
+		t.Fatal("Allocate(2) with one free block succeeded")
+	}
+	if err := a.Free([]int{1, 1}); err == nil {
+		t.Fatal("double free in one call succeeded")
+	}
+	if err := a.Free([]int{3}); err == nil {
+		t.Fatal("free of an unallocated block succeeded")
+	}
+	if a.NumFree() != 1 {
+		t.Fatalf("failed frees changed the pool: %d free", a.NumFree())
+	}
+	if err := a.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if a.NumFree() != 4 || a.NumBlocks() != 4 {
+		t.Fatalf("free %d of %d", a.NumFree(), a.NumBlocks())
+	}
+}
+
+func TestPutAndRead(t *testing.T) {
+	c, err := New(Layout{Layers: 2, KVHeads: 2, HeadDim: 3, BlockSize: 4, NumBlocks: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := []int{3, 1}
+	for pos := 0; pos < 8; pos++ {
+		k := []float32{float32(pos), 1, 2, float32(-pos), 3, 4}
+		v := []float32{10, float32(pos), 0, 20, float32(pos), 0}
+		c.Put(1, table, pos, k, v)
+	}
+	// position 6 is block table[1] = 1, slot 2.
+	if got := c.Keys(1, 1, 1)[2*3 : 3*3]; !slices.Equal(got, []float32{-6, 3, 4}) {
+		t.Fatalf("keys of head 1 at position 6 = %v", got)
+	}
+	if got := c.Values(1, 3, 0)[1*3 : 2*3]; !slices.Equal(got, []float32{10, 1, 0}) {
+		t.Fatalf("values of head 0 at position 1 = %v", got)
+	}
+	if got := c.Keys(0, 3, 0)[:3]; !slices.Equal(got, []float32{0, 0, 0}) {
+		t.Fatalf("layer 0 was written: %v", got)
+	}
+	if c.Bytes() != 2*4*2*5*2*4*3 || c.BlocksFor(9) != 3 {
+		t.Fatalf("Bytes %d BlocksFor(9) %d", c.Bytes(), c.BlocksFor(9))
+	}
+	if _, err := New(Layout{Layers: 1, KVHeads: 1, HeadDim: 1, BlockSize: MaxBlockSize + 1, NumBlocks: 1}); err == nil {
+		t.Fatal("oversized block accepted")
+	}
+}

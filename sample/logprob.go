@@ -1,0 +1,72 @@
+package sample
+
+import "math"
+
+// rawDist describes log_softmax of the raw logits of one Sample call.
+type rawDist struct {
+	lse     float64 // log Σ e^x, so that logprob(x) = x - lse
+	nPosInf int     // > 0: some logits are +Inf, each with probability 1/nPosInf
+	allNeg  bool    // no logit above -Inf: uniform over the vocabulary
+	vocab   int
+}
+
+// rawDist computes the raw distribution's normaliser and, when Result.Top
+// is wanted, leaves the best raw logits in s.top, sorted by rank. It must
+// run before the penalties touch logits.
+func (s *Sampler) rawDist(logits []float32) rawDist {
+	d := rawDist{vocab: len(logits)}
+	var m float32
+	if s.nTop > 0 {
+		s.top, _ = topN(s.top, logits, s.nTop)
+		sortByRank(s.top)
+		m = s.top[0].logit
+	} else {
+		m, _ = maxIndex(logits)
+	}
+	switch {
+	case m == negInf:
+		d.allNeg = true
+	case math.IsInf(float64(m), 1):
+		for _, v := range logits {
+			if v > math.MaxFloat32 {
+				d.nPosInf++
+			}
+		}
+	default:
+		var total float64
+		for start := 0; start < len(logits); start += chunkLen {
+			total += expInto(s.chunk, logits[start:min(start+chunkLen, len(logits))], m, 1, negInf)
+		}
+		d.lse = float64(m) + math.Log(total)
+	}
+	return d
+}
+
+// logprob returns the raw log-probability of a token whose raw logit is x.
+func (d *rawDist) logprob(x float32) float32 {
+	switch {
+	case d.allNeg:
+		return float32(-math.Log(float64(d.vocab)))
+	case d.nPosInf > 0:
+		if x > math.MaxFloat32 {
+			return float32(-math.Log(float64(d.nPosInf)))
+		}
+		return negInf
+	case x != x:
+		return negInf
+	}
+	return float32(float64(x) - d.lse)
+}
+
+// topList returns the n best tokens of top (sorted by rank) with their
+// log-probabilities, in a new slice; nil when n is 0.
+func (d *rawDist) topList(top []cand, n int) []Logprob {
+	if n == 0 {
+		return nil
+	}
+	out := make([]Logprob, len(top))
+	for i, c := range top {
+		out[i] = Logprob{Token: int(c.id), Logprob: d.logprob(c.logit)}
+	}
+	return out
+}

@@ -1,0 +1,26 @@
+// Package tensor holds the fp32 CPU math kernels of the forward pass:
+// matrix multiplication against nn.Linear weights, the vector operations
+// around it (RMSNorm, SiLU gating, softmax, residual adds) and the worker
+// Pool that runs them data-parallel.
+//
+// Invariant: every kernel is a pure function of its slice arguments and
+// keeps no state between calls; the only globals it reads are the
+// CPU-feature switches fixed at start-up. Callers may therefore run kernels
+// concurrently on disjoint outputs, sharing one Pool. Vector kernels do not
+// allocate; MatMul allocates one small closure per call and recycles its
+// packing buffers through a sync.Pool.
+//
+// Layout: matrices are dense row-major []float32. A weight w of shape
+// [n×k] is stored as PyTorch's nn.Linear stores it, [out, in], and MatMul
+// computes y = x·wᵀ. Shape and length mismatches are programmer errors and
+// panic with a message naming the function and the offending length.
+//
+// Implementations: on amd64 with AVX2 and FMA the hot loops run in Go
+// assembly, picked at run time (AVX-512 only for the decode GEMV tiles,
+// where it measured faster on Zen 4); other CPUs, and builds with the noasm
+// tag, run the portable Go kernels. MatMul serves m <= 32 (decode) with the
+// unpacked dot-product path in gemv.go and larger m with the packed,
+// cache-blocked GEMM in gemm.go, or with OpenBLAS's cblas_sgemm when built
+// with the openblas tag and cgo. Read matmul.go first, then gemv.go and
+// gemm.go, then simd_amd64.s and gemm_amd64.s for the kernels.
+package tensor

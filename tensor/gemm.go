@@ -1,0 +1,187 @@
+//go:build !openblas || !cgo
+
+package tensor
+
+import "sync"
+
+// Blocking of the packed GEMM (BLIS scheme, sized for 32 KiB L1 and
+// 1 MiB L2 per core). A packed kcBlock×ncBlock slab of w (512 KiB) sits in
+// L2/L3, a packed mcBlock×kcBlock block of x (96 KiB) in L2, and each
+// kcBlock×nr panel of w (16 KiB) in L1 across mcBlock/mr micro-kernel calls.
+const (
+	mr      = 6   // micro-tile rows (rows of x)
+	nr      = 16  // micro-tile columns (rows of w)
+	kcBlock = 256 // depth of one packed slab (k direction)
+	mcBlock = 96  // x rows per pass over a w slab; multiple of mr
+	ncBlock = 512 // w rows per packed slab; multiple of nr
+)
+
+// gemm splits w's rows over the pool. Each worker walks its rows in slabs
+// of ncBlock, packs a kcBlock-deep slab of w into nr-row panels, then for
+// each mcBlock rows of x packs them into mr-row panels and runs the
+// micro-kernel over every panel pair: the x block stays in L2 and each w
+// panel in L1 while it is reused.
+func gemm(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
+	p.Run((n+nr-1)/nr, func(lo, hi int) {
+		abuf := getScratch(mcBlock * kcBlock)
+		bbuf := getScratch(kcBlock * ncBlock)
+		a, b := *abuf, *bbuf
+		end := min(hi*nr, n)
+		for jc := lo * nr; jc < end; jc += ncBlock {
+			nc := min(ncBlock, end-jc)
+			for pc := 0; pc < k; pc += kcBlock {
+				kc := min(kcBlock, k-pc)
+				packB(b, w, k, jc, nc, pc, kc)
+				add := acc || pc > 0
+				for ic := 0; ic < m; ic += mcBlock {
+					mc := min(mcBlock, m-ic)
+					for ir := 0; ir < mc; ir += mr {
+						packA(a[ir*kc:(ir+mr)*kc], x, k, ic+ir, min(mr, mc-ir), pc, kc)
+					}
+					for jr := 0; jr < nc; jr += nr {
+						bp := b[jr*kc : (jr+nr)*kc]
+						cols := min(nr, nc-jr)
+						for ir := 0; ir < mc; ir += mr {
+							ap := a[ir*kc : (ir+mr)*kc]
+							rows := min(mr, mc-ir)
+							c := y[(ic+ir)*n+jc+jr:]
+							if rows == mr && cols == nr {
+								microKernel(kc, ap, bp, c, n, add)
+							} else {
+								edgeKernel(kc, ap, bp, c, n, rows, cols, add)
+							}
+						}
+					}
+				}
+			}
+		}
+		putScratch(abuf)
+		putScratch(bbuf)
+	})
+}
+
+// edgeKernel runs the micro-kernel into a scratch tile and stores its
+// rows×cols corner into c.
+func edgeKernel(kc int, a, b, c []float32, ldc, rows, cols int, add bool) {
+	var t [mr * nr]float32
+	microKernel(kc, a, b, t[:], nr, false)
+	for r := range rows {
+		row := c[r*ldc : r*ldc+cols]
+		if add {
+			for j := range row {
+				row[j] += t[r*nr+j]
+			}
+		} else {
+			copy(row, t[r*nr:])
+		}
+	}
+}
+
+// packA packs rows [i0, i0+rows) × columns [pc, pc+kc) of x (row stride k)
+// into dst[kk*mr+r], padding to mr rows with zeros.
+func packA(dst, x []float32, k, i0, rows, pc, kc int) {
+	if rows == mr {
+		packA6(dst, x[i0*k+pc:], k, kc)
+		return
+	}
+	for r := range rows {
+		src := x[(i0+r)*k+pc : (i0+r)*k+pc+kc]
+		for kk, v := range src {
+			dst[kk*mr+r] = v
+		}
+	}
+	for r := rows; r < mr; r++ {
+		for kk := range kc {
+			dst[kk*mr+r] = 0
+		}
+	}
+}
+
+// packB packs rows [j0, j0+nc) × columns [pc, pc+kc) of w (row stride k)
+// into nr-row panels dst[jr*kc + kk*nr + c], zero-padding the last panel.
+func packB(dst, w []float32, k, j0, nc, pc, kc int) {
+	for jr := 0; jr < nc; jr += nr {
+		panel := dst[jr*kc : (jr+nr)*kc]
+		src := w[(j0+jr)*k+pc:]
+		cols := min(nr, nc-jr)
+		if cols == nr {
+			packB16(panel, src, k, kc)
+			continue
+		}
+		clear(panel)
+		for c := range cols {
+			row := src[c*k : c*k+kc]
+			for kk, v := range row {
+				panel[kk*nr+c] = v
+			}
+		}
+	}
+}
+
+// scratch recycles packing buffers between calls and goroutines.
+var scratch sync.Pool
+
+func getScratch(n int) *[]float32 {
+	if b, ok := scratch.Get().(*[]float32); ok {
+		if cap(*b) >= n {
+			*b = (*b)[:n]
+			return b
+		}
+	}
+	b := make([]float32, n)
+	return &b
+}
+
+func putScratch(b *[]float32) { scratch.Put(b) }
+
+// microKernelGo is the portable form of the GEMM micro-kernel: it computes
+// the mr×nr tile c[r*ldc+j] (+)= Σ_kk a[kk*mr+r]·b[kk*nr+j] from packed
+// panels a (kc×mr) and b (kc×nr), adding to c when acc is set.
+func microKernelGo(kc int, a, b, c []float32, ldc int, acc bool) {
+	var t [mr][nr]float32
+	a = a[:kc*mr]
+	b = b[:kc*nr]
+	for kk := range kc {
+		bv := (*[nr]float32)(b[kk*nr:])
+		av := (*[mr]float32)(a[kk*mr:])
+		for r := range mr {
+			ar := av[r]
+			tr := &t[r]
+			for j := range nr {
+				tr[j] += ar * bv[j]
+			}
+		}
+	}
+	for r := range mr {
+		row := (*[nr]float32)(c[r*ldc:])
+		if acc {
+			for j := range nr {
+				row[j] += t[r][j]
+			}
+		} else {
+			*row = t[r]
+		}
+	}
+}
+
+// packB16Go packs columns [k0,kc) of a full 16-row panel:
+// dst[kk*16+r] = src[r*lds+kk].
+func packB16Go(dst, src []float32, lds, k0, kc int) {
+	for r := range nr {
+		row := src[r*lds : r*lds+kc]
+		for kk := k0; kk < kc; kk++ {
+			dst[kk*nr+r] = row[kk]
+		}
+	}
+}
+
+// packA6Go packs columns [k0,kc) of a full 6-row panel:
+// dst[kk*6+r] = src[r*lds+kk].
+func packA6Go(dst, src []float32, lds, k0, kc int) {
+	for r := range mr {
+		row := src[r*lds : r*lds+kc]
+		for kk := k0; kk < kc; kk++ {
+			dst[kk*mr+r] = row[kk]
+		}
+	}
+}

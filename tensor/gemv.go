@@ -1,0 +1,80 @@
+package tensor
+
+// The gemv path serves small m (decode): no packing, w read once.
+const (
+	// gemvMaxM is the largest m served by gemv. Up to it, streaming w once
+	// with dot-product tiles beats packing it for the GEMM micro-kernel
+	// (measured on Zen 4 with 2 threads: gemv wins up to m=32, ties at 48).
+	gemvMaxM = 32
+	// gemvKB is the k block of gemv for m > 2: four w rows of gemvKB
+	// floats (8 KiB) stay in L1 while every row of x passes over them.
+	gemvKB = 512
+)
+
+// gemv serves small m: each worker streams its share of w's rows, one row
+// at a time for m == 1 and four at a time otherwise, and takes the dot
+// products with every row of x, so w is read from memory once. For m > 2
+// the four rows are walked in gemvKB-long pieces that stay in L1 while
+// the rows of x pass over them.
+func gemv(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
+	if m == 1 {
+		// One row of w at a time keeps a single sequential stream per
+		// worker, which reads w about 25% faster than four rows at once.
+		p.Run(n, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				put(y, j, dot(x, w[j*k:(j+1)*k]), acc)
+			}
+		})
+		return
+	}
+	kb := k
+	if m > 2 {
+		kb = gemvKB
+	}
+	p.Run((n+3)/4, func(lo, hi int) {
+		var sum [gemvMaxM * 4]float32
+		for j := lo * 4; j < min(hi*4, n); j += 4 {
+			if j+4 > n {
+				for ; j < n; j++ {
+					wj := w[j*k : (j+1)*k]
+					for i := range m {
+						put(y, i*n+j, dot(x[i*k:(i+1)*k], wj), acc)
+					}
+				}
+				return
+			}
+			clear(sum[:m*4])
+			for k0 := 0; k0 < k; k0 += kb {
+				kc := min(kb, k-k0)
+				dotRows(m, kc, x[k0:], k, w[j*k+k0:], k, sum[:m*4])
+			}
+			for i := range m {
+				for c := range 4 {
+					put(y, i*n+j+c, sum[i*4+c], acc)
+				}
+			}
+		}
+	})
+}
+
+// dotRows adds to sum[i*4+j] the dot product of x row i < m (row stride
+// ldx) with w row j < 4 (row stride ldw) over k elements: in quads of x
+// rows where the AVX-512 kernel runs, in pairs otherwise.
+func dotRows(m, k int, x []float32, ldx int, w []float32, ldw int, sum []float32) {
+	var out [8]float32
+	for i := dotQuads(m, k, x, ldx, w, ldw, sum); i < m; i += 2 {
+		rows := min(2, m-i)
+		dotTile(rows, k, x[i*ldx:], ldx, w, ldw, &out)
+		for t, v := range out[:rows*4] {
+			sum[i*4+t] += v
+		}
+	}
+}
+
+func put(y []float32, i int, v float32, acc bool) {
+	if acc {
+		y[i] += v
+	} else {
+		y[i] = v
+	}
+}

@@ -1,0 +1,73 @@
+package tokenizer
+
+import (
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+func TestNFC(t *testing.T) {
+	// Expected values from Python's unicodedata.normalize.
+	for _, c := range []struct{ in, nfc, nfd string }{
+		{"", "", ""},
+		{"plain ASCII", "plain ASCII", "plain ASCII"},
+		{"cafe\u0301", "café", "cafe\u0301"},
+		{"café", "café", "cafe\u0301"},
+		{"e\u0301\u0300", "\u00e9\u0300", "e\u0301\u0300"},
+		{"a\u0328\u0301", "\u0105\u0301", "a\u0328\u0301"},
+		{"a\u0301\u0328", "\u0105\u0301", "a\u0328\u0301"}, // reordered by combining class
+		{"\u212b", "\u00c5", "A\u030a"},                    // singleton
+		{"\u2126", "\u03a9", "\u03a9"},
+		{"\u0958", "\u0915\u093c", "\u0915\u093c"}, // composition exclusion
+		{"\u1100\u1161\u11a8", "\uac01", "\u1100\u1161\u11a8"},
+		{"\uac00\u11a8", "\uac01", "\u1100\u1161\u11a8"},
+		{"\uac01", "\uac01", "\u1100\u1161\u11a8"},
+		{"Tie\u0302\u0301ng Vie\u0323\u0302t", "Tiếng Việt", "Tie\u0302\u0301ng Vie\u0323\u0302t"},
+		{"A\u0327\u0301", "\u00c1\u0327", "A\u0327\u0301"},
+		{"C\u0327\u0301", "\u1e08", "C\u0327\u0301"},
+		{"x\u0345\u0301", "x\u0301\u0345", "x\u0301\u0345"},
+		{"\u0344", "\u0308\u0301", "\u0308\u0301"},                         // non-starter decomposition
+		{"\u0b47\u0b3e", "\u0b4b", "\u0b47\u0b3e"},                         // two starters compose
+		{"\u0b47\u0300\u0b3e", "\u0b47\u0300\u0b3e", "\u0b47\u0300\u0b3e"}, // blocked
+		{"\u1e0a\u0323", "\u1e0c\u0307", "D\u0323\u0307"},
+		{"\u0300a", "\u0300a", "\u0300a"},
+		{"ǖ", "ǖ", "u\u0308\u0304"},
+	} {
+		if got := normalizeNFC(c.in); got != c.nfc {
+			t.Errorf("NFC(%+q) = %+q, want %+q", c.in, got, c.nfc)
+		}
+		if got := normalizeNFD(c.in); got != c.nfd {
+			t.Errorf("NFD(%+q) = %+q, want %+q", c.in, got, c.nfd)
+		}
+	}
+}
+
+// TestNFCMatchesJS compares with String.prototype.normalize("NFC") over the
+// corpus (recorded by reference.mjs).
+func TestNFCMatchesJS(t *testing.T) {
+	ref, _ := reference(t, "qwen3", options{})
+	for _, c := range ref.Cases {
+		if got := normalizeNFC(c.Text); got != c.NFC {
+			t.Errorf("NFC(%+q) = %+q, JS gives %+q", c.Text, got, c.NFC)
+		}
+	}
+}
+
+// TestNFCProperties checks, for every assigned code point alone and after a
+// base letter, that normalization forms are stable and consistent.
+func TestNFCProperties(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !utf8.ValidRune(r) || !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z) {
+			continue
+		}
+		for _, s := range []string{string(r), "a" + string(r), string(r) + "\u0301"} {
+			nfc, nfd := normalizeNFC(s), normalizeNFD(s)
+			if normalizeNFC(nfc) != nfc || normalizeNFD(nfd) != nfd {
+				t.Fatalf("%+q: not idempotent", s)
+			}
+			if normalizeNFC(nfd) != nfc || normalizeNFD(nfc) != nfd {
+				t.Fatalf("%+q: NFC %+q and NFD %+q disagree", s, nfc, nfd)
+			}
+		}
+	}
+}
