@@ -7,29 +7,6 @@ import (
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
-// attention computes causal GQA attention for every (token, query head) of
-// the step from the paged cache into st.attn. The step's own keys and
-// values are already in the cache, so a prefill chunk attends to itself
-// and to everything before it through the same path as a decode.
-func (r *Runner) attention(layer int, b *Batch) {
-	c, st := r.cfg, &r.st
-	d, heads := c.HeadDim, c.Heads
-	group := c.Heads / c.KVHeads
-	scale := float32(1 / math.Sqrt(float64(d)))
-	r.pool.Run(len(st.tokPos)*heads, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			t, h := i/heads, i%heads
-			p := st.tokPos[t]
-			from := 0
-			if c.SlidingWindow > 0 && p+1 > c.SlidingWindow {
-				from = p + 1 - c.SlidingWindow
-			}
-			off := t*c.QDim() + h*d
-			attendPaged(st.attn[off:off+d], st.q[off:off+d], r.cache, layer, b.Seqs[st.tokSeq[t]].Blocks, h/group, from, p+1, scale)
-		}
-	})
-}
-
 // attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
 // one KV head into out, walking the block table one block at a time with an
 // online softmax, and returns the log-sum-exp of the scaled scores so that

@@ -9,6 +9,7 @@ type SeqBatch struct {
 	Pos       int   // tokens of this sequence already in the KV cache
 	Blocks    []int // block table; must cover positions [0, Pos+len(Tokens))
 	NumLogits int   // logits wanted for this many trailing tokens (0, 1 = last, len(Tokens) = all)
+	Replica   int   // data-parallel replica holding the sequence's KV (0 without DP)
 }
 
 // Batch is one step: the sequences' chunks flattened into one token batch.
@@ -35,13 +36,16 @@ func (b *Batch) NumLogits() int {
 }
 
 // validate checks the batch against the vocabulary, context and cache.
-func (b *Batch) validate(vocab, maxPos, blockSize, numBlocks int) error {
+func (b *Batch) validate(vocab, maxPos, blockSize, numBlocks, replicas int) error {
 	if len(b.Seqs) == 0 {
 		return fmt.Errorf("engine: empty batch")
 	}
 	for i, s := range b.Seqs {
 		if len(s.Tokens) == 0 {
 			return fmt.Errorf("engine: sequence %d has no tokens", i)
+		}
+		if s.Replica < 0 || s.Replica >= replicas {
+			return fmt.Errorf("engine: sequence %d: replica %d outside [0, %d)", i, s.Replica, replicas)
 		}
 		if s.Pos < 0 || s.NumLogits < 0 || s.NumLogits > len(s.Tokens) {
 			return fmt.Errorf("engine: sequence %d: bad position %d or logits count %d", i, s.Pos, s.NumLogits)

@@ -113,7 +113,7 @@ func BenchmarkDecode1B(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			const ctxLen = 512
 			per := (ctxLen + 16 + 15) / 16
-			r, err := NewRunner(cfg, w, RunnerOptions{BlockSize: 16, NumBlocks: batch * per, Pool: pool})
+			r, err := NewExecutor(cfg, w, ExecutorOptions{BlockSize: 16, NumBlocks: batch * per, Pool: pool})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -126,12 +126,12 @@ func BenchmarkDecode1B(b *testing.B) {
 				step.Seqs[i] = SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
 			}
 			ctx := context.Background()
-			if _, err := r.Forward(ctx, &step); err != nil {
+			if _, err := r.Step(ctx, &step, r.Plan()); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := r.Forward(ctx, &step); err != nil {
+				if _, err := r.Step(ctx, &step, r.Plan()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -151,7 +151,7 @@ func BenchmarkPrefill1B(b *testing.B) {
 	defer pool.Close()
 	cfg, w := load1B(b, pool)
 	const n = 512
-	r, err := NewRunner(cfg, w, RunnerOptions{BlockSize: 16, NumBlocks: n / 16, Pool: pool})
+	r, err := NewExecutor(cfg, w, ExecutorOptions{BlockSize: 16, NumBlocks: n / 16, Pool: pool})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func BenchmarkPrefill1B(b *testing.B) {
 	step := Batch{Seqs: []SeqBatch{{Tokens: tokens, Blocks: blocks, NumLogits: 1}}}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Forward(context.Background(), &step); err != nil {
+		if _, err := r.Step(context.Background(), &step, r.Plan()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
@@ -36,16 +37,18 @@ type Output struct {
 	Logprobs     []sample.Result // one per completion token when Sampling.Logprobs >= 0
 	FinishReason string
 	PromptTokens int
-	PrefillTime  time.Duration // prompt processing until the first token
-	DecodeTime   time.Duration // from the first token to the last
+	PrefillTime  time.Duration  // prompt processing until the first token
+	DecodeTime   time.Duration  // from the first token to the last
+	PlanSteps    map[string]int // steps run under each plan
 }
 
-// Generator runs one request at a time on a Runner: chunked prefill, then
-// one decode step per token, with incremental detokenization, stop
-// handling and sampling. The serving scheduler batches many requests
-// through the same Runner instead.
+// Generator runs one request at a time on an Executor: chunked prefill,
+// then one decode step per token, with incremental detokenization, stop
+// handling and sampling; the policy picks each step's plan. The serving
+// scheduler batches many requests through the same Executor instead.
 type Generator struct {
-	Runner    *Runner
+	Exec      *Executor
+	Policy    policy.Policy // nil runs every step under the executor's base plan
 	Tokenizer *tokenizer.Tokenizer
 	EOS       []int
 	Clock     clock.Clock
@@ -58,8 +61,8 @@ var ErrPromptTooLong = errors.New("prompt too long")
 // Generate runs req to completion. onText, if not nil, receives the
 // completion text as it becomes final.
 func (g *Generator) Generate(ctx context.Context, req Request, onText func(string)) (*Output, error) {
-	cfg := g.Runner.cfg
-	layout := g.Runner.Layout()
+	cfg := g.Exec.Config()
+	layout := g.Exec.KVLayout()
 	n := len(req.Prompt)
 	if n == 0 {
 		return nil, fmt.Errorf("engine: empty prompt")
@@ -93,7 +96,15 @@ func (g *Generator) Generate(ctx context.Context, req Request, onText func(strin
 	if !req.IgnoreEOS {
 		stops = append(stops, g.EOS...)
 	}
-	out := &Output{PromptTokens: n, FinishReason: FinishLength}
+	out := &Output{PromptTokens: n, FinishReason: FinishLength, PlanSteps: map[string]int{}}
+	step := func(sb SeqBatch) ([]float32, error) {
+		plan := g.Exec.Plan()
+		if g.Policy != nil {
+			plan = g.Policy.Plan(policy.Step{Tokens: len(sb.Tokens), Seqs: 1})
+		}
+		out.PlanSteps[plan.String()]++
+		return g.Exec.Step(ctx, &Batch{Seqs: []SeqBatch{sb}}, plan)
+	}
 	dec := g.Tokenizer.NewDecoder(req.Prompt, true)
 	match := newStopMatcher(req.Stop)
 	emit := func(s string) {
@@ -112,7 +123,7 @@ func (g *Generator) Generate(ctx context.Context, req Request, onText func(strin
 		if end == n {
 			sb.NumLogits = 1
 		}
-		if logits, err = g.Runner.Forward(ctx, &Batch{Seqs: []SeqBatch{sb}}); err != nil {
+		if logits, err = step(sb); err != nil {
 			return nil, err
 		}
 	}
@@ -139,7 +150,7 @@ func (g *Generator) Generate(ctx context.Context, req Request, onText func(strin
 			break
 		}
 		sb := SeqBatch{Tokens: []int{res.Token}, Pos: pos, Blocks: blocks, NumLogits: 1}
-		if logits, err = g.Runner.Forward(ctx, &Batch{Seqs: []SeqBatch{sb}}); err != nil {
+		if logits, err = step(sb); err != nil {
 			return nil, err
 		}
 	}

@@ -98,7 +98,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 		t.Run(fx.name, func(t *testing.T) {
 			l := load(t, fx.spec)
 			cfg := l.m.Config
-			r, err := NewRunner(cfg, l.m.Weights, RunnerOptions{BlockSize: 4, NumBlocks: 256, Pool: pool})
+			r, err := NewExecutor(cfg, l.m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 256, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 
 			// One sequence, all positions.
 			one := newSeq(37, 1)
-			logits, err := r.Forward(ctx, &Batch{Seqs: []SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}})
+			logits, err := r.Step(ctx, &Batch{Seqs: []SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}}, r.Plan())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 				seqs = append(seqs, s)
 				b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
 			}
-			logits, err = r.Forward(ctx, &b)
+			logits, err = r.Step(ctx, &b, r.Plan())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 					b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens[s.done : s.done+pair.n], Pos: s.done, Blocks: s.blocks, NumLogits: 1})
 					s.done += pair.n
 				}
-				logits, err := r.Forward(ctx, &b)
+				logits, err := r.Step(ctx, &b, r.Plan())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -181,11 +181,11 @@ func TestGreedyMatchesOracle(t *testing.T) {
 	for _, fx := range fixtureSpecs {
 		t.Run(fx.name, func(t *testing.T) {
 			l := load(t, fx.spec)
-			r, err := NewRunner(l.m.Config, l.m.Weights, RunnerOptions{BlockSize: 8, Pool: pool})
+			r, err := NewExecutor(l.m.Config, l.m.Weights, ExecutorOptions{BlockSize: 8, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := &Generator{Runner: r, Tokenizer: l.m.Tokenizer, ChunkSize: 5}
+			g := &Generator{Exec: r, Tokenizer: l.m.Tokenizer, ChunkSize: 5}
 			prompt := randomTokens(99, 11, l.m.Config.Vocab)
 			req := Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
 			out, err := g.Generate(context.Background(), req, nil)

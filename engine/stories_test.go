@@ -32,11 +32,11 @@ func TestStoriesReference(t *testing.T) {
 	}
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	r, err := NewRunner(m.Config, m.Weights, RunnerOptions{Pool: pool})
+	r, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Generator{Runner: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
+	g := &Generator{Exec: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
 	var streamed strings.Builder
 	want := strings.TrimPrefix(storiesReference, "Once upon a time")
 	out, err := g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 200, Sampling: sample.Params{Logprobs: -1}}, func(s string) { streamed.WriteString(s) })
@@ -65,11 +65,11 @@ func TestStopStringsAndTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(m.Config, m.Weights, RunnerOptions{})
+	r, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Generator{Runner: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
+	g := &Generator{Exec: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
 	ids := m.Tokenizer.Encode("Once upon a time", true)
 	greedy := sample.Params{Logprobs: -1}
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-const stories260K = "../../shared/models/stories260K"
+const stories260K = "../model/builtin/stories260K"
 
 func loadStories(t testing.TB) *Tokenizer {
 	t.Helper()

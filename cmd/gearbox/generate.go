@@ -102,11 +102,11 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	pool := tensor.NewPool(*threads)
 	defer pool.Close()
-	runner, err := engine.NewRunner(m.Config, m.Weights, engine.RunnerOptions{BlockSize: *blockSize, Pool: pool})
+	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{BlockSize: *blockSize, Pool: pool})
 	if err != nil {
 		return err
 	}
-	gen := &engine.Generator{Runner: runner, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
+	gen := &engine.Generator{Exec: exec, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
 	ids := m.Tokenizer.Encode(*prompt, true)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
 

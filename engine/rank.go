@@ -1,0 +1,446 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// rank is one rank's state: its KV cache shard and per-step scratch. Its
+// program (step) is the same under every layout; the layout's shard says
+// which heads, columns, vocabulary rows and layers it computes.
+type rank struct {
+	id    int
+	e     *Executor
+	cache *kvcache.Cache
+	st    rankState
+}
+
+// rankState holds one micro-batch's tables and the scratch buffers, grown
+// to the largest micro-batch seen so steady-state steps allocate nothing.
+type rankState struct {
+	tokens []int // [T] token ids of the micro-batch, flattened
+	tokSeq []int // [T] sequence index within the micro-batch
+	tokPos []int // [T] position
+	rowOut []int // [T] output logits row, or -1
+
+	total int // T: real tokens in the micro-batch
+	nl    int // tokens per SP rank: ceil(T/SP), padding included
+	first int // global index of this rank's first token: sp·nl
+	real  int // this rank's real (unpadded) tokens
+
+	x, xn, tmp []float32 // [nl, hidden]
+	q, k, v    []float32 // [nl, slice dims]
+	send, recv []float32 // SP all-to-all buffers: [SP·nl, chunk q+k+v]
+	attnC      []float32 // [SP·nl, chunk q] attention of this rank's chunk for every token
+	back       []float32 // [SP·nl, chunk q] second all-to-all's receive buffer
+	attn       []float32 // [nl, slice q]
+	gate, up   []float32 // [nl, intermediate slice]
+	cos, sin   []float32 // [nl, head_dim/2]
+	hl, logits []float32 // [L, hidden], [L, vocab slice]
+	gathered   []float32 // [L, vocab] all-gathered logits slices
+	lrows      []int     // local rows with logits
+	counts     []int     // per TP member element counts
+}
+
+// groups are the communicators a rank uses under one layout; nil when the
+// degree is 1.
+type groups struct {
+	tp, sp, pp *comm.Comm
+}
+
+func (rk *rank) groups(el *execLayout) (groups, error) {
+	var g groups
+	l, w, r := el.layout, rk.e.world, rk.id
+	get := func(kind string, members []int) (*comm.Comm, error) {
+		if len(members) == 1 {
+			return nil, nil
+		}
+		grp, err := w.Group(fmt.Sprintf("%s%v", kind, members), members...)
+		if err != nil {
+			return nil, err
+		}
+		return grp.Comm(r), nil
+	}
+	var err error
+	if g.tp, err = get("tp", l.TPGroup(r)); err != nil {
+		return g, err
+	}
+	if g.sp, err = get("sp", l.SPGroup(r)); err != nil {
+		return g, err
+	}
+	stages := make([]int, l.Plan.PP)
+	for s := range stages {
+		stages[s] = l.Peer(r, s)
+	}
+	g.pp, err = get("pp", stages)
+	return g, err
+}
+
+// step runs this rank's part of one step: for each micro-batch, embed (or
+// receive from the previous stage), the stage's layers, then send to the
+// next stage or compute logits.
+func (rk *rank) step(ctx context.Context, el *execLayout, job []micro) error {
+	sh := el.shards[rk.id]
+	c := el.layout.Coords[rk.id]
+	pp := el.layout.Plan.PP
+	g, err := rk.groups(el)
+	if err != nil {
+		return err
+	}
+	for i := range job {
+		mb := &job[i]
+		rk.prepare(mb, sh)
+		st := &rk.st
+		x := st.x[:st.nl*rk.e.cfg.Hidden]
+		if c.PP == 0 {
+			if err := rk.embed(ctx, sh, g); err != nil {
+				return err
+			}
+		} else if err := g.pp.Recv(ctx, x, c.PP-1); err != nil {
+			return err
+		}
+		for l := range sh.layer {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := rk.layer(ctx, l, mb, sh, g); err != nil {
+				return err
+			}
+		}
+		if c.PP < pp-1 {
+			if err := g.pp.Send(ctx, x, c.PP+1); err != nil {
+				return err
+			}
+		} else if err := rk.logits(ctx, sh, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare fills the micro-batch tables and sizes the scratch buffers.
+func (rk *rank) prepare(mb *micro, sh *shard) {
+	cfg, st := rk.e.cfg, &rk.st
+	st.tokens, st.tokSeq, st.tokPos, st.rowOut = st.tokens[:0], st.tokSeq[:0], st.tokPos[:0], st.rowOut[:0]
+	for i, s := range mb.seqs {
+		first := len(s.Tokens) - s.NumLogits
+		for j, id := range s.Tokens {
+			row := -1
+			if j >= first {
+				row = mb.rows[i] + j - first
+			}
+			st.tokens = append(st.tokens, id)
+			st.tokSeq = append(st.tokSeq, i)
+			st.tokPos = append(st.tokPos, s.Pos+j)
+			st.rowOut = append(st.rowOut, row)
+		}
+	}
+	st.total = len(st.tokens)
+	st.nl = (st.total + sh.spSize - 1) / sh.spSize
+	st.first = sh.sp * st.nl
+	st.real = max(0, min(st.nl, st.total-st.first))
+
+	h, d, nl, n := cfg.Hidden, cfg.HeadDim, st.nl, st.nl*sh.spSize
+	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
+	qc, kc := (sh.chunk.QHi-sh.chunk.QLo)*d, (sh.chunk.KVHi-sh.chunk.KVLo)*d
+	grow(&st.x, nl*h)
+	grow(&st.xn, nl*h)
+	grow(&st.tmp, nl*h)
+	grow(&st.q, nl*qs)
+	grow(&st.k, nl*ks)
+	grow(&st.v, nl*ks)
+	grow(&st.attn, nl*qs)
+	grow(&st.gate, nl*sh.inter.Len())
+	grow(&st.up, nl*sh.inter.Len())
+	grow(&st.cos, nl*d/2)
+	grow(&st.sin, nl*d/2)
+	if sh.spSize > 1 {
+		grow(&st.send, n*(qc+2*kc))
+		grow(&st.recv, n*(qc+2*kc))
+		grow(&st.back, n*qc)
+	}
+	grow(&st.attnC, n*qc)
+
+	half := d / 2
+	for i := 0; i < st.real; i++ {
+		p := float64(st.tokPos[st.first+i])
+		for j, f := range rk.e.invFreq {
+			s, c := math.Sincos(p * f)
+			st.cos[i*half+j], st.sin[i*half+j] = float32(c), float32(s)
+		}
+	}
+}
+
+func grow(buf *[]float32, n int) {
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	*buf = (*buf)[:n]
+}
+
+// embed looks up this rank's tokens in its vocabulary slice; under TP the
+// slices are summed (each token's row lives on exactly one member).
+func (rk *rank) embed(ctx context.Context, sh *shard, g groups) error {
+	h, st := rk.e.cfg.Hidden, &rk.st
+	x := st.x[:st.nl*h]
+	clear(x)
+	for i := 0; i < st.real; i++ {
+		id := st.tokens[st.first+i]
+		if id >= sh.vocab.Lo && id < sh.vocab.Hi {
+			r := id - sh.vocab.Lo
+			copy(x[i*h:(i+1)*h], sh.embed[r*h:(r+1)*h])
+		}
+	}
+	if g.tp != nil {
+		return g.tp.AllReduce(ctx, x)
+	}
+	return nil
+}
+
+// layer runs decoder layer l (local to the stage) on this rank's rows of
+// the residual stream: Algorithm 1 of the Shift Parallelism paper, which
+// is plain TP when SP = 1 and plain Ulysses SP when TP = 1.
+func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *shard, g groups) error {
+	e, st, w := rk.e, &rk.st, &sh.layer[l]
+	cfg, pool := e.cfg, e.pool
+	h, d, nl := cfg.Hidden, cfg.HeadDim, st.nl
+	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
+	eps := float32(cfg.RMSNormEps)
+	x := st.x[:nl*h]
+
+	rmsNormRows(pool, st.xn, x, w.attnNorm, nl, eps)
+	tensor.MatMul(pool, st.q, st.xn, w.wq, nl, h, qs)
+	tensor.MatMul(pool, st.k, st.xn, w.wk, nl, h, ks)
+	tensor.MatMul(pool, st.v, st.xn, w.wv, nl, h, ks)
+	pool.Run(st.real, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			q, k, v := st.q[i*qs:(i+1)*qs], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks]
+			if w.bq != nil {
+				tensor.Add(q, w.bq)
+				tensor.Add(k, w.bk)
+				tensor.Add(v, w.bv)
+			}
+			rk.positionHeads(q, w.qNorm, i, eps)
+			rk.positionHeads(k, w.kNorm, i, eps)
+		}
+	})
+
+	if g.sp == nil {
+		// The slice is the chunk: attend from the projections directly.
+		for i := 0; i < st.real; i++ {
+			t := st.first + i
+			rk.cache.Put(l, mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks])
+		}
+		rk.attention(l, mb, sh, st.q, qs, st.attn, qs)
+	} else if err := rk.ulysses(ctx, l, mb, sh, g.sp); err != nil {
+		return err
+	}
+
+	if err := rk.rowParallel(ctx, x, st.attn, w.wo, w.bo, qs, g.tp); err != nil {
+		return err
+	}
+
+	rmsNormRows(pool, st.xn, x, w.mlpNorm, nl, eps)
+	is := sh.inter.Len()
+	tensor.MatMul(pool, st.gate, st.xn, w.wgate, nl, h, is)
+	tensor.MatMul(pool, st.up, st.xn, w.wup, nl, h, is)
+	if w.bgate != nil {
+		addRows(st.gate, w.bgate, nl)
+		addRows(st.up, w.bup, nl)
+	}
+	pool.Run(nl, func(lo, hi int) {
+		tensor.SiLUMul(st.gate[lo*is:hi*is], st.gate[lo*is:hi*is], st.up[lo*is:hi*is])
+	})
+	if err := rk.rowParallel(ctx, x, st.gate, w.wdown, w.bdown, is, g.tp); err != nil {
+		return err
+	}
+	clear(x[st.real*h:]) // padding rows stay zero
+	return nil
+}
+
+// rowParallel adds in[nl, k]·wᵀ (+ bias) to the residual x; under TP each
+// member holds k columns of w and the partial products are all-reduced.
+func (rk *rank) rowParallel(ctx context.Context, x, in, w, bias []float32, k int, tp *comm.Comm) error {
+	pool, h, nl := rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
+	if tp == nil {
+		tensor.MatMulAcc(pool, x, in, w, nl, k, h)
+	} else {
+		tmp := rk.st.tmp[:nl*h]
+		tensor.MatMul(pool, tmp, in, w, nl, k, h)
+		if err := tp.AllReduce(ctx, tmp); err != nil {
+			return err
+		}
+		tensor.Add(x, tmp)
+	}
+	if bias != nil {
+		addRows(x, bias, nl)
+	}
+	return nil
+}
+
+// ulysses is the SP part of attention: an all-to-all from sequence-sharded
+// to head-sharded q, k and v (KV heads replicated inside the send buffer
+// when chunks share one), attention of this rank's chunk over every token
+// of the micro-batch, and an all-to-all back.
+func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *shard, sp *comm.Comm) error {
+	st, d := &rk.st, rk.e.cfg.HeadDim
+	s, nl := sh.spSize, st.nl
+	n := s * nl
+	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
+	qc, kc := (sh.chunk.QHi-sh.chunk.QLo)*d, (sh.chunk.KVHi-sh.chunk.KVLo)*d
+	wd := qc + 2*kc
+	for j, ch := range sh.chunks {
+		qo, ko := (ch.QLo-sh.slice.QLo)*d, (ch.KVLo-sh.slice.KVLo)*d
+		for i := 0; i < nl; i++ {
+			row := st.send[(j*nl+i)*wd : (j*nl+i+1)*wd]
+			copy(row[:qc], st.q[i*qs+qo:i*qs+qo+qc])
+			copy(row[qc:qc+kc], st.k[i*ks+ko:i*ks+ko+kc])
+			copy(row[qc+kc:], st.v[i*ks+ko:i*ks+ko+kc])
+		}
+	}
+	if err := sp.AllToAll(ctx, st.send[:n*wd], st.recv[:n*wd]); err != nil {
+		return err
+	}
+	for t := 0; t < st.total; t++ {
+		row := st.recv[t*wd : (t+1)*wd]
+		rk.cache.Put(l, mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], row[qc:qc+kc], row[qc+kc:])
+	}
+	rk.attention(l, mb, sh, st.recv, wd, st.attnC, qc)
+	clear(st.attnC[st.total*qc : n*qc])
+	if err := sp.AllToAll(ctx, st.attnC[:n*qc], st.back[:n*qc]); err != nil {
+		return err
+	}
+	for j := 0; j < s; j++ {
+		for i := 0; i < nl; i++ {
+			copy(st.attn[i*qs+j*qc:i*qs+(j+1)*qc], st.back[(j*nl+i)*qc:(j*nl+i+1)*qc])
+		}
+	}
+	return nil
+}
+
+// attention computes causal attention for this rank's chunk of query heads
+// for the tokens q holds: every real token of the micro-batch after the SP
+// all-to-all, or this rank's own rows without SP. Row r of q (stride
+// qStride) is token r of the micro-batch, offset by st.first without SP.
+func (rk *rank) attention(l int, mb *micro, sh *shard, q []float32, qStride int, out []float32, outStride int) {
+	cfg, st := rk.e.cfg, &rk.st
+	d := cfg.HeadDim
+	hq := sh.chunk.QHi - sh.chunk.QLo
+	group := cfg.Heads / cfg.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	rows, base := st.total, 0
+	if sh.spSize == 1 {
+		rows, base = st.real, st.first
+	}
+	rk.e.pool.Run(rows*hq, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			r, j := i/hq, i%hq
+			t := base + r
+			p := st.tokPos[t]
+			from := 0
+			if cfg.SlidingWindow > 0 && p+1 > cfg.SlidingWindow {
+				from = p + 1 - cfg.SlidingWindow
+			}
+			kv := (sh.chunk.QLo+j)/group - sh.chunk.KVLo
+			attendPaged(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
+				rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, from, p+1, scale)
+		}
+	})
+}
+
+// positionHeads applies the optional per-head RMSNorm (qwen3) and RoPE in
+// the Hugging Face rotate_half layout to every head of local row i.
+func (rk *rank) positionHeads(x, norm []float32, i int, eps float32) {
+	d := rk.e.cfg.HeadDim
+	half := d / 2
+	cos, sin := rk.st.cos[i*half:(i+1)*half], rk.st.sin[i*half:(i+1)*half]
+	for off := 0; off < len(x); off += d {
+		head := x[off : off+d]
+		if norm != nil {
+			tensor.RMSNorm(head, head, norm, eps)
+		}
+		x1, x2 := head[:half], head[half:]
+		for j := range x1 {
+			a, b := x1[j], x2[j]
+			x1[j] = a*cos[j] - b*sin[j]
+			x2[j] = b*cos[j] + a*sin[j]
+		}
+	}
+}
+
+// logits applies the final norm and this rank's LM-head slice to its rows
+// that want logits; under TP the vocabulary slices are all-gathered and
+// member 0 writes the rows into the step's output.
+func (rk *rank) logits(ctx context.Context, sh *shard, g groups) error {
+	e, st := rk.e, &rk.st
+	h, vocab := e.cfg.Hidden, e.cfg.Vocab
+	st.lrows = st.lrows[:0]
+	for i := 0; i < st.real; i++ {
+		if st.rowOut[st.first+i] >= 0 {
+			st.lrows = append(st.lrows, i)
+		}
+	}
+	n := len(st.lrows)
+	if n == 0 {
+		return nil
+	}
+	vs := sh.vocab.Len()
+	grow(&st.hl, n*h)
+	grow(&st.logits, n*vs)
+	for j, i := range st.lrows {
+		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.norm, float32(e.cfg.RMSNormEps))
+	}
+	tensor.MatMul(e.pool, st.logits, st.hl, sh.lmHead, n, h, vs)
+	if g.tp == nil {
+		for j, i := range st.lrows {
+			row := st.rowOut[st.first+i]
+			copy(e.out[row*vocab:(row+1)*vocab], st.logits[j*vs:(j+1)*vs])
+		}
+		return nil
+	}
+	size := g.tp.Size()
+	st.counts = st.counts[:0]
+	for m := 0; m < size; m++ {
+		st.counts = append(st.counts, n*parallel.Even(vocab, size, m).Len())
+	}
+	grow(&st.gathered, n*vocab)
+	if err := g.tp.AllGatherV(ctx, st.logits[:n*vs], st.gathered, st.counts); err != nil {
+		return err
+	}
+	if g.tp.Rank() != 0 {
+		return nil
+	}
+	off := 0
+	for m := 0; m < size; m++ {
+		span := parallel.Even(vocab, size, m)
+		w := span.Len()
+		for j, i := range st.lrows {
+			row := st.rowOut[st.first+i]
+			copy(e.out[row*vocab+span.Lo:row*vocab+span.Hi], st.gathered[off+j*w:off+(j+1)*w])
+		}
+		off += n * w
+	}
+	return nil
+}
+
+func rmsNormRows(pool *tensor.Pool, out, x, w []float32, rows int, eps float32) {
+	h := len(w)
+	pool.Run(rows, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			tensor.RMSNorm(out[t*h:(t+1)*h], x[t*h:(t+1)*h], w, eps)
+		}
+	})
+}
+
+func addRows(x, bias []float32, rows int) {
+	n := len(bias)
+	for t := 0; t < rows; t++ {
+		tensor.Add(x[t*n:(t+1)*n], bias)
+	}
+}
