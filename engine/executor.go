@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
@@ -26,11 +28,16 @@ type Executor struct {
 	pool    *tensor.Pool
 	world   *comm.World
 	micro   int
-	invFreq []float64      // RoPE inverse frequencies
+	invFreq []float64 // RoPE inverse frequencies
+	clock   clock.Clock
 	kv      kvcache.Layout // of rank 0; every rank has the same block count
 	out     []float32      // [NumLogits, vocab] of the last step
 	steps   map[string]int
 	comm    comm.Stats // counted by worlds that were replaced
+
+	// fault, when set by tests, runs before every layer of every rank; an
+	// error it returns fails that rank as a kernel error would.
+	fault func(ctx context.Context, rank, layer int) error
 }
 
 type execLayout struct {
@@ -46,6 +53,7 @@ type ExecutorOptions struct {
 	NumBlocks    int           // KV blocks per replica; default one full context
 	MicroBatches int           // pipeline micro-batches per step; default PP
 	Pool         *tensor.Pool  // kernel threads shared by all ranks; nil runs inline
+	Clock        clock.Clock   // times collectives for CommTime; default the wall clock
 }
 
 // NewExecutor shards w over the plan's ranks and allocates their KV caches.
@@ -63,12 +71,15 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts ExecutorOptions) (*Ex
 	if opts.NumBlocks == 0 {
 		opts.NumBlocks = (cfg.MaxPositions + opts.BlockSize - 1) / opts.BlockSize
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
 	if opts.MicroBatches <= 0 {
 		opts.MicroBatches = plan.PP
 	}
 	e := &Executor{
 		cfg: cfg, base: parallel.Standard(plan), layouts: map[parallel.Plan]*execLayout{},
-		pool: opts.Pool, micro: opts.MicroBatches, invFreq: cfg.InvFreq(), steps: map[string]int{}, comm: comm.Stats{},
+		pool: opts.Pool, micro: opts.MicroBatches, invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
 	}
 	layouts := []parallel.Layout{e.base}
 	if opts.Shift {
@@ -183,6 +194,16 @@ func (e *Executor) CommStats() comm.Stats {
 		for k, v := range e.world.Stats() {
 			out[k] = out[k].Add(v)
 		}
+	}
+	return out
+}
+
+// CommTime is the time each rank has spent in collectives, including
+// waiting for its peers.
+func (e *Executor) CommTime() []time.Duration {
+	out := make([]time.Duration, len(e.ranks))
+	for r, rk := range e.ranks {
+		out[r] = rk.commTime
 	}
 	return out
 }

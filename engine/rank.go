@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/kvcache"
@@ -15,10 +16,19 @@ import (
 // program (step) is the same under every layout; the layout's shard says
 // which heads, columns, vocabulary rows and layers it computes.
 type rank struct {
-	id    int
-	e     *Executor
-	cache *kvcache.Cache
-	st    rankState
+	id       int
+	e        *Executor
+	cache    *kvcache.Cache
+	st       rankState
+	commTime time.Duration // time spent in collectives, waiting for peers included
+}
+
+// timed runs one collective and adds its duration to the rank's comm time.
+func (rk *rank) timed(collective func() error) error {
+	start := rk.e.clock.Now()
+	err := collective()
+	rk.commTime += rk.e.clock.Now().Sub(start)
+	return err
 }
 
 // rankState holds one micro-batch's tables and the scratch buffers, grown
@@ -102,19 +112,24 @@ func (rk *rank) step(ctx context.Context, el *execLayout, job []micro) error {
 			if err := rk.embed(ctx, sh, g); err != nil {
 				return err
 			}
-		} else if err := g.pp.Recv(ctx, x, c.PP-1); err != nil {
+		} else if err := rk.timed(func() error { return g.pp.Recv(ctx, x, c.PP-1) }); err != nil {
 			return err
 		}
 		for l := range sh.layer {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			if f := rk.e.fault; f != nil {
+				if err := f(ctx, rk.id, l); err != nil {
+					return err
+				}
+			}
 			if err := rk.layer(ctx, l, mb, sh, g); err != nil {
 				return err
 			}
 		}
 		if c.PP < pp-1 {
-			if err := g.pp.Send(ctx, x, c.PP+1); err != nil {
+			if err := rk.timed(func() error { return g.pp.Send(ctx, x, c.PP+1) }); err != nil {
 				return err
 			}
 		} else if err := rk.logits(ctx, sh, g); err != nil {
@@ -198,7 +213,7 @@ func (rk *rank) embed(ctx context.Context, sh *shard, g groups) error {
 		}
 	}
 	if g.tp != nil {
-		return g.tp.AllReduce(ctx, x)
+		return rk.timed(func() error { return g.tp.AllReduce(ctx, x) })
 	}
 	return nil
 }
@@ -273,7 +288,7 @@ func (rk *rank) rowParallel(ctx context.Context, x, in, w, bias []float32, k int
 	} else {
 		tmp := rk.st.tmp[:nl*h]
 		tensor.MatMul(pool, tmp, in, w, nl, k, h)
-		if err := tp.AllReduce(ctx, tmp); err != nil {
+		if err := rk.timed(func() error { return tp.AllReduce(ctx, tmp) }); err != nil {
 			return err
 		}
 		tensor.Add(x, tmp)
@@ -304,7 +319,7 @@ func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *shard, sp *co
 			copy(row[qc+kc:], st.v[i*ks+ko:i*ks+ko+kc])
 		}
 	}
-	if err := sp.AllToAll(ctx, st.send[:n*wd], st.recv[:n*wd]); err != nil {
+	if err := rk.timed(func() error { return sp.AllToAll(ctx, st.send[:n*wd], st.recv[:n*wd]) }); err != nil {
 		return err
 	}
 	for t := 0; t < st.total; t++ {
@@ -313,7 +328,7 @@ func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *shard, sp *co
 	}
 	rk.attention(l, mb, sh, st.recv, wd, st.attnC, qc)
 	clear(st.attnC[st.total*qc : n*qc])
-	if err := sp.AllToAll(ctx, st.attnC[:n*qc], st.back[:n*qc]); err != nil {
+	if err := rk.timed(func() error { return sp.AllToAll(ctx, st.attnC[:n*qc], st.back[:n*qc]) }); err != nil {
 		return err
 	}
 	for j := 0; j < s; j++ {
@@ -410,7 +425,7 @@ func (rk *rank) logits(ctx context.Context, sh *shard, g groups) error {
 		st.counts = append(st.counts, n*parallel.Even(vocab, size, m).Len())
 	}
 	grow(&st.gathered, n*vocab)
-	if err := g.tp.AllGatherV(ctx, st.logits[:n*vs], st.gathered, st.counts); err != nil {
+	if err := rk.timed(func() error { return g.tp.AllGatherV(ctx, st.logits[:n*vs], st.gathered, st.counts) }); err != nil {
 		return err
 	}
 	if g.tp.Rank() != 0 {

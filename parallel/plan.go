@@ -83,10 +83,11 @@ func (p Plan) Ranks() int { return p.DP * p.PP * p.SP * p.TP }
 // divided into: SP·TP.
 func (p Plan) HeadShards() int { return p.SP * p.TP }
 
-// Validate checks that the plan divides the model: heads by SP·TP, KV heads
-// by SP·TP or SP·TP by KV heads (then KV heads are replicated), the
-// intermediate size and vocabulary by TP, and that there are at least as
-// many layers as pipeline stages.
+// Validate checks that the plan fits the model: SP·TP divides the heads,
+// SP·TP and the KV heads divide one another (KV heads are replicated when
+// SP·TP is larger), and there are at least as many layers as pipeline
+// stages. The MLP's intermediate columns, the vocabulary and the layers are
+// split as evenly as possible, so they need not divide.
 func (p Plan) Validate(c *model.Config) error {
 	if p.DP < 1 || p.PP < 1 || p.SP < 1 || p.TP < 1 {
 		return fmt.Errorf("plan %s: every factor must be at least 1", p)
@@ -97,12 +98,6 @@ func (p Plan) Validate(c *model.Config) error {
 	}
 	if c.KVHeads%n != 0 && n%c.KVHeads != 0 {
 		return fmt.Errorf("plan %s: sp·tp = %d and the %d KV heads must divide one another (KV heads are split or replicated)", p, n, c.KVHeads)
-	}
-	if c.Intermediate%p.TP != 0 {
-		return fmt.Errorf("plan %s: tp = %d must divide intermediate_size %d", p, p.TP, c.Intermediate)
-	}
-	if c.Vocab%p.TP != 0 {
-		return fmt.Errorf("plan %s: tp = %d must divide vocab_size %d", p, p.TP, c.Vocab)
 	}
 	if p.PP > c.Layers {
 		return fmt.Errorf("plan %s: pp = %d exceeds the %d layers", p, p.PP, c.Layers)

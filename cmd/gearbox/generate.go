@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -26,6 +28,26 @@ type generateResult struct {
 	PromptTokensPerSecond float64        `json:"prompt_tokens_per_second"`
 	ElapsedMS             float64        `json:"elapsed_ms"`
 	Logprobs              []tokenLogprob `json:"logprobs,omitempty"`
+	Plan                  string         `json:"plan"`
+	Policy                string         `json:"policy"`
+	PlanSteps             map[string]int `json:"plan_steps"`
+	CommBytes             commReport     `json:"comm_bytes"`
+}
+
+// commReport is the bytes collectives moved, summed over ranks.
+type commReport struct {
+	Total  int64            `json:"total"`
+	ByKind map[string]int64 `json:"by_kind"`
+}
+
+func commBytes(st comm.Stats) commReport {
+	r := commReport{Total: st.Total().SentBytes, ByKind: map[string]int64{}}
+	for k, c := range st {
+		if c.SentBytes > 0 {
+			r.ByKind[k.Kind.String()] += c.SentBytes
+		}
+	}
+	return r
 }
 
 // tokenLogprob is one completion token's log-probability and its top
@@ -75,6 +97,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	threads := fs.Int("threads", 0, "CPU threads for the kernels (default: all cores)")
 	chunk := fs.Int("max-num-batched-tokens", 512, "prefill tokens per step")
 	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
+	par := addParallelFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,13 +123,18 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	plan, pol, err := par.resolve(m.Config)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	pool := tensor.NewPool(*threads)
 	defer pool.Close()
-	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{BlockSize: *blockSize, Pool: pool})
+	_, shift := pol.(policy.Shift)
+	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: *blockSize, Pool: pool})
 	if err != nil {
 		return err
 	}
-	gen := &engine.Generator{Exec: exec, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
+	gen := &engine.Generator{Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
 	ids := m.Tokenizer.Encode(*prompt, true)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
 
@@ -131,8 +159,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *output == "text" {
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s\n",
-			m.Name, out.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason)
+		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s; plan %s, policy %s, steps %v, %d comm bytes\n",
+			m.Name, out.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, out.PlanSteps, exec.CommStats().Total().SentBytes)
 		return nil
 	}
 	enc := json.NewEncoder(stdout)
@@ -142,5 +170,6 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		PromptTokens: out.PromptTokens, CompletionTokens: len(out.Tokens), FinishReason: out.FinishReason,
 		TokensPerSecond: decodeRate, PromptTokensPerSecond: prefillRate,
 		ElapsedMS: float64(elapsed.Microseconds()) / 1000, Logprobs: logprobsJSON(m.Tokenizer, out.Logprobs),
+		Plan: plan.String(), Policy: pol.String(), PlanSteps: out.PlanSteps, CommBytes: commBytes(exec.CommStats()),
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
 )
 
 // inspectResult is what inspect reports.
@@ -31,12 +33,27 @@ type inspectResult struct {
 	BytesPerDtype     map[string]int64 `json:"bytes_per_dtype"`
 	KVBytesPerTokenF  int              `json:"kv_bytes_per_token_fp32"`
 	KVBytesPerTokenBF int              `json:"kv_bytes_per_token_bf16"`
+	Plan              string           `json:"plan"`
+	Policy            string           `json:"policy"`
+	Ranks             []rankBytes      `json:"ranks"`
+}
+
+// rankBytes is one rank's memory under the plan, in bytes of the CPU
+// engine's fp32 storage.
+type rankBytes struct {
+	Rank             int            `json:"rank"`
+	Coord            parallel.Coord `json:"coord"`
+	HeadChunk        int            `json:"head_chunk"`
+	WeightBytes      int64          `json:"weight_bytes"`
+	ShiftWeightBytes int64          `json:"shift_weight_bytes,omitempty"`
+	KVBytesPerToken  int64          `json:"kv_bytes_per_token"`
 }
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("inspect", "inspect [--model DIR] [--output text|json]", stderr)
+	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--output text|json]", stderr)
 	modelDir := flags.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
 	output := flags.String("output", "text", "output format: text or json")
+	par := addParallelFlags(flags)
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +87,21 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		res.Parameters += int64(t.NumElements())
 		res.BytesPerDtype[string(t.DType)] += int64(len(t.Bytes()))
 	}
+	plan, pol, err := par.resolve(cfg)
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	res.Plan, res.Policy = plan.String(), pol.String()
+	base := parallel.Standard(plan)
+	_, shift := pol.(policy.Shift)
+	for r := range base.Coords {
+		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
+			WeightBytes: 4 * base.WeightElems(cfg, r), KVBytesPerToken: 4 * base.KVElemsPerToken(cfg, r)}
+		if shift {
+			rb.ShiftWeightBytes = 4 * parallel.ShiftLayout(plan).WeightElems(cfg, r)
+		}
+		res.Ranks = append(res.Ranks, rb)
+	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -89,6 +121,17 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bytes %-8s %d (%s)\n", d, res.BytesPerDtype[d], humanBytes(res.BytesPerDtype[d]))
 	}
 	fmt.Fprintf(stdout, "KV per token   %d bytes fp32, %d bytes bf16\n", res.KVBytesPerTokenF, res.KVBytesPerTokenBF)
+	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank)\n", res.Plan, res.Policy)
+	fmt.Fprintf(stdout, "%-5s %-20s %-6s %-14s %-20s %s\n", "rank", "dp,pp,sp,tp", "chunk", "weights", "shift weights", "KV per token")
+	for _, rb := range res.Ranks {
+		extra := "-"
+		if rb.ShiftWeightBytes > 0 {
+			extra = fmt.Sprintf("%s (+%.1f%%)", humanBytes(rb.ShiftWeightBytes), 100*float64(rb.ShiftWeightBytes)/float64(rb.WeightBytes))
+		}
+		c := rb.Coord
+		fmt.Fprintf(stdout, "%-5d %-20s %-6d %-14s %-20s %d B\n", rb.Rank, fmt.Sprintf("%d,%d,%d,%d", c.DP, c.PP, c.SP, c.TP),
+			rb.HeadChunk, humanBytes(rb.WeightBytes), extra, rb.KVBytesPerToken)
+	}
 	return nil
 }
 

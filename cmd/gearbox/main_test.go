@@ -103,3 +103,53 @@ func TestCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestParallelFlags(t *testing.T) {
+	out, _, err := runCLI(t, "generate", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json",
+		"--ulysses-sequence-parallel-size", "4", "--tensor-parallel-size", "2", "--enable-shift-parallel", "--shift-parallel-threshold", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res generateResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	// The 5-token prompt runs under the base plan (above the threshold of
+	// 3 tokens), the decodes under the shift plan, and the text is the
+	// single-rank text.
+	if res.Text != ", there was a little girl named Lily. She loved to play" || res.Plan != "sp=4,tp=2" || res.Policy != "shift" ||
+		res.PlanSteps["sp=4,tp=2"] != 1 || res.PlanSteps["tp=8"] != 15 || res.CommBytes.ByKind["all_to_all"] == 0 {
+		t.Fatalf("result = %+v", res)
+	}
+	info, _, err := runCLI(t, "inspect", "--plan", "sp=2,tp=2", "--policy", "shift", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ir inspectResult
+	if err := json.Unmarshal([]byte(info), &ir); err != nil {
+		t.Fatal(err)
+	}
+	if len(ir.Ranks) != 4 || ir.Ranks[1].HeadChunk != 2 || ir.Ranks[0].ShiftWeightBytes == 0 || ir.Ranks[0].KVBytesPerToken != 5*2*1*8*4 {
+		t.Fatalf("inspect ranks = %+v", ir.Ranks)
+	}
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plan", "sp=3"}, "must divide the 8 attention heads"},
+		{[]string{"--plan", "tp=2", "--tensor-parallel-size", "4"}, "disagrees with tp=2"},
+		{[]string{"--plan", "tp=2", "--policy", "shift"}, "no sequence parallelism"},
+		{[]string{"--policy", "fancy"}, `unknown --policy "fancy"`},
+		{[]string{"--plan", "sp=2", "--shift-threshold", "9"}, "--shift-threshold needs --policy shift"},
+		{[]string{"--plan", "sp=2", "--policy", "static", "--enable-shift-parallel"}, "conflicts with --policy static"},
+		{[]string{"--plan", "sp=2", "--policy", "shift", "--shift-threshold", "1", "--shift-parallel-threshold", "2"}, "disagrees with --shift-threshold=1"},
+		{[]string{"--pipeline-parallel-size", "9"}, "exceeds the 5 layers"},
+		{[]string{"--data-parallel-size", "0"}, "must be at least 1"},
+	}
+	for _, b := range bad {
+		args := append([]string{"generate", "--prompt", "x"}, b.args...)
+		if _, _, err := runCLI(t, args...); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%v: err %v, want %q", b.args, err, b.want)
+		}
+	}
+}
