@@ -34,10 +34,9 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 			}
 			m = bm
 		}
+		sum += tensor.ExpSub(scores[a:e], m)
 		for j := a; j < e; j++ {
-			p := float32(math.Exp(float64(scores[j] - m)))
-			sum += p
-			tensor.Axpy(p, vals[j*d:(j+1)*d], out)
+			tensor.Axpy(scores[j], vals[j*d:(j+1)*d], out)
 		}
 	}
 	if sum == 0 {

@@ -9,7 +9,9 @@ import (
 	"github.com/gearboxlm/gearbox/internal/oracle"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
+	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
 // fixtureSpecs covers the architectures and storage formats the loader
@@ -185,7 +187,7 @@ func TestGreedyMatchesOracle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := &Generator{Exec: r, Tokenizer: l.m.Tokenizer, ChunkSize: 5}
+			g := startEngine(t, r, l.m.Tokenizer, nil, sched.Config{MaxNumBatchedTokens: 5})
 			prompt := randomTokens(99, 11, l.m.Config.Vocab)
 			req := Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
 			out, err := g.Generate(context.Background(), req, nil)
@@ -207,4 +209,24 @@ func TestGreedyMatchesOracle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startEngine runs an engine loop over exec until the test ends.
+func startEngine(t testing.TB, exec *Executor, tok *tokenizer.Tokenizer, eos []int, cfg sched.Config) *Engine {
+	t.Helper()
+	e, err := NewEngine(Options{Exec: exec, Tokenizer: tok, EOS: eos, Sched: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return e
 }

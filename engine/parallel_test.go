@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -238,14 +239,45 @@ func TestShiftSwitching(t *testing.T) {
 			want := greedyRun(t, single, m, steps, func(int, int) parallel.Plan { return parallel.Single })
 			rng := rand.New(rand.NewPCG(uint64(kv), 1))
 			used := map[string]int{}
+			var prev comm.Stats
+			var prevPlan parallel.Plan
+			checkShiftStep := func() {
+				// A shift step over 3 decoding sequences moves exactly its
+				// activations: the embedding's and two per-layer TP
+				// all-reduces of [3, hidden] and the LM head's all-gather
+				// of 3 logits rows; no all-to-all, no send, and no KV.
+				now := e.CommStats()
+				if prevPlan == base.Shift() {
+					delta := now.Sub(prev)
+					c := m.Config
+					ar, _ := comm.AllReduceBytes(3*c.Hidden, 8, 0, 4)
+					counts := make([]int, 8)
+					for i := range counts {
+						counts[i] = 3 * parallel.Even(c.Vocab, 8, i).Len()
+					}
+					for r := 0; r < 8; r++ {
+						ag, _ := comm.AllGatherBytes(counts, e.base.Coords[r].TP*4+e.base.Coords[r].SP, 4)
+						arGot := delta.Sum(func(k comm.Key) bool { return k.Rank == r && k.Kind == comm.KindAllReduce }).SentBytes
+						agGot := delta.Sum(func(k comm.Key) bool { return k.Rank == r && k.Kind == comm.KindAllGather }).SentBytes
+						if want := int64(1+2*c.Layers) * ar; arGot != want || agGot != ag || delta.Rank(r).SentBytes != arGot+agGot {
+							t.Fatalf("shift step, rank %d: all-reduce %d (want %d), all-gather %d (want %d), total %d",
+								r, arGot, want, agGot, ag, delta.Rank(r).SentBytes)
+						}
+					}
+				}
+				prev = now
+			}
 			got := greedyRun(t, e, m, steps, func(step, tokens int) parallel.Plan {
+				checkShiftStep()
 				p := base
 				if step > 0 && rng.IntN(2) == 0 {
 					p = base.Shift()
 				}
 				used[p.String()]++
+				prevPlan = p
 				return p
 			})
+			checkShiftStep()
 			if used["tp=8"] == 0 || used["sp=4,tp=2"] < 2 {
 				t.Fatalf("plans used: %v", used)
 			}

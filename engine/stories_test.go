@@ -9,6 +9,7 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -36,7 +37,7 @@ func TestStoriesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Generator{Exec: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
+	g := startEngine(t, r, m.Tokenizer, m.EOS(), sched.Config{})
 	var streamed strings.Builder
 	want := strings.TrimPrefix(storiesReference, "Once upon a time")
 	out, err := g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 200, Sampling: sample.Params{Logprobs: -1}}, func(s string) { streamed.WriteString(s) })
@@ -69,7 +70,7 @@ func TestStopStringsAndTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Generator{Exec: r, Tokenizer: m.Tokenizer, EOS: m.EOS()}
+	g := startEngine(t, r, m.Tokenizer, m.EOS(), sched.Config{})
 	ids := m.Tokenizer.Encode("Once upon a time", true)
 	greedy := sample.Params{Logprobs: -1}
 

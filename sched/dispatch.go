@@ -1,6 +1,3 @@
-// Package sched decides what runs: which data-parallel replica a new
-// request goes to, and (with the serving engine) which requests each step
-// batches.
 package sched
 
 // Load is one data-parallel replica's outstanding work in tokens.

@@ -355,3 +355,24 @@ func TestPanics(t *testing.T) {
 		})
 	}
 }
+
+func TestExpSub(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 33} {
+		x := make([]float32, n)
+		want := 0.0
+		for i := range x {
+			x[i] = float32(i%5) - 3.5
+			want += math.Exp(float64(x[i]) - 1.5)
+		}
+		orig := append([]float32(nil), x...)
+		got := ExpSub(x, 1.5)
+		if math.Abs(float64(got)-want) > 1e-5*math.Max(1, want) {
+			t.Fatalf("n=%d: sum %v, want %v", n, got, want)
+		}
+		for i := range x {
+			if e := math.Exp(float64(orig[i]) - 1.5); math.Abs(float64(x[i])-e) > 1e-6*e+1e-7 {
+				t.Fatalf("n=%d x[%d] = %v, want %v", n, i, x[i], e)
+			}
+		}
+	}
+}

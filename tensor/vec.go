@@ -92,3 +92,13 @@ func MaxIndex(x []float32) int {
 	}
 	return 0
 }
+
+// ExpSub replaces x[i] with exp(x[i]-m) and returns their sum: the inner
+// step of a softmax or an online softmax, where m is at least max(x) so no
+// term overflows. It allocates nothing.
+func ExpSub(x []float32, m float32) float32 {
+	if len(x) == 0 {
+		return 0
+	}
+	return expSubSum(x, m)
+}

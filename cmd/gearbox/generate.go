@@ -12,6 +12,7 @@ import (
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -134,7 +135,23 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	gen := &engine.Generator{Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, ChunkSize: *chunk}
+	eng, err := engine.NewEngine(engine.Options{
+		Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{},
+		Sched: sched.Config{MaxNumBatchedTokens: *chunk, MaxNumSeqs: 1},
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = eng.Run(runCtx)
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
 	ids := m.Tokenizer.Encode(*prompt, true)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
 
@@ -144,10 +161,11 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		onText = func(s string) { fmt.Fprint(stdout, s) }
 	}
 	start := time.Now()
-	out, err := gen.Generate(ctx, req, onText)
+	out, err := eng.Generate(ctx, req, onText)
 	if err != nil {
 		return err
 	}
+	planSteps := eng.Stats().PlanSteps
 	elapsed := time.Since(start)
 	decodeRate := 0.0
 	if n := len(out.Tokens) - 1; n > 0 && out.DecodeTime > 0 {
@@ -155,21 +173,21 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	prefillRate := 0.0
 	if out.PrefillTime > 0 {
-		prefillRate = float64(out.PromptTokens) / out.PrefillTime.Seconds()
+		prefillRate = float64(out.Usage.PromptTokens) / out.PrefillTime.Seconds()
 	}
 	if *output == "text" {
 		fmt.Fprintln(stdout)
 		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s; plan %s, policy %s, steps %v, %d comm bytes\n",
-			m.Name, out.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, out.PlanSteps, exec.CommStats().Total().SentBytes)
+			m.Name, out.Usage.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, planSteps, exec.CommStats().Total().SentBytes)
 		return nil
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(generateResult{
 		Model: m.Name, Text: out.Text, TokenIDs: out.Tokens, PromptTokenIDs: ids,
-		PromptTokens: out.PromptTokens, CompletionTokens: len(out.Tokens), FinishReason: out.FinishReason,
+		PromptTokens: out.Usage.PromptTokens, CompletionTokens: len(out.Tokens), FinishReason: out.FinishReason,
 		TokensPerSecond: decodeRate, PromptTokensPerSecond: prefillRate,
 		ElapsedMS: float64(elapsed.Microseconds()) / 1000, Logprobs: logprobsJSON(m.Tokenizer, out.Logprobs),
-		Plan: plan.String(), Policy: pol.String(), PlanSteps: out.PlanSteps, CommBytes: commBytes(exec.CommStats()),
+		Plan: plan.String(), Policy: pol.String(), PlanSteps: planSteps, CommBytes: commBytes(exec.CommStats()),
 	})
 }

@@ -1,7 +1,9 @@
 // Command gearbox is an LLM inference engine and server whose parallel
 // layout can change at run time. Subcommands:
 //
+//	gearbox serve      serve an OpenAI-compatible API
 //	gearbox generate   generate text from a prompt
+//	gearbox bench      load-test an OpenAI-compatible server
 //	gearbox inspect    describe a model directory
 //
 // Run "gearbox COMMAND --help" for a command's flags.
@@ -25,7 +27,9 @@ type command struct {
 }
 
 var commands = []command{
+	{"serve", "serve an OpenAI-compatible API (completions, chat, models, metrics)", runServe},
 	{"generate", "generate text from a prompt on the CPU", runGenerate},
+	{"bench", "load-test an OpenAI-compatible server: bench serve replays a trace and reports vLLM's serving metrics", runBench},
 	{"inspect", "print a model's architecture, parameters, bytes per dtype and KV bytes per token", runInspect},
 }
 

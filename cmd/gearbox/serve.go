@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/server"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// serveConfig is what serve needs beyond the model; tests build it directly.
+type serveConfig struct {
+	modelDir      string
+	servedName    string
+	host          string
+	port          int
+	apiKey        string
+	chatTemplate  string
+	maxBatched    int
+	maxSeqs       int
+	maxWaiting    int
+	maxModelLen   int
+	blockSize     int
+	kvBlocks      int
+	prefixCaching bool
+	noPrefixCache bool
+	threads       int
+	maxBodyBytes  int64
+	drainTimeout  time.Duration
+	par           *parallelFlags
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", "serve [--model DIR] [--host H] [--port P] [flags]", stderr)
+	c := serveConfig{}
+	fs.StringVar(&c.modelDir, "model", "", "Hugging Face model directory (default: the built-in stories260K model)")
+	fs.StringVar(&c.servedName, "served-model-name", "", "model name clients send (default: the directory's base name)")
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
+	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
+	fs.StringVar(&c.chatTemplate, "chat-template", "", "Jinja chat template file, replacing the model's")
+	fs.IntVar(&c.maxBatched, "max-num-batched-tokens", 2048, "token budget of one engine step")
+	fs.IntVar(&c.maxSeqs, "max-num-seqs", 256, "requests running at once at most")
+	fs.IntVar(&c.maxWaiting, "max-waiting", 1024, "waiting requests at most; more get 429")
+	fs.IntVar(&c.maxModelLen, "max-model-len", 0, "context length (default: the model's)")
+	fs.IntVar(&c.blockSize, "block-size", 16, "KV cache block size in tokens")
+	fs.IntVar(&c.kvBlocks, "num-kv-blocks", 0, "KV cache blocks per replica (default: max-num-seqs full contexts, at most 4 GiB)")
+	fs.BoolVar(&c.prefixCaching, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
+	fs.BoolVar(&c.noPrefixCache, "no-enable-prefix-caching", false, "vLLM's spelling of --enable-prefix-caching=false")
+	fs.IntVar(&c.threads, "threads", 0, "CPU threads for the kernels (default: all cores)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
+	c.par = addParallelFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	srv, eng, cleanup, err := buildServer(c, logger, stderr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer cleanup()
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.host, strconv.Itoa(c.port)))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("serving", "address", "http://"+ln.Addr().String(), "model", srv.name)
+	fmt.Fprintf(stdout, "Gearbox serving %s on http://%s\n", srv.name, ln.Addr())
+	return serveUntilDone(ctx, ln, srv.api, eng, c.drainTimeout, logger)
+}
+
+// builtServer is a server ready to listen.
+type builtServer struct {
+	api  *server.Server
+	name string
+}
+
+// buildServer loads the model and wires executor, engine, metrics and API.
+// The engine loop runs until cleanup is called.
+func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*builtServer, *engine.Engine, func(), error) {
+	m, err := loadModelWithProgress(c.modelDir, progress)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	plan, pol, err := c.par.resolve(m.Config)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	maxLen := m.Config.MaxPositions
+	if c.maxModelLen > 0 {
+		if c.maxModelLen > maxLen {
+			return nil, nil, nil, fmt.Errorf("--max-model-len %d exceeds the model's context length %d", c.maxModelLen, maxLen)
+		}
+		maxLen = c.maxModelLen
+	}
+	blocks := c.kvBlocks
+	if blocks == 0 {
+		perBlock := int64(m.Config.KVBytesPerToken(4)) * int64(c.blockSize)
+		blocks = int(min(int64(c.maxSeqs)*int64((maxLen+c.blockSize-1)/c.blockSize), (4<<30)/perBlock))
+	}
+	pool := tensor.NewPool(c.threads)
+	_, shift := pol.(policy.Shift)
+	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: c.blockSize, NumBlocks: blocks, Pool: pool})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	metrics := server.NewMetrics(plan.String(), pol.String())
+	eng, err := engine.NewEngine(engine.Options{
+		Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics,
+		Sched: sched.Config{
+			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
+			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,
+		},
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	metrics.Watch(eng.Stats)
+
+	source := m.Tokenizer.ChatTemplate()
+	templateFile := c.chatTemplate
+	if templateFile == "" && source == "" && c.modelDir != "" {
+		// Newer checkpoints keep the template beside the tokenizer.
+		if p := filepath.Join(c.modelDir, "chat_template.jinja"); fileExists(p) {
+			templateFile = p
+		}
+	}
+	if templateFile != "" {
+		data, err := os.ReadFile(templateFile)
+		if err != nil {
+			pool.Close()
+			return nil, nil, nil, err
+		}
+		source = string(data)
+	}
+	var tmpl *chat.Template
+	if source != "" {
+		if tmpl, err = chat.Parse(source); err != nil {
+			pool.Close()
+			return nil, nil, nil, fmt.Errorf("chat template: %w", err)
+		}
+	}
+	name := c.servedName
+	if name == "" {
+		name = m.Name
+	}
+	root := ""
+	if c.modelDir != "" {
+		root, _ = filepath.Abs(c.modelDir)
+	}
+	bos, eos := "", ""
+	if id := m.Tokenizer.BOS(); id >= 0 {
+		bos = m.Tokenizer.Token(id)
+	}
+	if ids := m.Tokenizer.EOS(); len(ids) > 0 {
+		eos = m.Tokenizer.Token(ids[0])
+	}
+	api := server.New(server.Options{
+		Engine: eng, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
+		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger,
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := eng.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("engine loop stopped", "error", err)
+		}
+	}()
+	cleanup := func() {
+		stop()
+		<-done
+		pool.Close()
+	}
+	return &builtServer{api: api, name: name}, eng, cleanup, nil
+}
+
+// serveUntilDone serves until ctx ends, then drains: new requests get 503,
+// running ones finish (up to timeout), and the listener closes.
+func serveUntilDone(ctx context.Context, ln net.Listener, api *server.Server, eng *engine.Engine, timeout time.Duration, logger *slog.Logger) error {
+	hs := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("draining", "timeout", timeout)
+	api.Drain()
+	idle := eng.Drain()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	select {
+	case <-idle:
+	case <-shutdownCtx.Done():
+		logger.Warn("drain timeout: cancelling running requests")
+	}
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		hs.Close()
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// loadModelWithProgress loads like loadModel, drawing a progress bar while
+// the weights convert.
+func loadModelWithProgress(dir string, w io.Writer) (*model.Model, error) {
+	if dir == "" {
+		return loadModel("")
+	}
+	last := -1
+	m, err := model.Load(dir, model.Options{Progress: func(done, total int64) {
+		pct := int(100 * done / max(total, 1))
+		if pct/5 != last/5 {
+			last = pct
+			fmt.Fprintf(w, "\rloading %s [%-20s] %3d%%", filepath.Base(dir), bar(pct), pct)
+			if pct == 100 {
+				fmt.Fprintln(w)
+			}
+		}
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+func bar(pct int) string {
+	n := pct / 5
+	b := make([]byte, 20)
+	for i := range b {
+		b[i] = ' '
+		if i < n {
+			b[i] = '='
+		}
+	}
+	return string(b)
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
+}

@@ -1,0 +1,507 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/tokenizer"
+)
+
+// Request is one generation request.
+type Request struct {
+	ID           string // unique among live requests; generated when empty
+	Prompt       []int
+	MaxTokens    int // completion tokens at most; the context length also bounds it
+	Sampling     sample.Params
+	Stop         []string // stop strings; the text ends before the first one found
+	StopTokenIDs []int    // extra token ids that end generation
+	IgnoreEOS    bool     // keep generating past end-of-sequence tokens
+	Priority     int      // smaller runs first; FCFS within a priority
+}
+
+// Finish reasons, as OpenAI names them, plus the two terminal states a
+// request can reach without finishing.
+const (
+	FinishStop      = "stop"      // an EOS or stop token, or a stop string
+	FinishLength    = "length"    // max tokens or the context length
+	FinishCancelled = "cancelled" // aborted: the client went away or asked
+	FinishError     = "error"     // the executor failed on the request's step
+)
+
+// Event is one update of a request's stream. The last event has Finish set.
+type Event struct {
+	Text     string          // newly final completion text
+	Tokens   []int           // newly generated token ids (a final stop token included)
+	Logprobs []sample.Result // one per token in Tokens when Sampling.Logprobs >= 0
+	Finish   string          // "" until the last event
+	Err      error           // with FinishError
+	Usage    Usage           // counts so far
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int // prompt tokens served from the prefix cache
+}
+
+// Errors Submit returns.
+var (
+	ErrPromptTooLong = errors.New("prompt too long")
+	ErrQueueFull     = errors.New("waiting queue is full")
+	ErrDraining      = errors.New("engine is draining")
+)
+
+// Observer receives the engine's measurements (the server's Prometheus
+// metrics implement it). Calls come from the engine loop goroutine.
+type Observer interface {
+	Step(s StepStats)
+	FirstToken(queue, ttft time.Duration)
+	Token(itl time.Duration)
+	Finish(f FinishStats)
+}
+
+// StepStats describes one engine iteration.
+type StepStats struct {
+	Plan           string
+	Tokens         int // batched tokens
+	Running        int
+	Waiting        int
+	KVUsage        float64 // fraction of KV blocks in use
+	Preemptions    int     // in this step
+	PrefixQueries  int64   // cumulative, in tokens
+	PrefixHits     int64   // cumulative, in tokens
+	Duration       time.Duration
+	PromptTokens   int // prompt tokens of the requests whose first token came in this step
+	GeneratedToken int // tokens sampled in this step
+}
+
+// FinishStats describes one request's end.
+type FinishStats struct {
+	Reason           string
+	PromptTokens     int
+	CompletionTokens int
+	E2E              time.Duration
+	TPOT             time.Duration // mean time per output token after the first; 0 with fewer than 2
+}
+
+// Options configure an Engine.
+type Options struct {
+	Exec      *Executor
+	Policy    policy.Policy // nil runs every step under the executor's base plan
+	Tokenizer *tokenizer.Tokenizer
+	EOS       []int
+	Clock     clock.Clock // default the wall clock
+	Sched     sched.Config
+	Observer  Observer // may be nil
+}
+
+// Engine is the serving loop: it admits requests into the scheduler, runs
+// each scheduled step on the executor under the policy's plan, samples,
+// detokenizes, applies stop conditions and streams events. Submit and
+// Abort are safe for concurrent use; Run is called once.
+type Engine struct {
+	exec   *Executor
+	policy policy.Policy
+	tok    *tokenizer.Tokenizer
+	eos    []int
+	clk    clock.Clock
+	obs    Observer
+	maxLen int
+
+	mu       sync.Mutex
+	sched    *sched.Scheduler
+	reqs     map[string]*live
+	draining bool
+	nextID   atomic.Int64
+	wake     chan struct{}
+	idle     chan struct{} // closed and replaced whenever no request is live
+}
+
+// live is the engine's state of one request.
+type live struct {
+	req       Request
+	sampler   *sample.Sampler
+	dec       *tokenizer.Decoder
+	match     *stopMatcher
+	stops     []int
+	out       *Stream
+	arrival   time.Time
+	scheduled time.Time // first scheduled (queue time ends)
+	first     time.Time
+	last      time.Time
+	tokens    int
+	cached    int
+	maxTotal  int // prompt + completion bound
+}
+
+// NewEngine builds an engine; the scheduler's block geometry comes from
+// the executor.
+func NewEngine(opts Options) (*Engine, error) {
+	if opts.Exec == nil || opts.Tokenizer == nil {
+		return nil, fmt.Errorf("engine: an executor and a tokenizer are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	kv := opts.Exec.KVLayout()
+	cfg := opts.Sched
+	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, opts.Exec.Plan().DP
+	if cfg.MaxModelLen == 0 || cfg.MaxModelLen > opts.Exec.Config().MaxPositions {
+		cfg.MaxModelLen = opts.Exec.Config().MaxPositions
+	}
+	s, err := sched.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return &Engine{
+		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
+		maxLen: cfg.MaxModelLen, sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
+		idle: make(chan struct{}),
+	}, nil
+}
+
+// MaxModelLen is the longest prompt plus completion the engine accepts.
+func (e *Engine) MaxModelLen() int { return e.maxLen }
+
+// Submit admits a request and returns its stream. It fails at once with
+// ErrPromptTooLong, ErrQueueFull or ErrDraining (wrapped), or a sampling
+// parameter error; otherwise the stream ends with exactly one final event.
+func (e *Engine) Submit(req Request) (*Stream, error) {
+	n := len(req.Prompt)
+	if n == 0 {
+		return nil, fmt.Errorf("engine: empty prompt")
+	}
+	if n >= e.maxLen {
+		return nil, fmt.Errorf("%w: %d prompt tokens, the context length is %d", ErrPromptTooLong, n, e.maxLen)
+	}
+	if req.MaxTokens <= 0 {
+		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
+	}
+	maxTokens := min(req.MaxTokens, e.maxLen-n)
+	sampler, err := sample.New(req.Sampling, req.Prompt, e.exec.Config().Vocab)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range req.Prompt {
+		if id < 0 || id >= e.exec.Config().Vocab {
+			return nil, fmt.Errorf("engine: prompt token id %d outside the vocabulary [0, %d)", id, e.exec.Config().Vocab)
+		}
+	}
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("req-%d", e.nextID.Add(1))
+	}
+	l := &live{
+		req: req, sampler: sampler, dec: e.tok.NewDecoder(req.Prompt, true), match: newStopMatcher(req.Stop),
+		out: newStream(req.ID), arrival: e.clk.Now(), maxTotal: n + maxTokens,
+	}
+	l.req.MaxTokens = maxTokens
+	l.stops = slices.Clone(req.StopTokenIDs)
+	if !req.IgnoreEOS {
+		l.stops = append(l.stops, e.eos...)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining {
+		return nil, ErrDraining
+	}
+	if _, dup := e.reqs[req.ID]; dup {
+		return nil, fmt.Errorf("engine: request id %q is already live", req.ID)
+	}
+	err = e.sched.Add(&sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival})
+	switch {
+	case errors.Is(err, sched.ErrQueueFull):
+		return nil, fmt.Errorf("%w: %v", ErrQueueFull, err)
+	case errors.Is(err, sched.ErrTooLong):
+		return nil, fmt.Errorf("%w: %v", ErrPromptTooLong, err)
+	case err != nil:
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e.reqs[req.ID] = l
+	e.signal()
+	return l.out, nil
+}
+
+// Abort cancels a live request; its stream ends with FinishCancelled and
+// its KV blocks are freed before the next step. It reports whether the
+// request was live.
+func (e *Engine) Abort(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.reqs[id]; !ok {
+		return false
+	}
+	e.sched.Abort(id)
+	e.drainTerminal()
+	e.signal()
+	return true
+}
+
+// Drain stops admitting requests (Submit returns ErrDraining) and returns
+// a channel closed once every live request has ended.
+func (e *Engine) Drain() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.draining = true
+	if len(e.reqs) == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return e.idle
+}
+
+// Stats is a snapshot of the engine's queues and counters.
+type Stats struct {
+	Running, Waiting int
+	KVUsage          float64
+	Preemptions      int64
+	PrefixQueries    int64
+	PrefixHits       int64
+	PlanSteps        map[string]int
+}
+
+// Stats returns a snapshot.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{
+		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), KVUsage: e.sched.KVUsage(),
+		Preemptions: e.sched.Preemptions(), PrefixQueries: e.sched.PrefixQueries(), PrefixHits: e.sched.PrefixHits(),
+		PlanSteps: e.exec.PlanSteps(),
+	}
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run is the engine loop; it returns when ctx is done, after ending every
+// live request with FinishCancelled.
+func (e *Engine) Run(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		step := e.sched.Schedule()
+		e.drainTerminal()
+		e.mu.Unlock()
+		if len(step.Seqs) == 0 {
+			select {
+			case <-ctx.Done():
+				e.abortAll()
+				return ctx.Err()
+			case <-e.wake:
+				continue
+			}
+		}
+		if err := e.runStep(ctx, step); err != nil && ctx.Err() != nil {
+			e.abortAll()
+			return ctx.Err()
+		}
+	}
+}
+
+func (e *Engine) abortAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range e.reqs {
+		e.sched.Abort(id)
+	}
+	e.drainTerminal()
+}
+
+// runStep executes one scheduled step and hands its tokens to requests.
+func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
+	start := e.clk.Now()
+	e.mu.Lock()
+	for _, s := range step.Seqs {
+		if l, ok := e.reqs[s.ID]; ok && l.scheduled.IsZero() {
+			l.scheduled, l.cached = start, s.Pos // a first chunk starts after its prefix-cache hits
+		}
+	}
+	e.mu.Unlock()
+	batch := Batch{Seqs: make([]SeqBatch, len(step.Seqs))}
+	for i, s := range step.Seqs {
+		batch.Seqs[i] = SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
+		if s.Sample {
+			batch.Seqs[i].NumLogits = 1
+		}
+	}
+	plan := e.exec.Plan()
+	if e.policy != nil {
+		plan = e.policy.Plan(policy.Step{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
+	}
+	logits, err := e.exec.Step(ctx, &batch, plan)
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		for _, s := range step.Seqs {
+			if l, ok := e.reqs[s.ID]; ok {
+				l.out.push(Event{Finish: FinishError, Err: err, Usage: l.usage()})
+				e.sched.Finish(s.ID, sched.Error)
+				e.forget(s.ID)
+			}
+		}
+		e.drainTerminal()
+		return err
+	}
+	vocab := e.exec.Config().Vocab
+	sampled := make([]int, len(step.Seqs))
+	results := make([]sample.Result, len(step.Seqs))
+	row := 0
+	now := e.clk.Now()
+	generated := 0
+	for i, s := range step.Seqs {
+		sampled[i] = -1
+		if !s.Sample {
+			continue
+		}
+		row++
+		l, ok := e.reqs[s.ID]
+		if !ok {
+			continue // aborted while the step ran
+		}
+		results[i] = l.sampler.Sample(logits[(row-1)*vocab : row*vocab])
+		sampled[i] = results[i].Token
+		generated++
+	}
+	if err := e.sched.Update(step, sampled); err != nil {
+		return fmt.Errorf("engine: scheduler update: %w", err)
+	}
+	prompt := 0 // prompt tokens of requests that got their first token, as vLLM counts them
+	for i, s := range step.Seqs {
+		if l, ok := e.reqs[s.ID]; ok && sampled[i] >= 0 {
+			if l.tokens == 0 {
+				prompt += len(l.req.Prompt)
+			}
+			e.emit(l, results[i], now)
+		}
+	}
+	e.drainTerminal()
+	if e.obs != nil {
+		e.obs.Step(StepStats{
+			Plan: plan.String(), Tokens: step.NumBatchedTokens, Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
+			KVUsage: e.sched.KVUsage(), Preemptions: len(step.Preempted), PrefixQueries: e.sched.PrefixQueries(),
+			PrefixHits: e.sched.PrefixHits(), Duration: now.Sub(start), PromptTokens: prompt, GeneratedToken: generated,
+		})
+	}
+	return nil
+}
+
+// emit handles one sampled token of a live request: stop tokens, text,
+// stop strings, the length limit, and the stream event.
+func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
+	tok := res.Token
+	l.tokens++
+	if l.tokens == 1 {
+		l.first = now
+		if e.obs != nil {
+			e.obs.FirstToken(l.scheduled.Sub(l.arrival), now.Sub(l.arrival))
+		}
+	} else if e.obs != nil {
+		e.obs.Token(now.Sub(l.last))
+	}
+	l.last = now
+	ev := Event{Tokens: []int{tok}}
+	if l.req.Sampling.Logprobs >= 0 {
+		ev.Logprobs = []sample.Result{res}
+	}
+	finish := ""
+	if slices.Contains(l.stops, tok) {
+		finish = FinishStop
+		ev.Text = l.flush()
+	} else {
+		text, stopped := l.match.Push(l.dec.Add(tok))
+		ev.Text = text
+		switch {
+		case stopped:
+			finish = FinishStop
+		case l.tokens >= l.req.MaxTokens:
+			finish = FinishLength
+			ev.Text += l.flush()
+		}
+	}
+	ev.Usage = l.usage()
+	if finish == "" {
+		l.out.push(ev)
+		return
+	}
+	ev.Finish = finish
+	reason := sched.Stop
+	if finish == FinishLength {
+		reason = sched.Length
+	}
+	e.sched.Finish(l.req.ID, reason)
+	e.finish(l, ev)
+}
+
+// flush returns the text held back by the detokenizer and stop matcher
+// when generation ends on a stop token or the length limit.
+func (l *live) flush() string {
+	text, stopped := l.match.Push(l.dec.Flush())
+	if stopped {
+		return text
+	}
+	return text + l.match.Flush()
+}
+
+func (l *live) usage() Usage {
+	return Usage{PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, CachedTokens: l.cached}
+}
+
+// finish sends a request's last event and records its metrics.
+func (e *Engine) finish(l *live, ev Event) {
+	l.out.push(ev)
+	if e.obs != nil {
+		f := FinishStats{Reason: ev.Finish, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
+		if l.tokens > 1 {
+			f.TPOT = l.last.Sub(l.first) / time.Duration(l.tokens-1)
+		}
+		e.obs.Finish(f)
+	}
+	e.forget(l.req.ID)
+}
+
+// drainTerminal ends the streams of requests the scheduler ended itself:
+// aborted ones, and ones whose tokens no longer fit the context or the
+// block pool (length). Requests the engine finished are already gone.
+func (e *Engine) drainTerminal() {
+	for _, f := range e.sched.Drain() {
+		l, ok := e.reqs[f.ID]
+		if !ok {
+			continue
+		}
+		ev := Event{Usage: l.usage()}
+		switch f.Reason {
+		case sched.Cancelled:
+			ev.Finish = FinishCancelled
+		case sched.Length:
+			ev.Finish, ev.Text = FinishLength, l.flush()
+		case sched.Stop:
+			ev.Finish, ev.Text = FinishStop, l.flush()
+		default:
+			ev.Finish, ev.Err = FinishError, fmt.Errorf("engine: request %s failed in the scheduler", f.ID)
+		}
+		e.finish(l, ev)
+	}
+}
+
+func (e *Engine) forget(id string) {
+	delete(e.reqs, id)
+	if len(e.reqs) == 0 {
+		close(e.idle)
+		e.idle = make(chan struct{})
+	}
+}

@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/model/builtin"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// TestEngineBatchingMatchesAlone runs 12 requests at once through a small
+// KV pool (so the scheduler batches, chunks and preempts) under the shift
+// policy, and checks every output equals the same request run alone.
+func TestEngineBatchingMatchesAlone(t *testing.T) {
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	prompts := []string{"Once upon a time", "The cat", "Lily and Ben went to the park", "One day", "A big dog"}
+	var reqs []Request
+	for i := 0; i < 12; i++ {
+		p := m.Tokenizer.Encode(prompts[i%len(prompts)], true)
+		params := sample.Params{Logprobs: -1}
+		if i%3 == 1 {
+			params = sample.Params{Temperature: 0.9, TopP: 0.9, Seed: int64(i), HasSeed: true, Logprobs: -1}
+		}
+		reqs = append(reqs, Request{ID: fmt.Sprint("r", i), Prompt: p, MaxTokens: 40 + 7*i, Sampling: params, IgnoreEOS: true})
+	}
+	alone, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := startEngine(t, alone, m.Tokenizer, m.EOS(), sched.Config{})
+	want := make([]*Output, len(reqs))
+	for i, r := range reqs {
+		if want[i], err = ref.Generate(context.Background(), r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
+	exec, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: base, Shift: true, BlockSize: 16, NumBlocks: 20, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := policy.NewShift(base, 8)
+	e, err := NewEngine(Options{Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Sched: sched.Config{MaxNumBatchedTokens: 24, EnablePrefixCaching: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	got := make([]*Output, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := e.Generate(context.Background(), r, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = out
+		}()
+	}
+	wg.Wait()
+	for i := range reqs {
+		if got[i] == nil {
+			t.Fatalf("request %d failed", i)
+		}
+		if got[i].Text != want[i].Text || len(got[i].Tokens) != len(want[i].Tokens) {
+			t.Fatalf("request %d batched:\n%q\nalone:\n%q", i, got[i].Text, want[i].Text)
+		}
+	}
+	st := e.Stats()
+	if st.Preemptions == 0 || st.PrefixHits == 0 || st.PlanSteps["tp=4"] == 0 || st.PlanSteps["sp=2,tp=2"] == 0 {
+		t.Fatalf("expected preemptions, prefix hits and both plans: %+v", st)
+	}
+	if st.Running != 0 || st.Waiting != 0 || st.KVUsage != 0 {
+		t.Fatalf("engine not idle: %+v", st)
+	}
+}
+
+func TestEngineAbortAndDrain(t *testing.T) {
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t, exec, m.Tokenizer, m.EOS(), sched.Config{})
+	p := m.Tokenizer.Encode("Once upon a time", true)
+	st, err := e.Submit(Request{Prompt: p, MaxTokens: 400, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Abort(st.ID()) {
+		t.Fatal("abort of a live request returned false")
+	}
+	var last Event
+	for {
+		ev, err := st.Recv(context.Background())
+		if err != nil {
+			break
+		}
+		last = ev
+	}
+	if last.Finish != FinishCancelled {
+		t.Fatalf("last event %+v", last)
+	}
+	idle := e.Drain()
+	<-idle
+	if _, err := e.Submit(Request{Prompt: p, MaxTokens: 4}); err == nil {
+		t.Fatal("submit while draining succeeded")
+	}
+	if s := e.Stats(); s.KVUsage != 0 || s.Running != 0 {
+		t.Fatalf("after abort: %+v", s)
+	}
+}

@@ -1,0 +1,186 @@
+package sched
+
+import "fmt"
+
+// Step is one engine step's plan: plain data, owned by the caller.
+type Step struct {
+	Seqs             []SeqStep
+	Preempted        []string // requests this Schedule call sent back to waiting; they resume by recomputation
+	NumBatchedTokens int      // Σ len(Seqs[i].Tokens), at most MaxNumBatchedTokens
+}
+
+// SeqStep is one request's share of a step.
+type SeqStep struct {
+	ID string
+	// Tokens are the known tokens at positions [Pos, Pos+len(Tokens)) to
+	// compute now: a prompt chunk, a recomputation chunk after preemption,
+	// or the one token sampled last step. Must not be modified.
+	Tokens []int
+	Pos    int // tokens already computed, prefix-cache hits included
+	// Blocks is the request's block table in its replica, covering
+	// positions [0, Pos+len(Tokens)); valid until the next Schedule. Must
+	// not be modified.
+	Blocks  []int
+	Replica int
+	// Sample is set when this chunk reaches the end of the known tokens:
+	// the engine samples the next token from the last position's logits.
+	Sample bool
+}
+
+// Schedule plans one step. Running requests come first, in priority
+// order, each with min(known − computed, budget left) tokens; when a
+// replica has no block for one, the lowest-priority running request of
+// that replica (largest Priority, then latest Arrival, possibly the request
+// itself) is preempted until it fits: its blocks are freed and it re-enters
+// waiting at its (Priority, Arrival) place, which within its priority is
+// the front. Then, if nothing was preempted, waiting requests are admitted
+// in priority order while the budget, MaxNumSeqs and the KV pool (with the
+// watermark) allow, stopping at the first that does not fit. A request
+// whose known tokens can no longer fit its context (MaxModelLen or a whole
+// replica's pool) ends with Length instead; Drain reports it. A Step with
+// no Seqs means there is nothing to run.
+func (s *Scheduler) Schedule() *Step {
+	st := &Step{Seqs: make([]SeqStep, 0, min(len(s.running)+len(s.waiting), s.cfg.MaxNumSeqs))}
+	budget := s.scheduleRunning(st, s.cfg.MaxNumBatchedTokens)
+	if len(st.Preempted) == 0 {
+		s.admitWaiting(st, budget)
+	}
+	return st
+}
+
+// scheduleRunning gives the running requests their tokens and returns the
+// budget left.
+func (s *Scheduler) scheduleRunning(st *Step, budget int) int {
+	for i := 0; i < len(s.running) && budget > 0; {
+		r := s.running[i]
+		if len(r.tokens) > s.limit {
+			s.terminate(r, Length)
+			continue
+		}
+		n := min(len(r.tokens)-r.computed, budget)
+		if n <= 0 {
+			i++
+			continue
+		}
+		if !s.grow(r, n, st) {
+			continue // r preempted itself; s.running[i] is the next one
+		}
+		s.plan(st, r, n)
+		budget -= n
+		i++
+	}
+	return budget
+}
+
+// grow allocates r's blocks for n more tokens, preempting the
+// lowest-priority running requests of r's replica until they fit. It
+// reports false if r itself was preempted. Every victim sorts after every
+// request already planned this step, so planned block tables stay valid.
+func (s *Scheduler) grow(r *request, n int, st *Step) bool {
+	kv := s.reps[r.replica].kv
+	for !kv.Allocate(r.kv, r.computed+n) {
+		v := s.victim(r.replica)
+		s.preempt(v)
+		st.Preempted = append(st.Preempted, v.id)
+		if v == r {
+			return false
+		}
+	}
+	return true
+}
+
+// victim is the last running request of replica rep in priority order.
+func (s *Scheduler) victim(rep int) *request {
+	for i := len(s.running) - 1; ; i-- {
+		if s.running[i].replica == rep {
+			return s.running[i]
+		}
+	}
+}
+
+// admitWaiting admits waiting requests in order while they fit.
+func (s *Scheduler) admitWaiting(st *Step, budget int) {
+	for budget > 0 && len(s.running) < s.cfg.MaxNumSeqs && len(s.waiting) > 0 {
+		r := s.waiting.peek()
+		if len(r.tokens) > s.limit {
+			s.terminate(r, Length)
+			continue
+		}
+		rep := r.replica
+		if rep < 0 {
+			rep = s.pick()
+		}
+		kv := s.reps[rep].kv
+		p := kv.Match(r.tokens)
+		n := min(len(r.tokens)-p.Tokens, budget)
+		seq, ok := kv.Admit(p, p.Tokens+n)
+		if !ok {
+			return // first come, first served: nothing overtakes r
+		}
+		s.waiting.remove(r)
+		s.account(r, -1)
+		r.replica, r.kv, r.computed, r.state = rep, seq, p.Tokens, running
+		s.account(r, 1)
+		s.insertRunning(r)
+		s.plan(st, r, n)
+		budget -= n
+	}
+}
+
+// plan appends r's next n tokens to the step.
+func (s *Scheduler) plan(st *Step, r *request, n int) {
+	pos := r.computed
+	st.Seqs = append(st.Seqs, SeqStep{
+		ID:      r.id,
+		Tokens:  r.tokens[pos : pos+n : pos+n],
+		Pos:     pos,
+		Blocks:  r.kv.Blocks(),
+		Replica: r.replica,
+		Sample:  pos+n == len(r.tokens),
+	})
+	st.NumBatchedTokens += n
+}
+
+// Update records that the executor ran step, the latest Schedule's plan:
+// each SeqStep's request has len(Tokens) more tokens computed, and for
+// each with Sample, sampled[i] is appended to its known tokens (sampled[i]
+// is ignored otherwise). Full blocks that became computed enter the prefix
+// cache. Entries of requests that ended since Schedule (Abort, Finish) are
+// skipped. It fails, changing nothing, with ErrBadSampleLen when
+// len(sampled) != len(step.Seqs) and with ErrStaleStep when an entry does
+// not continue its request (a step applied twice, or an older one).
+func (s *Scheduler) Update(step *Step, sampled []int) error {
+	if len(sampled) != len(step.Seqs) {
+		return fmt.Errorf("%w: %d sampled tokens for %d sequences", ErrBadSampleLen, len(sampled), len(step.Seqs))
+	}
+	s.updated = s.updated[:0]
+	for _, q := range step.Seqs {
+		r := s.byID[q.ID]
+		if r != nil && r.state != running {
+			r = nil
+		}
+		if r != nil {
+			end := q.Pos + len(q.Tokens)
+			if q.Pos != r.computed || end > len(r.tokens) || q.Sample != (end == len(r.tokens)) {
+				return fmt.Errorf("%w: request %q has %d of %d tokens computed; the step computes [%d, %d) with sample %v",
+					ErrStaleStep, q.ID, r.computed, len(r.tokens), q.Pos, end, q.Sample)
+			}
+		}
+		s.updated = append(s.updated, r)
+	}
+	for i, q := range step.Seqs {
+		r := s.updated[i]
+		if r == nil {
+			continue
+		}
+		s.account(r, -1)
+		r.computed += len(q.Tokens)
+		if q.Sample {
+			r.tokens = append(r.tokens, sampled[i])
+		}
+		s.account(r, 1)
+		s.reps[r.replica].kv.Cache(r.kv, r.tokens, r.computed)
+	}
+	clear(s.updated)
+	return nil
+}

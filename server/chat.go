@@ -1,0 +1,283 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/engine"
+)
+
+type chatRequest struct {
+	commonParams
+	Messages            []chatMessage   `json:"messages"`
+	Logprobs            bool            `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ResponseFormat      json.RawMessage `json:"response_format"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools",
+	"tool_choice", "response_format", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      *chatOut      `json:"message,omitempty"`
+	Delta        *chatDelta    `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+}
+
+type chatTokenLogprob struct {
+	Token       string             `json:"token"`
+	Logprob     float64            `json:"logprob"`
+	Bytes       []int              `json:"bytes"`
+	TopLogprobs []chatTokenLogprob `json:"top_logprobs,omitempty"`
+}
+
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+// chatCompletions serves POST /v1/chat/completions.
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req chatRequest
+	if e := s.decode(body, &req, chatFields); e != nil {
+		writeError(w, e)
+		return
+	}
+	logprobs := -1
+	if req.Logprobs {
+		logprobs = 0
+		if req.TopLogprobs != nil {
+			if *req.TopLogprobs < 0 || *req.TopLogprobs > maxLogprobs {
+				writeError(w, invalid("top_logprobs", "top_logprobs must be in [0, %d], got %d", maxLogprobs, *req.TopLogprobs))
+				return
+			}
+			logprobs = *req.TopLogprobs
+		}
+	} else if req.TopLogprobs != nil {
+		writeError(w, invalid("top_logprobs", "top_logprobs requires logprobs: true"))
+		return
+	}
+	if req.MaxCompletionTokens != nil {
+		if req.MaxTokens != nil && *req.MaxTokens != *req.MaxCompletionTokens {
+			writeError(w, invalid("max_completion_tokens", "max_tokens and max_completion_tokens disagree"))
+			return
+		}
+		req.MaxTokens = req.MaxCompletionTokens
+	}
+	g, e := req.validate(logprobs)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.Model != s.opts.ModelName {
+		writeError(w, modelNotFound(req.Model))
+		return
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"tools", req.Tools}, {"tool_choice", req.ToolChoice}} {
+		if len(f.raw) > 0 && string(f.raw) != "null" && string(f.raw) != "[]" && string(f.raw) != `"none"` {
+			writeError(w, invalid(f.name, "tool calling is not supported"))
+			return
+		}
+	}
+	if len(req.ResponseFormat) > 0 && string(req.ResponseFormat) != "null" && !strings.Contains(string(req.ResponseFormat), `"text"`) {
+		writeError(w, invalid("response_format", "only response_format type text is supported"))
+		return
+	}
+	if s.opts.ChatTemplate == nil {
+		writeError(w, invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions"))
+		return
+	}
+	msgs, e := parseMessages(req.Messages)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	addGen := true
+	if req.AddGenerationPrompt != nil {
+		addGen = *req.AddGenerationPrompt
+	}
+	text, err := s.opts.ChatTemplate.Render(msgs, chat.Options{AddGenerationPrompt: addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: req.ChatTemplateKwargs})
+	var raised *chat.RaiseError
+	switch {
+	case errors.As(err, &raised):
+		writeError(w, invalid("messages", "%v", err)) // the template rejected the conversation
+		return
+	case err != nil:
+		writeError(w, internal(fmt.Errorf("chat template: %w", err)))
+		return
+	}
+	prompts := [][]int{s.opts.Tokenizer.Encode(text, false)}
+	jobs, e := s.start(prompts, g, func(n int) int { return s.opts.Engine.MaxModelLen() - n }, "messages")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	id, created := s.newID("chatcmpl"), s.opts.Clock.Now().Unix()
+	if req.Stream {
+		out := newSSE(w)
+		for _, j := range jobs {
+			empty := ""
+			if out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
+				Choices: []chatChoice{{Index: j.index, Delta: &chatDelta{Role: "assistant", Content: &empty}}}}) != nil {
+				return
+			}
+		}
+		for ev := range s.fanIn(r.Context(), jobs) {
+			ev.job.usage = ev.ev.Usage
+			if ev.ev.Finish == engine.FinishError {
+				_ = out.send(map[string]any{"error": internal(ev.ev.Err)})
+				continue
+			}
+			if ev.ev.Text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
+				continue
+			}
+			delta := &chatDelta{}
+			if ev.ev.Text != "" {
+				t := ev.ev.Text
+				delta.Content = &t
+			}
+			ch := chatChoice{Index: ev.job.index, Delta: delta, FinishReason: finishReason(ev.ev.Finish)}
+			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
+				ch.Logprobs = s.chatLogprobs(ev.ev)
+			}
+			if out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}}) != nil {
+				return
+			}
+		}
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && r.Context().Err() == nil {
+			u := totalUsage(jobs, prompts)
+			_ = out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{}, Usage: &u})
+		}
+		out.done()
+		return
+	}
+	if e := s.collect(r.Context(), jobs); e != nil {
+		writeError(w, e)
+		return
+	}
+	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: req.Model}
+	for _, j := range jobs {
+		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", Content: j.text}, FinishReason: finishReason(j.finish)}
+		if logprobs >= 0 {
+			ch.Logprobs = s.chatLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs})
+		}
+		resp.Choices = append(resp.Choices, ch)
+	}
+	u := totalUsage(jobs, prompts)
+	resp.Usage = &u
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// parseMessages validates OpenAI messages and flattens text content parts.
+func parseMessages(in []chatMessage) ([]chat.Message, *apiError) {
+	if len(in) == 0 {
+		return nil, invalid("messages", "messages must be a non-empty list")
+	}
+	out := make([]chat.Message, 0, len(in))
+	for i, m := range in {
+		switch m.Role {
+		case "system", "user", "assistant", "developer":
+		case "":
+			return nil, invalid("messages", "messages[%d].role is required", i)
+		default:
+			return nil, invalid("messages", "messages[%d].role %q is not supported (system, developer, user, assistant)", i, m.Role)
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		content, e := messageContent(m.Content, i)
+		if e != nil {
+			return nil, e
+		}
+		out = append(out, chat.Message{Role: role, Content: content})
+	}
+	return out, nil
+}
+
+func messageContent(raw json.RawMessage, i int) (string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", invalid("messages", "messages[%d].content is required", i)
+	}
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		return text, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", invalid("messages", "messages[%d].content must be a string or a list of content parts", i)
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		if p.Type != "text" {
+			return "", invalid("messages", "messages[%d].content[%d]: content type %q is not supported (text only)", i, j, p.Type)
+		}
+		if j > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func (s *Server) chatLogprobs(ev engine.Event) *chatLogprobs {
+	lp := &chatLogprobs{Content: []chatTokenLogprob{}}
+	entry := func(id int, x float32) chatTokenLogprob {
+		t := s.tokenText(id)
+		b := make([]int, len(t))
+		for i := range t {
+			b[i] = int(t[i])
+		}
+		return chatTokenLogprob{Token: t, Logprob: logprob(x), Bytes: b}
+	}
+	for i, res := range ev.Logprobs {
+		c := entry(ev.Tokens[i], res.Logprob)
+		c.TopLogprobs = []chatTokenLogprob{}
+		for _, alt := range res.Top {
+			c.TopLogprobs = append(c.TopLogprobs, entry(alt.Token, alt.Logprob))
+		}
+		lp.Content = append(lp.Content, c)
+	}
+	return lp
+}

@@ -1,0 +1,226 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"unicode/utf8"
+
+	"github.com/gearboxlm/gearbox/engine"
+)
+
+type completionRequest struct {
+	commonParams
+	Prompt   json.RawMessage `json:"prompt"`
+	Echo     bool            `json:"echo"`
+	Logprobs *int            `json:"logprobs"`
+	Suffix   *string         `json:"suffix"`
+}
+
+var completionFields = knownFields(append([]string{"prompt", "echo", "logprobs", "suffix"}, commonFieldNames...)...)
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage"`
+}
+
+// completions serves POST /v1/completions.
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req completionRequest
+	if e := s.decode(body, &req, completionFields); e != nil {
+		writeError(w, e)
+		return
+	}
+	logprobs := -1
+	if req.Logprobs != nil {
+		if *req.Logprobs < 0 || *req.Logprobs > maxLogprobs {
+			writeError(w, invalid("logprobs", "logprobs must be in [0, %d], got %d", maxLogprobs, *req.Logprobs))
+			return
+		}
+		logprobs = *req.Logprobs
+	}
+	g, e := req.validate(logprobs)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.Model != s.opts.ModelName {
+		writeError(w, modelNotFound(req.Model))
+		return
+	}
+	if req.Suffix != nil && *req.Suffix != "" {
+		writeError(w, invalid("suffix", "suffix is not supported"))
+		return
+	}
+	if req.Echo && logprobs >= 0 {
+		writeError(w, invalid("echo", "echo with logprobs (prompt log-probabilities) is not supported"))
+		return
+	}
+	prompts, texts, e := s.parsePrompt(req.Prompt)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	jobs, e := s.start(prompts, g, func(int) int { return 16 }, "prompt") // OpenAI's default max_tokens for completions
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	id, created := s.newID("cmpl"), s.opts.Clock.Now().Unix()
+	if req.Stream {
+		out := newSSE(w)
+		echoed := map[int]bool{}
+		for ev := range s.fanIn(r.Context(), jobs) {
+			text := ev.ev.Text
+			if req.Echo && !echoed[ev.job.index] {
+				echoed[ev.job.index] = true
+				text = texts[ev.job.prompt] + text
+			}
+			if text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
+				continue
+			}
+			if ev.ev.Finish == engine.FinishError {
+				_ = out.send(map[string]any{"error": internal(ev.ev.Err)})
+				continue
+			}
+			ch := completionChoice{Index: ev.job.index, Text: text, FinishReason: finishReason(ev.ev.Finish)}
+			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
+				ch.Logprobs = s.completionLogprobs(ev.ev, 0)
+			}
+			ev.job.usage = ev.ev.Usage
+			if err := out.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}}); err != nil {
+				return // the client went away; fanIn aborts the jobs
+			}
+		}
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && r.Context().Err() == nil {
+			u := totalUsage(jobs, prompts)
+			_ = out.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{}, Usage: &u})
+		}
+		out.done()
+		return
+	}
+	if e := s.collect(r.Context(), jobs); e != nil {
+		writeError(w, e)
+		return
+	}
+	resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model}
+	for _, j := range jobs {
+		text := j.text
+		if req.Echo {
+			text = texts[j.prompt] + text
+		}
+		ch := completionChoice{Index: j.index, Text: text, FinishReason: finishReason(j.finish)}
+		if logprobs >= 0 {
+			ch.Logprobs = s.completionLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs}, 0)
+		}
+		resp.Choices = append(resp.Choices, ch)
+	}
+	u := totalUsage(jobs, prompts)
+	resp.Usage = &u
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// parsePrompt accepts a string, a list of strings, a list of token ids or
+// a list of token-id lists, and returns the token ids and text of each.
+func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, invalid("prompt", "prompt is required")
+	}
+	tok := s.opts.Tokenizer
+	vocab := tok.VocabSize()
+	fromIDs := func(ids []int) ([]int, string, *apiError) {
+		if len(ids) == 0 {
+			return nil, "", invalid("prompt", "the prompt is empty")
+		}
+		for _, id := range ids {
+			if id < 0 || id >= vocab {
+				return nil, "", invalid("prompt", "token id %d is outside the vocabulary [0, %d)", id, vocab)
+			}
+		}
+		return ids, tok.Decode(ids, false), nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil, invalid("prompt", "the prompt is empty")
+		}
+		return [][]int{tok.Encode(one, true)}, []string{one}, nil
+	}
+	var strs []string
+	if json.Unmarshal(raw, &strs) == nil {
+		if len(strs) == 0 {
+			return nil, nil, invalid("prompt", "the prompt list is empty")
+		}
+		var ids [][]int
+		for _, p := range strs {
+			if p == "" {
+				return nil, nil, invalid("prompt", "a prompt in the list is empty")
+			}
+			ids = append(ids, tok.Encode(p, true))
+		}
+		return ids, strs, nil
+	}
+	var idList []int
+	if json.Unmarshal(raw, &idList) == nil {
+		ids, text, e := fromIDs(idList)
+		if e != nil {
+			return nil, nil, e
+		}
+		return [][]int{ids}, []string{text}, nil
+	}
+	var idLists [][]int
+	if json.Unmarshal(raw, &idLists) == nil && len(idLists) > 0 {
+		var out [][]int
+		var texts []string
+		for _, l := range idLists {
+			ids, text, e := fromIDs(l)
+			if e != nil {
+				return nil, nil, e
+			}
+			out, texts = append(out, ids), append(texts, text)
+		}
+		return out, texts, nil
+	}
+	return nil, nil, invalid("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists")
+}
+
+// tokenText is the text a single token decodes to.
+func (s *Server) tokenText(id int) string { return s.opts.Tokenizer.Decode([]int{id}, false) }
+
+// completionLogprobs builds the legacy completions logprobs object;
+// offset is the text offset of the first token.
+func (s *Server) completionLogprobs(ev engine.Event, offset int) *completionLogprobs {
+	lp := &completionLogprobs{}
+	for i, res := range ev.Logprobs {
+		t := s.tokenText(ev.Tokens[i])
+		lp.Tokens = append(lp.Tokens, t)
+		lp.TokenLogprobs = append(lp.TokenLogprobs, logprob(res.Logprob))
+		top := map[string]float64{}
+		for _, alt := range res.Top {
+			if _, dup := top[s.tokenText(alt.Token)]; !dup {
+				top[s.tokenText(alt.Token)] = logprob(alt.Logprob)
+			}
+		}
+		lp.TopLogprobs = append(lp.TopLogprobs, top)
+		lp.TextOffset = append(lp.TextOffset, offset)
+		offset += utf8.RuneCountInString(t)
+	}
+	return lp
+}

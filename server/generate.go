@@ -1,0 +1,231 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/sample"
+)
+
+// job is one choice being generated.
+type job struct {
+	index  int
+	prompt int // index of its prompt
+	stream *engine.Stream
+	id     string
+	// accumulated for non-streaming responses
+	text     string
+	tokens   []int
+	logprobs []sample.Result
+	finish   string
+	usage    engine.Usage
+	err      error
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens        int            `json:"prompt_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// start submits g.n choices for every prompt; defaultMax gives the
+// completion budget when the request names none. On failure it aborts
+// the choices it started.
+func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen int) int, promptParam string) ([]*job, *apiError) {
+	eng := s.opts.Engine
+	limit := eng.MaxModelLen()
+	var jobs []*job
+	fail := func(e *apiError) ([]*job, *apiError) {
+		for _, j := range jobs {
+			eng.Abort(j.id)
+		}
+		return nil, e
+	}
+	for p, ids := range prompts {
+		if len(ids) == 0 {
+			return fail(invalid(promptParam, "the prompt is empty"))
+		}
+		if len(ids) >= limit {
+			return fail(invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids)))
+		}
+		maxTokens := g.maxTokens
+		if maxTokens == 0 {
+			maxTokens = min(defaultMax(len(ids)), limit-len(ids))
+		} else if len(ids)+maxTokens > limit {
+			return fail(invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
+				limit, len(ids)+maxTokens, len(ids), maxTokens))
+		}
+		for c := 0; c < g.n; c++ {
+			params := g.params
+			if params.HasSeed {
+				params.Seed += int64(c) // distinct but reproducible choices, as vLLM seeds n > 1
+			}
+			id := s.newID("req")
+			st, err := eng.Submit(engine.Request{
+				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
+				IgnoreEOS: g.ignoreEOS, Priority: g.priority,
+			})
+			if err != nil {
+				return fail(submitError(err, promptParam))
+			}
+			jobs = append(jobs, &job{index: len(jobs), prompt: p, stream: st, id: id})
+		}
+	}
+	return jobs, nil
+}
+
+// event is one job's engine event.
+type event struct {
+	job *job
+	ev  engine.Event
+}
+
+// fanIn delivers every job's events in arrival order and closes the
+// channel when all jobs have ended. If ctx ends first (the client went
+// away), it aborts the jobs still running.
+func (s *Server) fanIn(ctx context.Context, jobs []*job) <-chan event {
+	out := make(chan event)
+	done := make(chan struct{})
+	left := len(jobs)
+	finished := make(chan struct{}, len(jobs))
+	for _, j := range jobs {
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			for {
+				ev, err := j.stream.Recv(ctx)
+				if errors.Is(err, io.EOF) {
+					return
+				}
+				if err != nil {
+					s.opts.Engine.Abort(j.id)
+					return
+				}
+				select {
+				case out <- event{j, ev}:
+				case <-done:
+					s.opts.Engine.Abort(j.id)
+					return
+				}
+			}
+		}()
+	}
+	allDone := make(chan struct{})
+	go func() {
+		for ; left > 0; left-- {
+			<-finished
+		}
+		close(out)
+		close(allDone)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			close(done)
+		case <-allDone:
+		}
+	}()
+	return out
+}
+
+// collect waits for every job to finish, accumulating its output.
+func (s *Server) collect(ctx context.Context, jobs []*job) *apiError {
+	for e := range s.fanIn(ctx, jobs) {
+		j := e.job
+		j.text += e.ev.Text
+		j.tokens = append(j.tokens, e.ev.Tokens...)
+		j.logprobs = append(j.logprobs, e.ev.Logprobs...)
+		j.usage = e.ev.Usage
+		if e.ev.Finish != "" {
+			j.finish, j.err = e.ev.Finish, e.ev.Err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return invalid("", "request cancelled: %v", err)
+	}
+	for _, j := range jobs {
+		if j.finish == engine.FinishError {
+			return internal(fmt.Errorf("generation failed: %w", j.err))
+		}
+		if j.finish == engine.FinishCancelled || j.finish == "" {
+			return draining()
+		}
+	}
+	return nil
+}
+
+// totalUsage sums usage over jobs, counting each prompt once.
+func totalUsage(jobs []*job, prompts [][]int) usage {
+	var u usage
+	cached := 0
+	seen := map[int]bool{}
+	for _, j := range jobs {
+		u.CompletionTokens += j.usage.CompletionTokens
+		if !seen[j.prompt] {
+			seen[j.prompt] = true
+			u.PromptTokens += len(prompts[j.prompt])
+			cached += j.usage.CachedTokens
+		}
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if cached > 0 {
+		u.PromptTokensDetails = &promptDetails{CachedTokens: cached}
+	}
+	return u
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sse) send(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sse) done() {
+	fmt.Fprint(s.w, "data: [DONE]\n\n")
+	_ = s.rc.Flush()
+}
+
+// finishReason maps an engine finish to OpenAI's (nil while running).
+func finishReason(f string) *string {
+	switch f {
+	case "":
+		return nil
+	case engine.FinishStop, engine.FinishLength:
+		return &f
+	}
+	s := "abort"
+	return &s
+}
+
+// logprob clamps -Inf to -9999 as vLLM does: JSON has no infinities.
+func logprob(x float32) float64 { return max(float64(x), -9999) }

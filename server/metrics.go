@@ -1,0 +1,128 @@
+package server
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gearboxlm/gearbox/engine"
+)
+
+// Metrics are the server's Prometheus metrics, named as vLLM names them
+// but under "gearbox:", so dashboards built for vLLM port over. It
+// implements engine.Observer.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	ttft, itl, e2e, queue, tpot      prometheus.Histogram
+	iterationTokens                  prometheus.Histogram
+	promptTokens, generationTokens   prometheus.Counter
+	preemptions                      prometheus.Counter
+	prefixQueries, prefixHits        prometheus.Counter
+	success                          *prometheus.CounterVec
+	planInfo                         *prometheus.GaugeVec
+	planSwitches                     *prometheus.CounterVec
+	policy                           string
+	mu                               sync.Mutex
+	lastPlan                         string
+	lastPrefixQueries, lastPrefixHit int64
+}
+
+var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+
+// NewMetrics registers the metrics in a new registry. plan and policy
+// label gearbox:parallel_plan_info until the first step reports its plan.
+func NewMetrics(plan, policy string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), policy: policy}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gearbox:" + name, Help: help, Buckets: buckets})
+		m.reg.MustRegister(h)
+		return h
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "gearbox:" + name, Help: help})
+		m.reg.MustRegister(c)
+		return c
+	}
+	m.ttft = hist("time_to_first_token_seconds", "Time to first token in seconds.", latencyBuckets)
+	m.itl = hist("inter_token_latency_seconds", "Time between consecutive output tokens in seconds.", latencyBuckets)
+	m.e2e = hist("e2e_request_latency_seconds", "End-to-end request latency in seconds.", latencyBuckets)
+	m.queue = hist("request_queue_time_seconds", "Time requests spent waiting before their first step, in seconds.", latencyBuckets)
+	m.tpot = hist("request_time_per_output_token_seconds", "Mean time per output token after the first, per request, in seconds.", latencyBuckets)
+	m.iterationTokens = hist("iteration_tokens_total", "Tokens batched per engine step.", []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384})
+	m.promptTokens = counter("prompt_tokens_total", "Prompt tokens processed (prefix-cache hits excluded).")
+	m.generationTokens = counter("generation_tokens_total", "Tokens generated.")
+	m.preemptions = counter("num_preemptions_total", "Requests preempted (their KV freed, to be recomputed).")
+	m.prefixQueries = counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.")
+	m.prefixHits = counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.")
+	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:request_success_total", Help: "Requests that ended, by finish reason."}, []string{"finished_reason"})
+	m.planInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gearbox:parallel_plan_info", Help: "1 for the parallel plan the last step ran under."}, []string{"plan", "policy"})
+	m.planSwitches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:plan_switches_total", Help: "Steps whose plan differs from the previous step's."}, []string{"from", "to"})
+	m.reg.MustRegister(m.success, m.planInfo, m.planSwitches)
+	if plan != "" {
+		m.planInfo.WithLabelValues(plan, policy).Set(1)
+		m.lastPlan = plan
+	}
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Registry exposes the registry (for tests and extra collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Step implements engine.Observer.
+func (m *Metrics) Step(s engine.StepStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.iterationTokens.Observe(float64(s.Tokens))
+	m.promptTokens.Add(float64(s.PromptTokens))
+	m.generationTokens.Add(float64(s.GeneratedToken))
+	m.preemptions.Add(float64(s.Preemptions))
+	m.prefixQueries.Add(float64(s.PrefixQueries - m.lastPrefixQueries))
+	m.prefixHits.Add(float64(s.PrefixHits - m.lastPrefixHit))
+	m.lastPrefixQueries, m.lastPrefixHit = s.PrefixQueries, s.PrefixHits
+	if s.Plan != m.lastPlan {
+		if m.lastPlan != "" {
+			m.planSwitches.WithLabelValues(m.lastPlan, s.Plan).Inc()
+			m.planInfo.WithLabelValues(m.lastPlan, m.policy).Set(0)
+		}
+		m.planInfo.WithLabelValues(s.Plan, m.policy).Set(1)
+		m.lastPlan = s.Plan
+	}
+}
+
+// Watch registers the queue gauges, read from stats at scrape time so they
+// are current between steps too. Call it once, after the engine exists.
+func (m *Metrics) Watch(stats func() engine.Stats) {
+	gauge := func(name, help string, f func(engine.Stats) float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gearbox:" + name, Help: help}, func() float64 { return f(stats()) }))
+	}
+	gauge("num_requests_running", "Requests in the running batch.", func(s engine.Stats) float64 { return float64(s.Running) })
+	gauge("num_requests_waiting", "Requests waiting to be scheduled.", func(s engine.Stats) float64 { return float64(s.Waiting) })
+	gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = 100%).", func(s engine.Stats) float64 { return s.KVUsage })
+}
+
+// FirstToken implements engine.Observer.
+func (m *Metrics) FirstToken(queue, ttft time.Duration) {
+	m.queue.Observe(queue.Seconds())
+	m.ttft.Observe(ttft.Seconds())
+}
+
+// Token implements engine.Observer.
+func (m *Metrics) Token(itl time.Duration) { m.itl.Observe(itl.Seconds()) }
+
+// Finish implements engine.Observer.
+func (m *Metrics) Finish(f engine.FinishStats) {
+	m.success.WithLabelValues(f.Reason).Inc()
+	m.e2e.Observe(f.E2E.Seconds())
+	if f.CompletionTokens > 1 {
+		m.tpot.Observe(f.TPOT.Seconds())
+	}
+}

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gearboxlm/gearbox/sample"
+)
+
+// commonParams are the request fields completions and chat share. Pointers
+// tell absent from zero.
+type commonParams struct {
+	Model             string          `json:"model"`
+	MaxTokens         *int            `json:"max_tokens"`
+	Temperature       *float64        `json:"temperature"`
+	TopP              *float64        `json:"top_p"`
+	TopK              *int            `json:"top_k"`
+	MinP              *float64        `json:"min_p"`
+	Seed              *int64          `json:"seed"`
+	Stop              json.RawMessage `json:"stop"`
+	StopTokenIDs      []int           `json:"stop_token_ids"`
+	N                 *int            `json:"n"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	Stream            bool            `json:"stream"`
+	StreamOptions     *streamOptions  `json:"stream_options"`
+	IgnoreEOS         bool            `json:"ignore_eos"`
+	Priority          int             `json:"priority"`
+	User              string          `json:"user"`
+	LogitBias         map[string]any  `json:"logit_bias"`
+	BestOf            *int            `json:"best_of"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// Limits on request fields.
+const (
+	maxN        = 16
+	maxLogprobs = 20
+	maxStops    = 16
+)
+
+// generation is a validated request's sampling and stopping setup.
+type generation struct {
+	params    sample.Params
+	maxTokens int // 0: the default for the endpoint
+	stops     []string
+	stopIDs   []int
+	n         int
+	ignoreEOS bool
+	priority  int
+}
+
+// validate checks the shared fields; logprobs is the number of top
+// alternatives requested (-1 for none).
+func (c *commonParams) validate(logprobs int) (generation, *apiError) {
+	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority}
+	g.params.Logprobs = logprobs
+	if c.Model == "" {
+		return g, invalid("model", "model is required")
+	}
+	if c.MaxTokens != nil {
+		if *c.MaxTokens < 1 {
+			return g, invalid("max_tokens", "max_tokens must be at least 1, got %d", *c.MaxTokens)
+		}
+		g.maxTokens = *c.MaxTokens
+	}
+	floatIn := func(name string, v *float64, lo, hi float64, dst *float32) *apiError {
+		if v == nil {
+			return nil
+		}
+		if math.IsNaN(*v) || *v < lo || *v > hi {
+			return invalid(name, "%s must be in [%g, %g], got %g", name, lo, hi, *v)
+		}
+		*dst = float32(*v)
+		return nil
+	}
+	checks := []*apiError{
+		floatIn("temperature", c.Temperature, 0, 2, &g.params.Temperature),
+		floatIn("presence_penalty", c.PresencePenalty, -2, 2, &g.params.PresencePenalty),
+		floatIn("frequency_penalty", c.FrequencyPenalty, -2, 2, &g.params.FrequencyPenalty),
+		floatIn("min_p", c.MinP, 0, 1, &g.params.MinP),
+	}
+	for _, e := range checks {
+		if e != nil {
+			return g, e
+		}
+	}
+	if c.TopP != nil {
+		if !(*c.TopP > 0 && *c.TopP <= 1) {
+			return g, invalid("top_p", "top_p must be in (0, 1], got %g", *c.TopP)
+		}
+		g.params.TopP = float32(*c.TopP)
+	}
+	if c.RepetitionPenalty != nil {
+		if !(*c.RepetitionPenalty > 0 && *c.RepetitionPenalty <= 10) {
+			return g, invalid("repetition_penalty", "repetition_penalty must be in (0, 10], got %g", *c.RepetitionPenalty)
+		}
+		g.params.RepetitionPenalty = float32(*c.RepetitionPenalty)
+	}
+	if c.TopK != nil {
+		if *c.TopK < -1 {
+			return g, invalid("top_k", "top_k must be -1 (off), 0 (off) or positive, got %d", *c.TopK)
+		}
+		g.params.TopK = *c.TopK
+	}
+	if c.Seed != nil {
+		g.params.Seed, g.params.HasSeed = *c.Seed, true
+	}
+	if c.N != nil {
+		if *c.N < 1 || *c.N > maxN {
+			return g, invalid("n", "n must be in [1, %d], got %d", maxN, *c.N)
+		}
+		g.n = *c.N
+	}
+	if c.BestOf != nil && *c.BestOf != g.n {
+		return g, invalid("best_of", "best_of is not supported (it must equal n)")
+	}
+	if len(c.LogitBias) > 0 {
+		return g, invalid("logit_bias", "logit_bias is not supported")
+	}
+	if c.StreamOptions != nil && !c.Stream {
+		return g, invalid("stream_options", "stream_options is only allowed with stream: true")
+	}
+	stops, err := parseStop(c.Stop)
+	if err != nil {
+		return g, err
+	}
+	g.stops = stops
+	g.stopIDs = c.StopTokenIDs
+	if err := g.params.Validate(); err != nil {
+		return g, invalid("", "%v", err)
+	}
+	return g, nil
+}
+
+// parseStop accepts null, a string or a list of strings.
+func parseStop(raw json.RawMessage) ([]string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, invalid("stop", "stop must be a string or a list of strings")
+	}
+	if len(many) > maxStops {
+		return nil, invalid("stop", "at most %d stop sequences are allowed, got %d", maxStops, len(many))
+	}
+	out := many[:0]
+	for _, s := range many {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// decodeError turns a JSON decoding error into a 400 naming the field.
+func decodeError(err error) *apiError {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := strings.TrimPrefix(typeErr.Field, "commonParams.")
+		if field == "" {
+			return invalid("", "the request body must be a JSON object, not %s", typeErr.Value)
+		}
+		return invalid(field, "%s must be %s, got %s", field, goTypeName(typeErr.Type.String()), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return invalid("", "invalid JSON at byte %d: %v", syntaxErr.Offset, err)
+	}
+	return invalid("", "invalid JSON: %v", err)
+}
+
+func goTypeName(t string) string {
+	switch {
+	case strings.Contains(t, "int"):
+		return "an integer"
+	case strings.Contains(t, "float"):
+		return "a number"
+	case t == "string" || t == "*string":
+		return "a string"
+	case strings.Contains(t, "bool"):
+		return "a boolean"
+	case strings.HasPrefix(t, "[]") || strings.HasPrefix(t, "*[]"):
+		return "an array"
+	}
+	return fmt.Sprintf("a %s", strings.TrimPrefix(t, "*"))
+}

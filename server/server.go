@@ -1,0 +1,206 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/tokenizer"
+)
+
+// Version is reported by GET /version.
+const Version = "0.1.0"
+
+// Options configure a Server.
+type Options struct {
+	Engine       *engine.Engine
+	Tokenizer    *tokenizer.Tokenizer
+	ModelName    string         // served name; requests must name it
+	ModelRoot    string         // the model directory, reported by /v1/models as "root" ("" for the built-in model)
+	ChatTemplate *chat.Template // nil: chat requests get a 400
+	BOS, EOS     string         // template variables bos_token and eos_token
+	APIKey       string         // when set, requests need "Authorization: Bearer KEY"
+	MaxBodyBytes int64          // default 8 MiB
+	Metrics      *Metrics       // nil: /metrics serves an empty registry
+	Clock        clock.Clock
+	Logger       *slog.Logger
+}
+
+// Server is the OpenAI-compatible HTTP API over an Engine.
+type Server struct {
+	opts     Options
+	mux      *http.ServeMux
+	nextID   atomic.Int64
+	draining atomic.Bool
+}
+
+// New builds a server.
+func New(opts Options) *Server {
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics("", "")
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s.mux.HandleFunc("/v1/completions", s.post(s.completions))
+	s.mux.HandleFunc("/v1/chat/completions", s.post(s.chatCompletions))
+	s.mux.HandleFunc("/v1/models", s.get(s.models))
+	s.mux.HandleFunc("/health", s.get(s.health))
+	s.mux.HandleFunc("/version", s.get(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": Version})
+	}))
+	s.mux.Handle("/metrics", opts.Metrics.Handler())
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeError(w, notFound(r.URL.Path)) })
+	return s
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.opts.Logger.Error("panic serving request", "path", r.URL.Path, "panic", v)
+				writeError(w, internal(fmt.Errorf("internal error")))
+			}
+		}()
+		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/version" {
+			if r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+				writeError(w, unauthorized())
+				return
+			}
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// Drain makes new generation requests fail with 503; in-flight ones finish.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+func (s *Server) post(h func(http.ResponseWriter, *http.Request, []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, methodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
+		if s.draining.Load() {
+			writeError(w, draining())
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			writeError(w, tooLarge(s.opts.MaxBodyBytes))
+			return
+		case err != nil:
+			writeError(w, invalid("", "reading the request body: %v", err))
+			return
+		case !utf8.Valid(body):
+			writeError(w, invalid("", "the request body is not valid UTF-8"))
+			return
+		}
+		h(w, r, body)
+	}
+}
+
+func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, methodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		writeError(w, draining())
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+type modelObject struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root,omitempty"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelObject{{
+		ID: s.opts.ModelName, Object: "model", Created: s.opts.Clock.Now().Unix(), OwnedBy: "gearbox",
+		Root: s.opts.ModelRoot, MaxModelLen: s.opts.Engine.MaxModelLen(),
+	}}})
+}
+
+// decode parses body into v, reporting type errors by field. Unknown
+// fields are ignored (as vLLM does) and logged.
+func (s *Server) decode(body []byte, v any, known func(string) bool) *apiError {
+	if err := json.Unmarshal(body, v); err != nil {
+		return decodeError(err)
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) == nil {
+		var unknown []string
+		for k := range fields {
+			if !known(k) {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			s.opts.Logger.Warn("ignoring unknown request fields", "fields", strings.Join(unknown, ","))
+		}
+	}
+	return nil
+}
+
+// knownFields reports the JSON names of a struct's fields (and embedded
+// structs' fields).
+func knownFields(names ...string) func(string) bool {
+	set := map[string]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	return func(k string) bool { return set[k] }
+}
+
+var commonFieldNames = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+	"stop_token_ids", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "stream", "stream_options",
+	"ignore_eos", "priority", "user", "logit_bias", "best_of"}
+
+func (s *Server) newID(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, s.opts.Clock.Now().UnixNano(), s.nextID.Add(1))
+}
+
+// submitError maps an engine admission error to its HTTP error.
+func submitError(err error, param string) *apiError {
+	switch {
+	case errors.Is(err, engine.ErrQueueFull):
+		return queueFull()
+	case errors.Is(err, engine.ErrDraining):
+		return draining()
+	case errors.Is(err, engine.ErrPromptTooLong):
+		return invalid(param, "%v", err)
+	}
+	return invalid("", "%v", err)
+}

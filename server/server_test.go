@@ -1,0 +1,438 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/model/builtin"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+type testServer struct {
+	*httptest.Server
+	eng     *engine.Engine
+	metrics *Metrics
+	m       *model.Model
+}
+
+type serverOpts struct {
+	sched  sched.Config
+	apiKey string
+	blocks int
+}
+
+// newTestServer serves the built-in model on a loopback httptest server.
+func newTestServer(t testing.TB, o serverOpts) *testServer {
+	t.Helper()
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := tensor.NewPool(2)
+	if o.blocks == 0 {
+		o.blocks = 512
+	}
+	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{BlockSize: 16, NumBlocks: o.blocks, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics("single", "static")
+	if o.sched.MaxNumBatchedTokens == 0 {
+		o.sched.MaxNumBatchedTokens = 512
+	}
+	o.sched.EnablePrefixCaching = true
+	eng, err := engine.NewEngine(engine.Options{Exec: exec, Tokenizer: m.Tokenizer, EOS: m.EOS(), Observer: metrics, Sched: o.sched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics.Watch(eng.Stats)
+	tmpl, err := chat.Parse(m.Tokenizer.ChatTemplate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, BOS: "<s>", EOS: "</s>",
+		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = eng.Run(ctx)
+	}()
+	hs := httptest.NewServer(api.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		<-done
+		pool.Close()
+	})
+	return &testServer{Server: hs, eng: eng, metrics: metrics, m: m}
+}
+
+func (ts *testServer) post(t testing.TB, path, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(ts.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// sseEvents posts a streaming request and returns the JSON of every data
+// line before [DONE].
+func (ts *testServer) sseEvents(t *testing.T, path, body string) []map[string]any {
+	t.Helper()
+	resp, err := http.Post(ts.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		data, _ := io.ReadAll(resp.Body)
+		t.Fatalf("stream: status %d %s", resp.StatusCode, data)
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sawDone := false
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("bad SSE line %q", line)
+		}
+		if data == "[DONE]" {
+			sawDone = true
+			continue
+		}
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("bad event %q: %v", data, err)
+		}
+		out = append(out, ev)
+	}
+	if !sawDone {
+		t.Fatal("stream ended without [DONE]")
+	}
+	return out
+}
+
+const storiesCompletion = ", there was a little girl named Lily. She loved to play"
+
+func TestCompletionsStreamedAndNot(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var resp completionResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Choices) != 1 || resp.Choices[0].Text != storiesCompletion || *resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("response %s", body)
+	}
+	promptLen := len(ts.m.Tokenizer.Encode("Once upon a time", true))
+	if resp.Usage.PromptTokens != promptLen || resp.Usage.CompletionTokens != 16 || resp.Usage.TotalTokens != promptLen+16 || resp.Object != "text_completion" {
+		t.Fatalf("usage %+v object %s", resp.Usage, resp.Object)
+	}
+	events := ts.sseEvents(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`)
+	var text strings.Builder
+	for _, ev := range events[:len(events)-1] {
+		for _, c := range ev["choices"].([]any) {
+			text.WriteString(c.(map[string]any)["text"].(string))
+		}
+	}
+	if text.String() != storiesCompletion {
+		t.Fatalf("streamed %q", text.String())
+	}
+	last := events[len(events)-1]
+	if u := last["usage"].(map[string]any); u["completion_tokens"].(float64) != 16 || len(last["choices"].([]any)) != 0 {
+		t.Fatalf("usage chunk %v", last)
+	}
+}
+
+func TestChatStreamedAndNot(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16,"temperature":0%s}`
+	status, body := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, ""))
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var resp chatResponse
+	if err := json.Unmarshal(body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	// The template renders "<s>Once upon a time", the same ids as the
+	// completion prompt.
+	if resp.Choices[0].Message.Content != storiesCompletion || resp.Choices[0].Message.Role != "assistant" || resp.Object != "chat.completion" {
+		t.Fatalf("response %s", body)
+	}
+	events := ts.sseEvents(t, "/v1/chat/completions", fmt.Sprintf(req, `,"stream":true`))
+	var text strings.Builder
+	for i, ev := range events {
+		delta := ev["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
+		if i == 0 && delta["role"] != "assistant" {
+			t.Fatalf("first chunk %v", ev)
+		}
+		if c, ok := delta["content"].(string); ok {
+			text.WriteString(c)
+		}
+	}
+	if text.String() != storiesCompletion {
+		t.Fatalf("streamed %q", text.String())
+	}
+}
+
+func TestNStopLogprobs(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":["Once upon a time","Once upon a time"],"n":2,"max_tokens":30,"temperature":0,"stop":["Lily"]}`)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var resp completionResponse
+	json.Unmarshal(body, &resp)
+	if len(resp.Choices) != 4 {
+		t.Fatalf("%d choices", len(resp.Choices))
+	}
+	for i, c := range resp.Choices {
+		if c.Index != i || c.Text != ", there was a little girl named " || *c.FinishReason != "stop" {
+			t.Fatalf("choice %d: %+v", i, c)
+		}
+	}
+	status, body = ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":3,"temperature":0,"logprobs":2}`)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	json.Unmarshal(body, &resp)
+	lp := resp.Choices[0].Logprobs
+	if lp == nil || len(lp.Tokens) != 3 || lp.Tokens[0] != "," || len(lp.TopLogprobs[0]) != 2 || lp.TokenLogprobs[0] > 0 || lp.TokenLogprobs[0] < -1 {
+		t.Fatalf("logprobs %s", body)
+	}
+	status, body = ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":2,"logprobs":true,"top_logprobs":3,"temperature":0}`)
+	var cr chatResponse
+	json.Unmarshal(body, &cr)
+	if status != 200 || cr.Choices[0].Logprobs == nil || len(cr.Choices[0].Logprobs.Content) != 2 || len(cr.Choices[0].Logprobs.Content[0].TopLogprobs) != 3 {
+		t.Fatalf("chat logprobs %d %s", status, body)
+	}
+	// Seeded sampling with n=2 gives two reproducible choices.
+	req := `{"model":"stories260K","prompt":"Once upon a time","n":2,"max_tokens":12,"temperature":1,"seed":42}`
+	_, a := ts.post(t, "/v1/completions", req)
+	_, b := ts.post(t, "/v1/completions", req)
+	var ra, rb completionResponse
+	json.Unmarshal(a, &ra)
+	json.Unmarshal(b, &rb)
+	if ra.Choices[0].Text != rb.Choices[0].Text || ra.Choices[1].Text != rb.Choices[1].Text {
+		t.Fatalf("seeded runs differ:\n%s\n%s", a, b)
+	}
+}
+
+func TestModelsHealthVersionMetrics(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	for _, path := range []string{"/health", "/version", "/v1/models", "/metrics"} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if path == "/v1/models" && !bytes.Contains(body, []byte(`"id":"stories260K"`)) {
+			t.Fatalf("models: %s", body)
+		}
+		if path == "/metrics" && !bytes.Contains(body, []byte("gearbox:num_requests_running")) {
+			t.Fatalf("metrics: %s", body)
+		}
+	}
+}
+
+// TestBadRequests holds every malformed request to its documented status
+// and error body, and checks the server keeps serving.
+func TestBadRequests(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	long := strings.Repeat("once upon a time ", 400)
+	cases := []struct {
+		name, path, body string
+		status           int
+		param            string
+	}{
+		{"bad JSON", "/v1/completions", `{"model":`, 400, ""},
+		{"not an object", "/v1/completions", `[1,2]`, 400, ""},
+		{"empty body", "/v1/completions", ``, 400, ""},
+		{"missing model", "/v1/completions", `{"prompt":"hi"}`, 400, "model"},
+		{"unknown model", "/v1/completions", `{"model":"gpt-9","prompt":"hi"}`, 404, "model"},
+		{"missing prompt", "/v1/completions", `{"model":"stories260K"}`, 400, "prompt"},
+		{"empty prompt", "/v1/completions", `{"model":"stories260K","prompt":""}`, 400, "prompt"},
+		{"prompt wrong type", "/v1/completions", `{"model":"stories260K","prompt":{"a":1}}`, 400, "prompt"},
+		{"token id out of range", "/v1/completions", `{"model":"stories260K","prompt":[1,99999]}`, 400, "prompt"},
+		{"negative max_tokens", "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":-1}`, 400, "max_tokens"},
+		{"zero max_tokens", "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":0}`, 400, "max_tokens"},
+		{"huge max_tokens", "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":100000000}`, 400, "max_tokens"},
+		{"max_tokens wrong type", "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":"ten"}`, 400, "max_tokens"},
+		{"max_tokens float", "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":1.5}`, 400, "max_tokens"},
+		{"temperature too high", "/v1/completions", `{"model":"stories260K","prompt":"hi","temperature":7}`, 400, "temperature"},
+		{"temperature negative", "/v1/completions", `{"model":"stories260K","prompt":"hi","temperature":-1}`, 400, "temperature"},
+		{"temperature string", "/v1/completions", `{"model":"stories260K","prompt":"hi","temperature":"hot"}`, 400, "temperature"},
+		{"top_p zero", "/v1/completions", `{"model":"stories260K","prompt":"hi","top_p":0}`, 400, "top_p"},
+		{"top_k negative", "/v1/completions", `{"model":"stories260K","prompt":"hi","top_k":-5}`, 400, "top_k"},
+		{"n zero", "/v1/completions", `{"model":"stories260K","prompt":"hi","n":0}`, 400, "n"},
+		{"n huge", "/v1/completions", `{"model":"stories260K","prompt":"hi","n":1000}`, 400, "n"},
+		{"presence penalty", "/v1/completions", `{"model":"stories260K","prompt":"hi","presence_penalty":3}`, 400, "presence_penalty"},
+		{"logprobs too many", "/v1/completions", `{"model":"stories260K","prompt":"hi","logprobs":50}`, 400, "logprobs"},
+		{"stop wrong type", "/v1/completions", `{"model":"stories260K","prompt":"hi","stop":5}`, 400, "stop"},
+		{"logit_bias", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":1}}`, 400, "logit_bias"},
+		{"stream_options without stream", "/v1/completions", `{"model":"stories260K","prompt":"hi","stream_options":{"include_usage":true}}`, 400, "stream_options"},
+		{"prompt over context", "/v1/completions", `{"model":"stories260K","prompt":"` + long + `"}`, 400, "prompt"},
+		{"invalid UTF-8", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"\xff\xfe\"}", 400, ""},
+		{"empty messages", "/v1/chat/completions", `{"model":"stories260K","messages":[]}`, 400, "messages"},
+		{"missing messages", "/v1/chat/completions", `{"model":"stories260K"}`, 400, "messages"},
+		{"bad role", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"wizard","content":"hi"}]}`, 400, "messages"},
+		{"content wrong type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":5}]}`, 400, "messages"},
+		{"image content", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages"},
+		{"tools", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`, 400, "tools"},
+		{"top_logprobs without logprobs", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`, 400, "top_logprobs"},
+		{"messages over context", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages"},
+		{"wrong method", "/v1/models", ``, 405, ""},
+		{"unknown route", "/v1/engines", `{}`, 404, ""},
+	}
+	if len(cases) < 30 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			method := http.MethodPost
+			req, _ := http.NewRequest(method, ts.URL+c.path, strings.NewReader(c.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, body)
+			}
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+				t.Fatalf("error body %s", body)
+			}
+			if c.param != "" && (e.Error.Param == nil || *e.Error.Param != c.param) {
+				t.Fatalf("param %v, want %q: %s", e.Error.Param, c.param, body)
+			}
+		})
+	}
+	// Oversized body: 413.
+	big := `{"model":"stories260K","prompt":"` + strings.Repeat("a", 2<<20) + `"}`
+	if status, body := ts.post(t, "/v1/completions", big); status != 413 {
+		t.Fatalf("giant body: %d %s", status, body)
+	}
+	// Still serving.
+	if status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4}`); status != 200 {
+		t.Fatalf("after bad requests: %d %s", status, body)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	ts := newTestServer(t, serverOpts{apiKey: "sekret"})
+	status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":2}`)
+	if status != 401 || !strings.Contains(string(body), "invalid_api_key") {
+		t.Fatalf("no key: %d %s", status, body)
+	}
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", strings.NewReader(`{"model":"stories260K","prompt":"hi","max_tokens":2}`))
+	req.Header.Set("Authorization", "Bearer sekret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("with key: %d", resp.StatusCode)
+	}
+}
+
+// TestOverloadAndDisconnect floods past --max-waiting (429s, the server
+// keeps serving) and drops streaming clients mid-stream (their KV blocks
+// are freed, as the metrics show).
+func TestOverloadAndDisconnect(t *testing.T) {
+	ts := newTestServer(t, serverOpts{sched: sched.Config{MaxNumSeqs: 2, MaxWaiting: 3, MaxNumBatchedTokens: 64}})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(ts.URL+"/v1/completions", "application/json",
+				strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":200,"ignore_eos":true}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[429] == 0 || codes[200] == 0 || codes[200]+codes[429] != 24 {
+		t.Fatalf("status codes %v", codes)
+	}
+
+	// Disconnect mid-stream.
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions",
+			strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 256)
+		resp.Body.Read(buf) // the stream has started
+		cancel()
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := ts.eng.Stats()
+		if st.Running == 0 && st.Waiting == 0 && st.KVUsage == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after disconnects: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status, _ := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4}`); status != 200 {
+		t.Fatalf("after overload: %d", status)
+	}
+}

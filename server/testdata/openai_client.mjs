@@ -1,0 +1,60 @@
+// Runs the official OpenAI Node client against a Gearbox server:
+//   node openai_client.mjs BASE_URL MODEL
+// Prints one line per check and exits non-zero on the first failure.
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, "npm", "package.json"));
+const OpenAI = require("openai").default ?? require("openai");
+
+const [baseURL, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: baseURL + "/v1", apiKey: "unused", maxRetries: 0 });
+
+function check(cond, what) {
+  if (!cond) {
+    console.error("FAIL " + what);
+    process.exit(1);
+  }
+  console.log("ok   " + what);
+}
+
+const models = await client.models.list();
+check(models.data.some((m) => m.id === model), "models.list names " + model);
+
+const completion = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 16, temperature: 0 });
+const want = completion.choices[0].text;
+check(want.length > 0 && completion.usage.completion_tokens === 16, "completions.create: " + JSON.stringify(want));
+
+let streamed = "";
+let usageChunk = null;
+const cstream = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 16, temperature: 0, stream: true, stream_options: { include_usage: true } });
+for await (const chunk of cstream) {
+  for (const c of chunk.choices) streamed += c.text;
+  if (chunk.usage) usageChunk = chunk.usage;
+}
+check(streamed === want, "streamed completion equals the non-streamed one");
+check(usageChunk && usageChunk.completion_tokens === 16, "stream_options.include_usage chunk");
+
+const chat = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 16, temperature: 0 });
+check(chat.choices[0].message.role === "assistant" && chat.choices[0].message.content === want, "chat.completions.create");
+
+let chatStreamed = "";
+const sstream = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 16, temperature: 0, stream: true });
+for await (const chunk of sstream) chatStreamed += chunk.choices[0]?.delta?.content ?? "";
+check(chatStreamed === want, "streamed chat equals the non-streamed one");
+
+try {
+  await client.completions.create({ model: "no-such-model", prompt: "hi", max_tokens: 4 });
+  check(false, "unknown model raises");
+} catch (e) {
+  check(e instanceof OpenAI.NotFoundError && e.status === 404, "unknown model → NotFoundError (404)");
+}
+try {
+  await client.completions.create({ model, prompt: "hi", max_tokens: -1 });
+  check(false, "max_tokens -1 raises");
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "max_tokens", "max_tokens -1 → BadRequestError (400, param max_tokens)");
+}
+console.log("all checks passed");
