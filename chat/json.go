@@ -9,7 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/gearboxlm/gearbox/internal/pyjson"
 )
 
 // jsonOptions are the arguments of transformers' tojson filter, which is
@@ -59,7 +60,7 @@ func writeJSON(b *strings.Builder, v any, o jsonOptions, depth int) error {
 			b.WriteString(formatFloat(v))
 		}
 	case string:
-		writeJSONString(b, v, o.ensureASCII)
+		pyjson.Quote(b, v, o.ensureASCII)
 	case []any:
 		return writeJSONArray(b, v, o, depth)
 	case tuple:
@@ -110,7 +111,7 @@ func writeJSON(b *strings.Builder, v any, o jsonOptions, depth int) error {
 			default:
 				return fmt.Errorf("keys must be str, int, float, bool or None, not %s", typeName(k))
 			}
-			writeJSONString(b, key, o.ensureASCII)
+			pyjson.Quote(b, key, o.ensureASCII)
 			b.WriteString(o.keySep)
 			if err := writeJSON(b, v.vals[i], o, depth+1); err != nil {
 				return err
@@ -152,48 +153,6 @@ func writeJSONIndent(b *strings.Builder, o jsonOptions, depth int) {
 	for i := 0; i < depth; i++ {
 		b.WriteString(o.indent)
 	}
-}
-
-// writeJSONString quotes s as json.dumps does: control characters,
-// quote and backslash escaped, and with ensureASCII every non-ASCII
-// character as \uXXXX (astral ones as surrogate pairs).
-func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
-		case r < 0x20:
-			fmt.Fprintf(b, `\u%04x`, r)
-		case ensureASCII && r >= 0x80:
-			if r == utf8.RuneError && size == 1 {
-				r = 0xfffd
-			}
-			if r > 0xffff {
-				r -= 0x10000
-				fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
-			} else {
-				fmt.Fprintf(b, `\u%04x`, r)
-			}
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	b.WriteByte('"')
 }
 
 // fromGo turns a Go value from Options.Extra into a template value. Maps

@@ -152,22 +152,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	}
 	id, created := s.newID("chatcmpl"), s.opts.Clock.Now().Unix()
 	if req.Stream {
-		out := newSSE(w)
+		var first []any
 		for _, j := range jobs {
 			empty := ""
-			if out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
-				Choices: []chatChoice{{Index: j.index, Delta: &chatDelta{Role: "assistant", Content: &empty}}}}) != nil {
-				return
-			}
+			first = append(first, chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
+				Choices: []chatChoice{{Index: j.index, Delta: &chatDelta{Role: "assistant", Content: &empty}}}})
 		}
-		for ev := range s.fanIn(r.Context(), jobs) {
-			ev.job.usage = ev.ev.Usage
-			if ev.ev.Finish == engine.FinishError {
-				_ = out.send(map[string]any{"error": internal(ev.ev.Err)})
-				continue
-			}
+		chunk := func(ev event) any {
 			if ev.ev.Text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
-				continue
+				return nil
 			}
 			delta := &chatDelta{}
 			if ev.ev.Text != "" {
@@ -178,15 +171,16 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
 				ch.Logprobs = s.chatLogprobs(ev.ev)
 			}
-			if out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}}) != nil {
-				return
+			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}}
+		}
+		var usageChunk func() any
+		if req.includeUsage() {
+			usageChunk = func() any {
+				u := totalUsage(jobs, prompts)
+				return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{}, Usage: &u}
 			}
 		}
-		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && r.Context().Err() == nil {
-			u := totalUsage(jobs, prompts)
-			_ = out.send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{}, Usage: &u})
-		}
-		out.done()
+		s.streamJobs(w, r, jobs, first, chunk, usageChunk)
 		return
 	}
 	if e := s.collect(r.Context(), jobs); e != nil {

@@ -85,35 +85,30 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	id, created := s.newID("cmpl"), s.opts.Clock.Now().Unix()
 	if req.Stream {
-		out := newSSE(w)
 		echoed := map[int]bool{}
-		for ev := range s.fanIn(r.Context(), jobs) {
+		chunk := func(ev event) any {
 			text := ev.ev.Text
 			if req.Echo && !echoed[ev.job.index] {
 				echoed[ev.job.index] = true
 				text = texts[ev.job.prompt] + text
 			}
 			if text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
-				continue
-			}
-			if ev.ev.Finish == engine.FinishError {
-				_ = out.send(map[string]any{"error": internal(ev.ev.Err)})
-				continue
+				return nil
 			}
 			ch := completionChoice{Index: ev.job.index, Text: text, FinishReason: finishReason(ev.ev.Finish)}
 			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
 				ch.Logprobs = s.completionLogprobs(ev.ev, 0)
 			}
-			ev.job.usage = ev.ev.Usage
-			if err := out.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}}); err != nil {
-				return // the client went away; fanIn aborts the jobs
+			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}}
+		}
+		var usageChunk func() any
+		if req.includeUsage() {
+			usageChunk = func() any {
+				u := totalUsage(jobs, prompts)
+				return completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{}, Usage: &u}
 			}
 		}
-		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage && r.Context().Err() == nil {
-			u := totalUsage(jobs, prompts)
-			_ = out.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{}, Usage: &u})
-		}
-		out.done()
+		s.streamJobs(w, r, jobs, nil, chunk, usageChunk)
 		return
 	}
 	if e := s.collect(r.Context(), jobs); e != nil {

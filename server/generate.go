@@ -184,6 +184,43 @@ func totalUsage(jobs []*job, prompts [][]int) usage {
 	return u
 }
 
+// streamJobs writes a whole SSE response: first's chunks (role headers),
+// then one chunk per event as chunk builds it (nil skips the event),
+// error events for failed choices, the usage chunk when asked, and
+// [DONE]. It returns early when the client goes away (fanIn then aborts
+// the jobs).
+func (s *Server) streamJobs(w http.ResponseWriter, r *http.Request, jobs []*job, first []any, chunk func(event) any, usageChunk func() any) {
+	out := newSSE(w)
+	for _, c := range first {
+		if out.send(c) != nil {
+			return
+		}
+	}
+	for ev := range s.fanIn(r.Context(), jobs) {
+		ev.job.usage = ev.ev.Usage
+		if ev.ev.Finish == engine.FinishError {
+			_ = out.send(map[string]any{"error": internal(ev.ev.Err)})
+			continue
+		}
+		c := chunk(ev)
+		if c == nil {
+			continue
+		}
+		if out.send(c) != nil {
+			return
+		}
+	}
+	if usageChunk != nil && r.Context().Err() == nil {
+		_ = out.send(usageChunk())
+	}
+	out.done()
+}
+
+// includeUsage reports whether stream_options asks for the usage chunk.
+func (c *commonParams) includeUsage() bool {
+	return c.StreamOptions != nil && c.StreamOptions.IncludeUsage
+}
+
 // sse writes server-sent events.
 type sse struct {
 	w  http.ResponseWriter

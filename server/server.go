@@ -70,13 +70,43 @@ func New(opts Options) *Server {
 	return s
 }
 
-// Handler returns the server's HTTP handler.
+// statusWriter records the status a handler wrote, for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the real writer (to flush).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Handler returns the server's HTTP handler: API-key check, panic
+// recovery and one structured log line per request.
 func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := s.opts.Clock.Now()
+		w := &statusWriter{ResponseWriter: rw}
 		defer func() {
 			if v := recover(); v != nil {
 				s.opts.Logger.Error("panic serving request", "path", r.URL.Path, "panic", v)
 				writeError(w, internal(fmt.Errorf("internal error")))
+			}
+			if r.URL.Path != "/metrics" && r.URL.Path != "/health" {
+				s.opts.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "status", w.status,
+					"duration_ms", s.opts.Clock.Now().Sub(start).Milliseconds(), "remote", r.RemoteAddr)
 			}
 		}()
 		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/version" {

@@ -24,15 +24,17 @@ import (
 
 type testServer struct {
 	*httptest.Server
+	api     *Server
 	eng     *engine.Engine
 	metrics *Metrics
 	m       *model.Model
 }
 
 type serverOpts struct {
-	sched  sched.Config
-	apiKey string
-	blocks int
+	sched      sched.Config
+	apiKey     string
+	blocks     int
+	noTemplate bool
 }
 
 // newTestServer serves the built-in model on a loopback httptest server.
@@ -64,6 +66,9 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.noTemplate {
+		tmpl = nil
+	}
 	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, BOS: "<s>", EOS: "</s>",
 		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,7 +84,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		<-done
 		pool.Close()
 	})
-	return &testServer{Server: hs, eng: eng, metrics: metrics, m: m}
+	return &testServer{Server: hs, api: api, eng: eng, metrics: metrics, m: m}
 }
 
 func (ts *testServer) post(t testing.TB, path, body string) (int, []byte) {
@@ -421,18 +426,79 @@ func TestOverloadAndDisconnect(t *testing.T) {
 		cancel()
 		resp.Body.Close()
 	}
+	// The aborted requests' blocks are freed: the metrics say so.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st := ts.eng.Stats()
-		if st.Running == 0 && st.Waiting == 0 && st.KVUsage == 0 {
+		metrics := scrapeMetrics(t, ts.URL)
+		if metrics["gearbox:num_requests_running"] == 0 && metrics["gearbox:num_requests_waiting"] == 0 && metrics["gearbox:kv_cache_usage_perc"] == 0 {
+			if metrics[`gearbox:request_success_total{finished_reason="cancelled"}`] != 3 {
+				t.Fatalf("cancelled requests counted: %v", metrics[`gearbox:request_success_total{finished_reason="cancelled"}`])
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after disconnects: %+v", st)
+			t.Fatalf("after disconnects: %+v", ts.eng.Stats())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if status, _ := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4}`); status != 200 {
 		t.Fatalf("after overload: %d", status)
 	}
+}
+
+// scrapeMetrics reads /metrics into a map from series (name plus labels)
+// to value.
+func scrapeMetrics(t testing.TB, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		fmt.Sscan(line[i+1:], &v)
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestChatWithoutTemplate(t *testing.T) {
+	ts := newTestServer(t, serverOpts{noTemplate: true})
+	status, body := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}]}`)
+	if status != 400 || !strings.Contains(string(body), "no chat template") {
+		t.Fatalf("%d %s", status, body)
+	}
+}
+
+// TestDrain: while draining, running requests finish and new ones get 503.
+func TestDrain(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	resp, err := http.Post(ts.URL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":300,"ignore_eos":true,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ts.api.Drain()
+	idle := ts.eng.Drain()
+	if status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":2}`); status != 503 || !strings.Contains(string(body), "draining") {
+		t.Fatalf("during drain: %d %s", status, body)
+	}
+	rest, _ := io.ReadAll(r)
+	if !strings.Contains(string(rest), `"finish_reason":"length"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the running stream did not finish: %q", rest[max(0, len(rest)-200):])
+	}
+	<-idle
 }

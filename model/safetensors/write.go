@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gearboxlm/gearbox/internal/pyjson"
 )
 
 // WriteTensor is one tensor to write. Exactly one of Data and Raw is set:
@@ -174,7 +176,7 @@ func splitShards(tensors []WriteTensor, n int) [][]WriteTensor {
 // writeIndex writes the index byte-for-byte as Python's
 // json.dumps(index, indent=2, sort_keys=True) + "\n".
 func writeIndex(path string, weightMap map[string]string, params, size int) error {
-	var b bytes.Buffer
+	var b strings.Builder
 	b.WriteString("{\n  \"metadata\": {\n")
 	fmt.Fprintf(&b, "    \"total_parameters\": %d,\n    \"total_size\": %d\n  },\n", params, size)
 	b.WriteString("  \"weight_map\": {\n")
@@ -185,52 +187,19 @@ func writeIndex(path string, weightMap map[string]string, params, size int) erro
 	sort.Strings(names) // byte order of UTF-8 is code point order, as in Python
 	for i, name := range names {
 		b.WriteString("    ")
-		b.WriteString(pythonJSONString(name))
+		pyjson.Quote(&b, name, true)
 		b.WriteString(": ")
-		b.WriteString(pythonJSONString(weightMap[name]))
+		pyjson.Quote(&b, weightMap[name], true)
 		if i < len(names)-1 {
 			b.WriteByte(',')
 		}
 		b.WriteByte('\n')
 	}
 	b.WriteString("  }\n}\n")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
-}
-
-// pythonJSONString quotes s as Python's json module does with
-// ensure_ascii=True.
-func pythonJSONString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
-		case r >= 0x20 && r <= 0x7e:
-			b.WriteRune(r)
-		case r > 0xffff:
-			r -= 0x10000
-			fmt.Fprintf(&b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // numElements is the product of shape, or an error if a dimension is
