@@ -139,9 +139,8 @@ type live struct {
 	scheduled time.Time // first scheduled (queue time ends)
 	first     time.Time
 	last      time.Time
-	tokens    int
-	cached    int
-	maxTotal  int // prompt + completion bound
+	tokens    int // completion tokens so far
+	cached    int // prompt tokens served from the prefix cache
 }
 
 // NewEngine builds an engine; the scheduler's block geometry comes from
@@ -202,7 +201,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	l := &live{
 		req: req, sampler: sampler, dec: e.tok.NewDecoder(req.Prompt, true), match: newStopMatcher(req.Stop),
-		out: newStream(req.ID), arrival: e.clk.Now(), maxTotal: n + maxTokens,
+		out: newStream(req.ID), arrival: e.clk.Now(),
 	}
 	l.req.MaxTokens = maxTokens
 	l.stops = slices.Clone(req.StopTokenIDs)
