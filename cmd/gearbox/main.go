@@ -4,6 +4,7 @@
 //	gearbox serve      serve an OpenAI-compatible API
 //	gearbox generate   generate text from a prompt
 //	gearbox bench      load-test an OpenAI-compatible server
+//	gearbox simulate   simulate serving on a GPU node
 //	gearbox inspect    describe a model directory
 //
 // Run "gearbox COMMAND --help" for a command's flags.
@@ -30,6 +31,7 @@ var commands = []command{
 	{"serve", "serve an OpenAI-compatible API (completions, chat, models, metrics)", runServe},
 	{"generate", "generate text from a prompt on the CPU", runGenerate},
 	{"bench", "load-test an OpenAI-compatible server: bench serve replays a trace and reports vLLM's serving metrics", runBench},
+	{"simulate", "simulate serving a workload on a GPU node with the real scheduler and a calibrated cost model", runSimulate},
 	{"inspect", "print a model's architecture, parameters, bytes per dtype and KV bytes per token", runInspect},
 }
 

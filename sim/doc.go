@@ -1,0 +1,21 @@
+// Package sim predicts how long a step of the engine takes, and how much
+// KV cache fits, on hardware the program is not running on: a catalog of
+// GPUs and nodes (8xH200, 4xA10-pcie, …, and a calibrated cpu profile),
+// presets of real models' configs, and one cost model of GEMMs,
+// attention, memory-bound kernels, collectives and host copies. The
+// discrete-event simulator drives the real scheduler and policies with it.
+//
+// Read these first: step.go (StepShape, LayoutCost.StepTime and Step: one
+// rank's step walked exactly as engine/rank.go runs it, with collective
+// bytes from package comm's volume functions and shard shapes from package
+// parallel), cost.go (the kernel and collective formulas), hardware.go
+// (the catalog and every global constant with its source).
+//
+// Invariant (DESIGN.md, invariant 6): one cost model with global
+// constants. The efficiency numbers are per GPU type, each documented with
+// the measurement or datasheet it comes from, and the same for every
+// experiment; nothing is tuned per experiment. The communication a step is
+// charged for is, byte for byte and call for call, what the CPU executor's
+// comm counters record for the same batch and layout (tested), so the
+// simulator and the engine cannot drift apart.
+package sim

@@ -1,0 +1,134 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gearboxlm/gearbox/model"
+)
+
+// DType is the element type of weights, activations or the KV cache.
+type DType uint8
+
+const (
+	BF16 DType = iota // bfloat16, 2 bytes
+	FP16              // IEEE half, 2 bytes
+	FP8               // e4m3 (or e5m2 for the KV cache), 1 byte
+	FP32              // float32, 4 bytes: the CPU engine's weights and activations
+)
+
+// Bytes is the size of one element.
+func (d DType) Bytes() int {
+	switch d {
+	case FP8:
+		return 1
+	case FP32:
+		return 4
+	default:
+		return 2
+	}
+}
+
+// String is the short name ParseDType accepts.
+func (d DType) String() string {
+	switch d {
+	case BF16:
+		return "bf16"
+	case FP16:
+		return "fp16"
+	case FP8:
+		return "fp8"
+	case FP32:
+		return "fp32"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// ParseDType reads a dtype under its short name or its torch_dtype /
+// vLLM spelling: bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3,
+// fp8_e5m2, fp32, float32, float.
+func ParseDType(s string) (DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "bf16", "bfloat16":
+		return BF16, nil
+	case "fp16", "float16", "half":
+		return FP16, nil
+	case "fp8", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fn":
+		return FP8, nil
+	case "fp32", "float32", "float":
+		return FP32, nil
+	}
+	return 0, fmt.Errorf("sim: unknown dtype %q (known: bf16, fp16, fp8, fp32)", s)
+}
+
+// Precision is what a deployment stores and computes in.
+//
+// Weights applies to the decoder's linear layers (q, k, v, o, gate, up,
+// down): vLLM's --quantization fp8 quantizes exactly those and keeps the
+// embedding, the LM head and the norms in the activation dtype. With FP8
+// weights on a GPU that has FP8 tensor cores the GEMMs run W8A8 at the FP8
+// peak (activations quantized per step by a separate kernel); on one
+// without (A100, A10) vLLM runs weight-only FP8 (the Marlin kernel): FP8
+// weight bytes, BF16 compute. Activations is also the wire element of every
+// collective (4 for the CPU engine's float32, 2 on GPUs). KV is the KV
+// cache element (vLLM's --kv-cache-dtype).
+type Precision struct {
+	Weights     DType
+	Activations DType
+	KV          DType
+}
+
+// CPUPrecision is the CPU engine's: float32 everywhere.
+var CPUPrecision = Precision{Weights: FP32, Activations: FP32, KV: FP32}
+
+// String writes "weights=fp8 activations=bf16 kv=bf16".
+func (p Precision) String() string {
+	return fmt.Sprintf("weights=%s activations=%s kv=%s", p.Weights, p.Activations, p.KV)
+}
+
+// VLLMPrecision resolves vLLM's flags for a model:
+//
+//   - dtype ("auto", or a dtype name): "auto" is BF16 for a BF16 checkpoint
+//     and FP16 for FP16 and FP32 ones (vLLM's documented rule for --dtype
+//     auto); an absent torch_dtype counts as BF16.
+//   - quantization ("", "none" or "fp8"): --quantization fp8.
+//   - kvCacheDType ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"): --kv-cache-dtype;
+//     "auto" is the activation dtype.
+func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) (Precision, error) {
+	var p Precision
+	switch d := strings.ToLower(strings.TrimSpace(dtype)); d {
+	case "", "auto":
+		switch strings.ToLower(cfg.TorchDtype) {
+		case "float16", "float32", "fp16", "fp32":
+			p.Activations = FP16
+		default:
+			p.Activations = BF16
+		}
+	default:
+		a, err := ParseDType(d)
+		if err != nil {
+			return p, err
+		}
+		if a == FP8 {
+			return p, fmt.Errorf("sim: --dtype %s: activations must be bf16, fp16 or fp32 (use --quantization fp8 for FP8 weights)", dtype)
+		}
+		p.Activations = a
+	}
+	switch q := strings.ToLower(strings.TrimSpace(quantization)); q {
+	case "", "none":
+		p.Weights = p.Activations
+	case "fp8":
+		p.Weights = FP8
+	default:
+		return p, fmt.Errorf("sim: unsupported --quantization %q (supported: fp8)", quantization)
+	}
+	switch k := strings.ToLower(strings.TrimSpace(kvCacheDType)); k {
+	case "", "auto":
+		p.KV = p.Activations
+	case "fp8", "fp8_e4m3", "fp8_e5m2":
+		p.KV = FP8
+	default:
+		return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q (supported: auto, fp8, fp8_e4m3, fp8_e5m2)", kvCacheDType)
+	}
+	return p, nil
+}

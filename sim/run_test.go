@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sched"
+)
+
+func llama70B(t testing.TB) (*CostModel, RunOptions) {
+	t.Helper()
+	cfg, err := LookupModel("meta-llama/Llama-3.3-70B-Instruct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ParseNode("8xH200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prec, err := VLLMPrecision(cfg, "auto", "fp8", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := NewCostModel(node, prec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm, RunOptions{Model: cfg, Cost: cm, Sched: sched.Config{MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, EnablePrefixCaching: true}}
+}
+
+func synthetic(n, in, out int, rate float64, seed int64) []bench.Request {
+	reqs := bench.Synthetic(bench.SyntheticSpec{N: n, InMin: in, InMax: in, OutMin: out, OutMax: out}, seed)
+	offsets, _ := bench.Arrivals(n, rate, 1, seed)
+	for i := range reqs {
+		reqs[i].Arrival = offsets[i]
+	}
+	return reqs
+}
+
+// TestSingleRequestTimes: one request's TTFT is its prefill steps and its
+// TPOT the mean decode step, both straight from the cost model.
+func TestSingleRequestTimes(t *testing.T) {
+	cm, opts := llama70B(t)
+	opts.Plan = parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 8}
+	opts.Requests = synthetic(1, 4096, 250, math.Inf(1), 1)
+	res, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := cm.Layout(opts.Model, parallel.Standard(opts.Plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttft := lc.Step(&StepShape{Seqs: []Seq{{New: 2048}}}).Seconds + lc.Step(&StepShape{Seqs: []Seq{{Context: 2048, New: 2048, Logits: 1}}}).Seconds
+	decode := 0.0
+	for c := 4096; c < 4096+249; c++ {
+		decode += lc.Step(&StepShape{Seqs: []Seq{{Context: c, New: 1, Logits: 1}}}).Seconds
+	}
+	rep := res.Report
+	if rep.Completed != 1 || rep.TotalOutputTokens != 250 || res.Steps != 2+249 {
+		t.Fatalf("completed %d, output %d, steps %d", rep.Completed, rep.TotalOutputTokens, res.Steps)
+	}
+	if got := rep.TTFT.Mean; math.Abs(got-1000*ttft) > 1e-3 {
+		t.Fatalf("TTFT %.4f ms, cost model %.4f ms", got, 1000*ttft)
+	}
+	if got := rep.TPOT.Mean; math.Abs(got-1000*decode/249) > 1e-3 {
+		t.Fatalf("TPOT %.4f ms, cost model %.4f ms", got, 1000*decode/249)
+	}
+}
+
+// TestLoadedRunsComplete: under load every request finishes with its exact
+// output length, DP replicas share the work, and Shift uses both plans.
+func TestLoadedRunsComplete(t *testing.T) {
+	_, opts := llama70B(t)
+	opts.Requests = synthetic(400, 2000, 100, 20, 2)
+	for _, c := range []struct {
+		plan   parallel.Plan
+		policy string
+	}{
+		{parallel.Plan{DP: 8, PP: 1, SP: 1, TP: 1}, "static"},
+		{parallel.Plan{DP: 1, PP: 1, SP: 8, TP: 1}, "shift"},
+		{parallel.Plan{DP: 2, PP: 1, SP: 2, TP: 2}, "shift"},
+		{parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 4}, "static"},
+	} {
+		o := opts
+		o.Plan = c.plan
+		engine := c.plan
+		engine.DP = 1
+		if c.policy == "shift" {
+			p, err := policy.NewShift(engine, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Policy = p
+		}
+		res, err := Run(o)
+		if err != nil {
+			t.Fatalf("%s: %v", c.plan, err)
+		}
+		if res.Report.Completed != 400 || res.Report.Failed != 0 || res.Report.TotalOutputTokens != 400*100 {
+			t.Fatalf("%s: completed %d failed %d output %d", c.plan, res.Report.Completed, res.Report.Failed, res.Report.TotalOutputTokens)
+		}
+		plans := map[string]int{}
+		steps := map[int]int{}
+		for _, s := range res.Timeline {
+			plans[s.Plan] += s.Steps
+			steps[s.Replica] += s.Steps
+			if s.End < s.Start {
+				t.Fatalf("span %+v", s)
+			}
+		}
+		if len(steps) != c.plan.DP {
+			t.Fatalf("%s: %d replicas ran, want %d", c.plan, len(steps), c.plan.DP)
+		}
+		if c.policy == "shift" && len(plans) != 2 {
+			t.Fatalf("%s shift: plans used %v", c.plan, plans)
+		}
+		again, _ := Run(o)
+		if !reflect.DeepEqual(again.Report.TTFT, res.Report.TTFT) || again.Steps != res.Steps {
+			t.Fatalf("%s: runs differ", c.plan)
+		}
+	}
+}
+
+// TestPaperOrdering: the Shift paper's 8×H200 FP8 Llama-70B ordering at
+// 4k/250: TTFT SP < TP < DP for one request, throughput DP > Shift > TP.
+func TestPaperOrdering(t *testing.T) {
+	_, opts := llama70B(t)
+	run := func(plan parallel.Plan, shift bool, reqs []bench.Request) *bench.Report {
+		o := opts
+		o.Plan, o.Requests = plan, reqs
+		if shift {
+			p, _ := policy.NewShift(plan, 256)
+			o.Policy = p
+		}
+		res, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report
+	}
+	one := synthetic(1, 4096, 250, math.Inf(1), 3)
+	many := synthetic(600, 4096, 250, math.Inf(1), 3)
+	dp, tp, sp := parallel.Plan{DP: 8, PP: 1, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 8}, parallel.Plan{DP: 1, PP: 1, SP: 8, TP: 1}
+	tDP, tTP, tShift := run(dp, false, one).TTFT.Mean, run(tp, false, one).TTFT.Mean, run(sp, true, one).TTFT.Mean
+	if !(tShift < tTP && tTP < tDP) {
+		t.Fatalf("TTFT: shift %.1f, TP %.1f, DP %.1f ms", tShift, tTP, tDP)
+	}
+	xDP, xTP, xShift := run(dp, false, many).TotalTokenThroughput, run(tp, false, many).TotalTokenThroughput, run(sp, true, many).TotalTokenThroughput
+	if !(xDP > xShift && xShift > xTP) {
+		t.Fatalf("throughput: DP %.0f, shift %.0f, TP %.0f tok/s", xDP, xShift, xTP)
+	}
+	t.Logf("TTFT TP/shift %.2f (paper 1.56), DP/shift %.2f (≈6); throughput loss vs DP: TP %.0f%% (46%%), shift %.0f%% (18%%)",
+		tTP/tShift, tDP/tShift, 100*(1-xTP/xDP), 100*(1-xShift/xDP))
+}
+
+// BenchmarkRun replays 2,000 requests arriving at 4 req/s (about the
+// Azure code trace's rate over 8 minutes) on 8×H200 under Shift.
+func BenchmarkRun(b *testing.B) {
+	_, opts := llama70B(b)
+	opts.Plan = parallel.Plan{DP: 1, PP: 1, SP: 8, TP: 1}
+	p, _ := policy.NewShift(opts.Plan, 256)
+	opts.Policy = p
+	opts.Requests = synthetic(2000, 2000, 30, 4, 4)
+	steps := 0
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		res, err := Run(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		steps += res.Steps
+	}
+	b.ReportMetric(float64(steps)/time.Since(start).Seconds(), "steps/s")
+}

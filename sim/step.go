@@ -1,0 +1,483 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// Seq is one sequence's share of a step, as engine.SeqBatch without the
+// token ids: a prefill chunk (New > 1) or a decode (New = 1) on top of
+// Context tokens already in the KV cache.
+type Seq struct {
+	Context int // tokens of the sequence already in the KV cache (engine.SeqBatch.Pos)
+	New     int // tokens run this step
+	Logits  int // trailing tokens of New that want logits, 0 … New
+	Replica int // data-parallel replica holding the sequence's KV
+}
+
+// StepShape is one step: the sequences' new tokens flattened into one
+// batch per replica, exactly as the engine splits it.
+type StepShape struct {
+	Seqs []Seq
+	// MicroBatches is the number of pipeline micro-batches each replica's
+	// tokens are cut into (engine.ExecutorOptions.MicroBatches); 0 means
+	// the plan's PP, the engine's default.
+	MicroBatches int
+}
+
+// Component is one part of a step's time.
+type Component uint8
+
+const (
+	CompEmbed       Component = iota // embedding lookup of the rank's vocabulary slice
+	CompNorm                         // RMSNorms, RoPE (and q/k norms), SiLU·mul, residual adds, SP packing
+	CompQuant                        // FP8 activation quantization before W8A8 GEMMs
+	CompQKV                          // fused q/k/v projection of the rank's heads
+	CompCache                        // KV cache writes
+	CompAttnPrefill                  // attention of prefill chunks
+	CompAttnDecode                   // attention of decodes
+	CompOut                          // o projection
+	CompMLPUp                        // fused gate/up projection of the rank's intermediate slice
+	CompMLPDown                      // down projection
+	CompLMHead                       // final norm and the LM head's vocabulary slice
+	CompAllReduce                    // TP all-reduces: embedding and two per layer
+	CompAllToAll                     // SP (Ulysses) all-to-alls: two per layer
+	CompSendRecv                     // pipeline sends to the next stage
+	CompAllGather                    // TP all-gather of the logits slices
+	CompOverhead                     // the engine's host time per step
+	NumComponents
+)
+
+var componentNames = [NumComponents]string{
+	"embed", "norm", "quant", "qkv", "cache", "attn_prefill", "attn_decode", "out", "mlp_up", "mlp_down",
+	"lm_head", "all_reduce", "all_to_all", "send_recv", "all_gather", "overhead",
+}
+
+// String is the component's snake_case name.
+func (c Component) String() string {
+	if c < NumComponents {
+		return componentNames[c]
+	}
+	return fmt.Sprintf("component(%d)", uint8(c))
+}
+
+// NumCommKinds is the number of comm.Kind values, the length of
+// Breakdown.CommBytes.
+const NumCommKinds = int(comm.KindBarrier) + 1
+
+// Cost is one component's share of a rank's step, seconds.
+type Cost struct {
+	Compute float64 // at the compute roof, summed over its kernels
+	Memory  float64 // at the memory roof, summed over its kernels
+	Comm    float64 // on the link (collectives)
+	Time    float64 // what it adds to the step: Σ max(compute, memory) + kernel latency, or the collectives' time
+}
+
+// Breakdown is one rank's step.
+type Breakdown struct {
+	Parts                        [NumComponents]Cost
+	Compute, Memory, Comm, Total float64 // sums over Parts; Total is Σ Time, the rank's busy time plus the overhead
+	// CommBytes is what package comm would count for this rank: calls,
+	// bytes sent and bytes received, by kind (index by comm.Kind). It
+	// equals the CPU executor's CommStats for the same step and plan.
+	CommBytes [NumCommKinds]comm.Counter
+}
+
+func (b *Breakdown) add(c Component, k kernel, latency float64, times int) {
+	if times == 0 {
+		return
+	}
+	f := float64(times)
+	p := &b.Parts[c]
+	p.Compute += k.compute * f
+	p.Memory += k.memory * f
+	t := k.time(latency) * f
+	p.Time += t
+	b.Compute += k.compute * f
+	b.Memory += k.memory * f
+	b.Total += t
+}
+
+func (b *Breakdown) addComm(c Component, kind comm.Kind, sent, recv int64, t float64, times int) {
+	if times == 0 {
+		return
+	}
+	f := float64(times)
+	p := &b.Parts[c]
+	p.Comm += t * f
+	p.Time += t * f
+	b.Comm += t * f
+	b.Total += t * f
+	n := int64(times)
+	cnt := &b.CommBytes[kind]
+	cnt.Calls += n
+	cnt.SentBytes += sent * n
+	cnt.RecvBytes += recv * n
+}
+
+// rankShape is what one rank computes under the layout, from the same
+// plan functions the engine's shards use.
+type rankShape struct {
+	coord      parallel.Coord
+	layers     int
+	qs, ks     int // slice q and KV widths (elements): the q/k/v outputs, the o input
+	qc, kc     int // chunk q and KV widths: the attention
+	hq, hkv    int // chunk query and KV heads
+	inter      int // intermediate slice
+	vocab      int // vocabulary slice
+	first      bool
+	last       bool
+	stageIndex int // index of (dp, pp) in LayoutCost.stages
+	twin       int // a lower rank of the stage whose every cost equals this rank's, or the rank itself
+}
+
+// microShape is one micro-batch of one replica.
+type microShape struct {
+	tokens          int
+	nl              int // rows per SP rank, padding included
+	prefill, decode AttentionWork
+	logits          []int // logits rows by SP index
+}
+
+// LayoutCost is the cost model bound to a model and a layout: every
+// rank's shard shapes are computed once, so a step costs a walk over its
+// sequences and a closed-form sum per rank, without allocating. It keeps
+// scratch buffers: it is not safe for concurrent use (use one per
+// goroutine).
+type LayoutCost struct {
+	m      *CostModel
+	cfg    *model.Config
+	layout parallel.Layout
+	ranks  []rankShape
+	stages [][]int // ranks by (dp, pp): stages[dp·PP + pp]
+	vocabs []int   // vocabulary slice length by TP index
+	elem   int     // wire bytes per activation element
+
+	eq, counts []int
+	micros     []microShape
+	bounds     []int
+	logitBuf   []int
+	finish     []float64 // by stage: when it finished its latest micro-batch
+	busy       []float64 // by rank
+	last       []float64 // by rank: duration of the current micro-batch
+}
+
+// Layout binds the cost model to cfg under layout l (a plan's Standard
+// layout or a base plan's ShiftLayout). The plan must fit the model and
+// the node. cfg must not change afterwards.
+func (c *CostModel) Layout(cfg *model.Config, l parallel.Layout) (*LayoutCost, error) {
+	p := l.Plan
+	if err := p.Validate(cfg); err != nil {
+		return nil, err
+	}
+	if len(l.Coords) != p.Ranks() {
+		return nil, fmt.Errorf("sim: layout %s has %d ranks, its plan %d", l, len(l.Coords), p.Ranks())
+	}
+	if p.Ranks() > c.Node.Count {
+		return nil, fmt.Errorf("sim: plan %s needs %d GPUs, node %s has %d", p, p.Ranks(), c.Node, c.Node.Count)
+	}
+	lc := &LayoutCost{
+		m: c, cfg: cfg, layout: l, elem: int(c.actBytes),
+		stages: make([][]int, p.DP*p.PP),
+		eq:     make([]int, p.SP), counts: make([]int, p.TP),
+		finish: make([]float64, p.PP), busy: make([]float64, p.Ranks()), last: make([]float64, p.Ranks()),
+	}
+	d := cfg.HeadDim
+	for t := 0; t < p.TP; t++ {
+		lc.vocabs = append(lc.vocabs, parallel.Even(cfg.Vocab, p.TP, t).Len())
+	}
+	for r, co := range l.Coords {
+		slice := parallel.SliceHeads(cfg, co.TP, p.SP, p.TP)
+		chunk := parallel.ChunkHeads(cfg, p.HeadChunk(co), p.HeadShards())
+		s := rankShape{
+			coord:  co,
+			layers: p.Stage(co.PP, cfg.Layers).Len(),
+			qs:     (slice.QHi - slice.QLo) * d, ks: (slice.KVHi - slice.KVLo) * d,
+			qc: (chunk.QHi - chunk.QLo) * d, kc: (chunk.KVHi - chunk.KVLo) * d,
+			hq: chunk.QHi - chunk.QLo, hkv: chunk.KVHi - chunk.KVLo,
+			inter:      parallel.Even(cfg.Intermediate, p.TP, co.TP).Len(),
+			vocab:      lc.vocabs[co.TP],
+			first:      co.PP == 0,
+			last:       co.PP == p.PP-1,
+			stageIndex: co.DP*p.PP + co.PP,
+		}
+		// TP members with the same shard shapes have equal costs when the
+		// collectives' per-member byte counts cannot differ: ring chunks of
+		// n·hidden elements and vocabulary slices are then equal.
+		s.twin = r
+		if cfg.Hidden%p.TP == 0 && cfg.Vocab%p.TP == 0 {
+			for _, o := range lc.stages[s.stageIndex] {
+				if t := lc.ranks[o]; t.twin == o && t.coord.SP == co.SP {
+					t.coord.TP, t.twin = co.TP, r
+					if t == s {
+						s.twin = o
+						break
+					}
+				}
+			}
+		}
+		lc.ranks = append(lc.ranks, s)
+		lc.stages[s.stageIndex] = append(lc.stages[s.stageIndex], r)
+	}
+	return lc, nil
+}
+
+// Layout is the layout the costs are for.
+func (lc *LayoutCost) Layout() parallel.Layout { return lc.layout }
+
+// CostModel is the cost model the layout is bound to.
+func (lc *LayoutCost) CostModel() *CostModel { return lc.m }
+
+// prepare cuts replica d's tokens into micro-batches as the engine does
+// (token i of T goes to micro-batch ⌊i·m/T⌋, m = min(MicroBatches, T)) and
+// fills lc.micros; it returns their number, 0 when the replica is idle.
+func (lc *LayoutCost) prepare(b *StepShape, d int) int {
+	p := lc.layout.Plan
+	total := 0
+	for i := range b.Seqs {
+		if s := &b.Seqs[i]; s.Replica == d {
+			total += s.New
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	micro := b.MicroBatches
+	if micro <= 0 {
+		micro = p.PP
+	}
+	m := min(micro, total)
+	if cap(lc.micros) < m {
+		lc.micros = make([]microShape, m)
+	}
+	lc.micros = lc.micros[:m]
+	if cap(lc.logitBuf) < m*p.SP {
+		lc.logitBuf = make([]int, m*p.SP)
+	}
+	lc.logitBuf = lc.logitBuf[:m*p.SP]
+	clear(lc.logitBuf)
+	if cap(lc.bounds) < m+1 {
+		lc.bounds = make([]int, m+1)
+	}
+	bounds := lc.bounds[:m+1] // bounds[j] is micro-batch j's first token: ⌈j·T/m⌉
+	for j := range bounds {
+		bounds[j] = (j*total + m - 1) / m
+	}
+	for j := range lc.micros {
+		tokens := bounds[j+1] - bounds[j]
+		lc.micros[j] = microShape{tokens: tokens, nl: (tokens + p.SP - 1) / p.SP, logits: lc.logitBuf[j*p.SP : (j+1)*p.SP]}
+	}
+	window := lc.cfg.SlidingWindow
+	pos, j := 0, 0 // flattened token index within the replica, current micro-batch
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		if s.Replica != d || s.New <= 0 {
+			continue
+		}
+		end := pos + s.New
+		firstLogit := end - s.Logits
+		for a := pos; a < end; {
+			for bounds[j+1] <= a {
+				j++
+			}
+			ms := &lc.micros[j]
+			lo := bounds[j]
+			e := min(end, bounds[j+1])
+			if e-a == 1 {
+				ms.decode = ms.decode.Add(SeqAttention(s.Context+a-pos, 1, window))
+			} else {
+				ms.prefill = ms.prefill.Add(SeqAttention(s.Context+a-pos, e-a, window))
+			}
+			if la := max(a, firstLogit); e > la {
+				if p.SP == 1 {
+					ms.logits[0] += e - la
+				} else {
+					for sp := range ms.logits {
+						if n := min(e, lo+(sp+1)*ms.nl) - max(la, lo+sp*ms.nl); n > 0 {
+							ms.logits[sp] += n
+						}
+					}
+				}
+			}
+			a = e
+		}
+		pos = end
+	}
+	return m
+}
+
+// rankMicro adds rank r's work on one micro-batch to b and returns its
+// duration. It follows engine/rank.go step by step.
+func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
+	c, cfg, rs := lc.m, lc.cfg, &lc.ranks[r]
+	p := lc.layout.Plan
+	lat := c.eff.KernelLatency
+	link := c.Node.Link
+	start := b.Total
+	h, e, ab := cfg.Hidden, lc.elem, c.actBytes
+	T, nl := ms.tokens, ms.nl
+	n := nl * p.SP
+	real := max(0, min(nl, T-rs.coord.SP*nl))
+	L := rs.layers
+
+	allReduce := func(times int) {
+		sent, recv := comm.AllReduceBytes(nl*h, p.TP, rs.coord.TP, e)
+		b.addComm(CompAllReduce, comm.KindAllReduce, sent, recv, c.Collective(comm.KindAllReduce, max(sent, recv), p.TP, link), times)
+	}
+	allToAll := func(width int) {
+		for i := range lc.eq {
+			lc.eq[i] = nl * width
+		}
+		sent, recv := comm.AllToAllBytes(lc.eq, lc.eq, rs.coord.SP, e)
+		b.addComm(CompAllToAll, comm.KindAllToAll, sent, recv, c.Collective(comm.KindAllToAll, max(sent, recv), p.SP, link), L)
+	}
+
+	// Embedding (first stage) or the previous stage's activations.
+	if rs.first {
+		b.add(CompEmbed, c.streaming(int64(real+nl)*int64(h)*ab), lat, 1)
+		if p.TP > 1 {
+			allReduce(1)
+		}
+	} else {
+		v := int64(nl*h) * int64(e)
+		b.addComm(CompSendRecv, comm.KindRecv, 0, v, 0, 1) // waiting on the sender is the pipeline's, not this rank's
+	}
+
+	// Decoder layers: identical on every layer of the stage.
+	w := c.wgtDType
+	b.add(CompNorm, c.streaming(2*int64(nl*h)*ab), lat, L) // input RMSNorm
+	if c.w8a8 {
+		b.add(CompQuant, c.streaming(int64(nl*h)*(ab+1)), lat, L)
+	}
+	b.add(CompQKV, c.gemm(nl, rs.qs+2*rs.ks, h, w), lat, L)
+	b.add(CompNorm, c.streaming(2*int64(real*(rs.qs+rs.ks))*ab), lat, L) // (q/k norm and) RoPE
+	wd := rs.qc + 2*rs.kc
+	if p.SP > 1 {
+		b.add(CompNorm, c.streaming(2*int64(n*wd)*ab), lat, L) // pack the send buffer
+		allToAll(wd)
+	}
+	b.add(CompCache, c.streaming(int64(T*2*rs.kc)*(ab+c.kvBytes)), lat, L)
+	if ms.prefill.Queries > 0 {
+		b.add(CompAttnPrefill, c.attention(ms.prefill, rs.hq, rs.hkv, cfg.HeadDim), lat, L)
+	}
+	if ms.decode.Queries > 0 {
+		b.add(CompAttnDecode, c.attention(ms.decode, rs.hq, rs.hkv, cfg.HeadDim), lat, L)
+	}
+	if p.SP > 1 {
+		allToAll(rs.qc)
+		b.add(CompNorm, c.streaming(2*int64(n*rs.qc)*ab), lat, L) // unpack
+	}
+	if c.w8a8 {
+		b.add(CompQuant, c.streaming(int64(nl*rs.qs)*(ab+1)), lat, L)
+	}
+	b.add(CompOut, c.gemm(nl, h, rs.qs, w), lat, L)
+	if p.TP > 1 {
+		allReduce(L)
+		b.add(CompNorm, c.streaming(3*int64(nl*h)*ab), lat, L) // residual add
+	}
+	b.add(CompNorm, c.streaming(2*int64(nl*h)*ab), lat, L) // post-attention RMSNorm
+	if c.w8a8 {
+		b.add(CompQuant, c.streaming(int64(nl*h)*(ab+1)), lat, L)
+	}
+	b.add(CompMLPUp, c.gemm(nl, 2*rs.inter, h, w), lat, L)
+	b.add(CompNorm, c.streaming(3*int64(nl*rs.inter)*ab), lat, L) // SiLU·mul
+	if c.w8a8 {
+		b.add(CompQuant, c.streaming(int64(nl*rs.inter)*(ab+1)), lat, L)
+	}
+	b.add(CompMLPDown, c.gemm(nl, h, rs.inter, w), lat, L)
+	if p.TP > 1 {
+		allReduce(L)
+		b.add(CompNorm, c.streaming(3*int64(nl*h)*ab), lat, L)
+	}
+
+	// Next stage, or the logits of this rank's rows that want them.
+	if !rs.last {
+		v := int64(nl*h) * int64(e)
+		b.addComm(CompSendRecv, comm.KindSend, v, 0, c.Collective(comm.KindSend, v, 2, link), 1)
+	} else if rows := ms.logits[rs.coord.SP]; rows > 0 {
+		b.add(CompLMHead, c.streaming(2*int64(rows*h)*ab), lat, 1)
+		b.add(CompLMHead, c.gemm(rows, rs.vocab, h, c.actDType), lat, 1)
+		if p.TP > 1 {
+			for t, v := range lc.vocabs {
+				lc.counts[t] = rows * v
+			}
+			sent, recv := comm.AllGatherBytes(lc.counts, rs.coord.TP, e)
+			b.addComm(CompAllGather, comm.KindAllGather, sent, recv, c.Collective(comm.KindAllGather, max(sent, recv), p.TP, link), 1)
+		}
+	}
+	return b.Total - start
+}
+
+// StepTime returns global rank r's share of one step: every micro-batch
+// of its replica, plus the engine's per-step overhead. A rank of an idle
+// replica does nothing (the engine skips it) and gets only the overhead.
+func (lc *LayoutCost) StepTime(r int, b *StepShape) Breakdown {
+	var out Breakdown
+	if r >= 0 && r < len(lc.ranks) {
+		m := lc.prepare(b, lc.ranks[r].coord.DP)
+		for j := 0; j < m; j++ {
+			lc.rankMicro(r, &lc.micros[j], &out)
+		}
+	}
+	o := lc.m.eff.StepOverhead
+	out.Parts[CompOverhead].Time = o
+	out.Total += o
+	return out
+}
+
+// Step is the duration of a whole step.
+type Step struct {
+	Seconds  float64 // from the step's start until every replica's last stage is done, overhead included
+	Overhead float64 // the engine's host time per step, part of Seconds
+	Busy     float64 // the busiest rank's kernel and collective time
+	Slowest  int     // that rank
+}
+
+// Step returns the duration of one step. The ranks of a stage run in
+// lockstep (each micro-batch takes the slowest of them, as their
+// collectives synchronise them); stages form a pipeline over the
+// micro-batches, stage s starting micro-batch j when stage s−1 has sent it
+// and stage s has finished micro-batch j−1, which yields the PP bubbles;
+// replicas run in parallel and the step ends with the slowest.
+func (lc *LayoutCost) Step(b *StepShape) Step {
+	p := lc.layout.Plan
+	out := Step{Overhead: lc.m.eff.StepOverhead}
+	clear(lc.busy)
+	var scratch Breakdown
+	for d := 0; d < p.DP; d++ {
+		m := lc.prepare(b, d)
+		if m == 0 {
+			continue
+		}
+		clear(lc.finish)
+		for j := 0; j < m; j++ {
+			prev := 0.0
+			for s := 0; s < p.PP; s++ {
+				t := 0.0
+				for _, r := range lc.stages[d*p.PP+s] {
+					if tw := lc.ranks[r].twin; tw != r {
+						lc.last[r] = lc.last[tw]
+					} else {
+						scratch = Breakdown{}
+						lc.last[r] = lc.rankMicro(r, &lc.micros[j], &scratch)
+					}
+					lc.busy[r] += lc.last[r]
+					t = max(t, lc.last[r])
+				}
+				lc.finish[s] = max(lc.finish[s], prev) + t
+				prev = lc.finish[s]
+			}
+		}
+		out.Seconds = max(out.Seconds, lc.finish[p.PP-1])
+	}
+	for r, t := range lc.busy {
+		if r == 0 || t > out.Busy {
+			out.Busy, out.Slowest = t, r
+		}
+	}
+	out.Seconds += out.Overhead
+	return out
+}
