@@ -48,6 +48,36 @@ type RunResult struct {
 	SimDuration time.Duration // virtual time from the first arrival to the last token
 	KVTokens    int64         // KV capacity of one replica, tokens
 	Preemptions int64
+	// TokensPerSecond[i] is the tokens (prompt and output) the deployment
+	// computed in second i of the run, summed over replicas: the combined
+	// throughput the Shift paper plots.
+	TokensPerSecond []float64
+}
+
+// PeakThroughput is the largest TokensPerSecond entry.
+func (r *RunResult) PeakThroughput() float64 {
+	peak := 0.0
+	for _, v := range r.TokensPerSecond {
+		peak = max(peak, v)
+	}
+	return peak
+}
+
+// addTokens spreads a step's tokens over the seconds it spans.
+func (r *RunResult) addTokens(start, end float64, tokens int) {
+	if end <= start {
+		return
+	}
+	rate := float64(tokens) / (end - start)
+	for t := start; t < end; {
+		sec := int(t)
+		for len(r.TokensPerSecond) <= sec {
+			r.TokensPerSecond = append(r.TokensPerSecond, 0)
+		}
+		stop := min(end, float64(sec+1))
+		r.TokensPerSecond[sec] += rate * (stop - t)
+		t = stop
+	}
 }
 
 // replica is one independent engine of the deployment.
@@ -198,6 +228,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 		start := rep.free
 		end := start + lc.Step(&shape).Seconds
 		res.Steps++
+		res.addTokens(start, end, step.NumBatchedTokens)
 		rep.note(plan.String(), start, end, &res.Timeline)
 		sampled := make([]int, len(step.Seqs))
 		for i, s := range step.Seqs {

@@ -5,6 +5,8 @@
 //	gearbox generate   generate text from a prompt
 //	gearbox bench      load-test an OpenAI-compatible server
 //	gearbox simulate   simulate serving on a GPU node
+//	gearbox plan       rank layouts for a workload by simulation
+//	gearbox reproduce  rerun a paper's experiments in the simulator
 //	gearbox inspect    describe a model directory
 //
 // Run "gearbox COMMAND --help" for a command's flags.
@@ -32,6 +34,8 @@ var commands = []command{
 	{"generate", "generate text from a prompt on the CPU", runGenerate},
 	{"bench", "load-test an OpenAI-compatible server: bench serve replays a trace and reports vLLM's serving metrics", runBench},
 	{"simulate", "simulate serving a workload on a GPU node with the real scheduler and a calibrated cost model", runSimulate},
+	{"plan", "rank every parallel layout and policy of a node for a workload and SLOs, by simulation", runPlan},
+	{"reproduce", "rerun a paper's experiments in the simulator and compare (reproduce shift)", runReproduce},
 	{"inspect", "print a model's architecture, parameters, bytes per dtype and KV bytes per token", runInspect},
 }
 

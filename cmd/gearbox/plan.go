@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+)
+
+// candidate is one layout and policy gearbox plan evaluates.
+type candidate struct {
+	plan parallel.Plan
+	pol  policy.Policy
+	// results
+	err      error
+	report   *bench.Report
+	perGPU   float64 // goodput (or throughput without SLOs) per GPU, req/s
+	capacity float64 // highest sustainable request rate, req/s; -1 when not searched
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("plan", "plan --model ID|DIR --hardware NODE --dataset SPEC [--slo-ttft-ms T --slo-tpot-ms T] [flags]", stderr)
+	sf := addSimFlags(fs)
+	threshold := fs.Int("shift-threshold", policy.DefaultShiftThreshold, "batched tokens at or below which shift candidates run full TP")
+	capRequests := fs.Int("capacity-requests", 500, "requests per run of the capacity search (0 skips the search)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s, err := sf.setup()
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	cands := enumerate(s.cfg, s.node.Count, *threshold)
+	if len(cands) == 0 {
+		return fmt.Errorf("plan: no layout of %s fits %d GPUs", sf.model, s.node.Count)
+	}
+	start := time.Now()
+	work := make(chan *candidate)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range work {
+				s.evaluate(ctx, c, *capRequests)
+			}
+		}()
+	}
+	for _, c := range cands {
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	slices.SortStableFunc(cands, func(a, b *candidate) int {
+		switch {
+		case (a.err == nil) != (b.err == nil):
+			if a.err == nil {
+				return -1
+			}
+			return 1
+		case a.perGPU != b.perGPU:
+			if a.perGPU > b.perGPU {
+				return -1
+			}
+			return 1
+		case a.capacity != b.capacity:
+			if a.capacity > b.capacity {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	metric := "throughput/GPU"
+	if !s.slo.IsZero() {
+		metric = "goodput/GPU"
+	}
+	fmt.Fprintf(stdout, "%s on %s, %d requests of %s; SLO TTFT %v, TPOT %v; ranked by %s (req/s)\n\n",
+		sf.model, s.node, len(s.reqs), sf.dataset, s.slo.TTFT, s.slo.TPOT, metric)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank\tplan\tpolicy\t"+metric+"\treq/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcapacity req/s\t")
+	for i, c := range cands {
+		if c.err != nil {
+			fmt.Fprintf(tw, "-\t%s\t%s\t%v\t\t\t\t\t\t\t\n", c.plan, c.pol, c.err)
+			continue
+		}
+		r := c.report
+		capacity := "-"
+		if c.capacity >= 0 {
+			capacity = fmt.Sprintf("%.2f", c.capacity)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t\n", i+1, c.plan, c.pol, c.perGPU, r.RequestThroughput,
+			r.TTFT.Median, percentile(r.TTFT, 99), r.TPOT.Median, percentile(r.TPOT, 99), capacity)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "evaluated %d layouts in %.1f s\n", len(cands), time.Since(start).Seconds())
+	return nil
+}
+
+// percentile reads percentile p of a simulated run's statistics (see
+// simPercentiles).
+func percentile(st bench.Stats, p float64) float64 {
+	if i := slices.Index(simPercentiles, p); i >= 0 && i < len(st.Percentiles) {
+		return st.Percentiles[i]
+	}
+	return 0
+}
+
+// enumerate lists every DP × PP × SP × TP layout of n GPUs the model
+// allows, each static, and those with SP also under the shift policy.
+func enumerate(cfg *model.Config, n, threshold int) []*candidate {
+	var out []*candidate
+	for dp := 1; dp <= n; dp++ {
+		for pp := 1; dp*pp <= n; pp++ {
+			for sp := 1; dp*pp*sp <= n; sp++ {
+				if n%(dp*pp*sp) != 0 {
+					continue
+				}
+				p := parallel.Plan{DP: dp, PP: pp, SP: sp, TP: n / (dp * pp * sp)}
+				if p.Ranks() != n || p.Validate(cfg) != nil {
+					continue
+				}
+				out = append(out, &candidate{plan: p, pol: policy.Static{P: withDP(p, 1)}})
+				if sp > 1 && withDP(p, 1).Shift().Validate(cfg) == nil {
+					pol, err := policy.NewShift(withDP(p, 1), threshold)
+					if err == nil {
+						out = append(out, &candidate{plan: p, pol: pol})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func withDP(p parallel.Plan, dp int) parallel.Plan {
+	p.DP = dp
+	return p
+}
+
+// evaluate simulates the workload on c, then searches the highest Poisson
+// rate at which at least 90% of requests meet every SLO (Vidur's capacity
+// search, by bisection over the rate).
+func (s *simSetup) evaluate(ctx context.Context, c *candidate, capRequests int) {
+	res, err := s.run(c.plan, c.pol, s.reqs)
+	if err != nil {
+		c.err = err
+		return
+	}
+	c.report = res.Report
+	good := res.Report.RequestThroughput
+	if !s.slo.IsZero() {
+		good = res.Report.RequestGoodput
+	}
+	c.perGPU = good / float64(c.plan.Ranks())
+	c.capacity = -1
+	if s.slo.IsZero() || capRequests <= 0 {
+		return
+	}
+	reqs := slices.Clone(s.reqs[:min(capRequests, len(s.reqs))])
+	meets := func(rate float64) bool {
+		offsets, err := bench.Arrivals(len(reqs), rate, 1, 1)
+		if err != nil {
+			return false
+		}
+		setArrivals(reqs, offsets)
+		r, err := s.run(c.plan, c.pol, reqs)
+		if err != nil || r.Report.Completed == 0 || r.Report.RequestThroughput == 0 {
+			return false
+		}
+		return r.Report.RequestGoodput >= 0.9*r.Report.RequestThroughput && r.Report.Failed == 0
+	}
+	lo, hi := 0.0, 1.0
+	for hi < 1e4 && meets(hi) && ctx.Err() == nil {
+		lo, hi = hi, hi*2
+	}
+	for i := 0; i < 8 && ctx.Err() == nil; i++ {
+		mid := (lo + hi) / 2
+		if meets(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	c.capacity = lo
+}

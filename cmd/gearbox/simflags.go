@@ -1,0 +1,142 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/sim"
+)
+
+// simFlags are the flags simulate and plan share: the deployment's model,
+// node and precision, the engine's limits, and the workload.
+type simFlags struct {
+	model, hardware, dataset string
+	rate, burstiness         float64
+	replay                   bool
+	timeScale                float64
+	maxRequests              int
+	seed                     int64
+	batched, maxSeqs         int
+	prefix                   bool
+	dtype, quant, kvDType    string
+	sloTTFT, sloTPOT         float64
+}
+
+func addSimFlags(fs *flag.FlagSet) *simFlags {
+	f := &simFlags{}
+	fs.StringVar(&f.model, "model", "meta-llama/Llama-3.1-8B-Instruct", "model preset (Hugging Face id; see sim.Models) or a directory with config.json")
+	fs.StringVar(&f.hardware, "hardware", "8xH200", "node, e.g. 8xH200, 4xA10-pcie, 8xA100-80gb-pcie")
+	fs.StringVar(&f.dataset, "dataset", "synthetic:in=4096,out=250", "azure:FILE, mooncake:FILE or synthetic[:in=N,out=M,n=K]")
+	fs.Float64Var(&f.rate, "request-rate", math.Inf(1), "requests per second (inf: all at once)")
+	fs.Float64Var(&f.burstiness, "burstiness", 1, "gamma shape of inter-arrival times (1 = Poisson)")
+	fs.BoolVar(&f.replay, "replay-timestamps", false, "replay the trace's arrival times")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "with --replay-timestamps, divide the trace's times by this")
+	fs.IntVar(&f.maxRequests, "max-requests", 0, "use the first N requests (0: all; synthetic: the count)")
+	fs.IntVar(&f.maxRequests, "num-prompts", 0, "vLLM's spelling of --max-requests")
+	fs.Int64Var(&f.seed, "seed", 0, "seed for arrivals and synthetic lengths")
+	fs.IntVar(&f.batched, "max-num-batched-tokens", 2048, "token budget of one engine step")
+	fs.IntVar(&f.maxSeqs, "max-num-seqs", 256, "requests running at once per engine")
+	fs.BoolVar(&f.prefix, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
+	fs.StringVar(&f.dtype, "dtype", "auto", "activation and weight dtype: auto (the model's), bfloat16, float16")
+	fs.StringVar(&f.quant, "quantization", "", "weight quantization: fp8, or none")
+	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
+	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
+	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
+	return f
+}
+
+// simSetup is a loaded deployment and workload.
+type simSetup struct {
+	cfg   *model.Config
+	node  sim.Node
+	cost  *sim.CostModel
+	reqs  []bench.Request // arrivals set
+	sched sched.Config
+	slo   bench.SLO
+}
+
+func (f *simFlags) setup() (*simSetup, error) {
+	cfg, err := sim.LookupModel(f.model)
+	if err != nil {
+		return nil, err
+	}
+	node, err := sim.ParseNode(f.hardware)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := sim.VLLMPrecision(cfg, f.dtype, f.quant, f.kvDType)
+	if err != nil {
+		return nil, err
+	}
+	cost, err := sim.NewCostModel(node, prec)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := bench.LoadDataset(f.dataset, f.seed)
+	if err != nil {
+		return nil, err
+	}
+	if f.maxRequests > 0 {
+		ds = ds.Head(f.maxRequests)
+	}
+	s := &simSetup{
+		cfg: cfg, node: node, cost: cost, reqs: ds.Requests,
+		sched: sched.Config{MaxNumBatchedTokens: f.batched, MaxNumSeqs: f.maxSeqs, EnablePrefixCaching: f.prefix},
+		slo:   bench.SLO{TTFT: msDuration(f.sloTTFT), TPOT: msDuration(f.sloTPOT)},
+	}
+	if f.replay {
+		offsets, err := bench.ReplayArrivals(s.reqs, f.timeScale)
+		if err != nil {
+			return nil, err
+		}
+		setArrivals(s.reqs, offsets)
+	} else if err := s.poisson(f.rate, f.burstiness, f.seed); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// poisson sets the requests' arrivals to a gamma process at rate.
+func (s *simSetup) poisson(rate, burstiness float64, seed int64) error {
+	offsets, err := bench.Arrivals(len(s.reqs), rate, burstiness, seed)
+	if err != nil {
+		return err
+	}
+	setArrivals(s.reqs, offsets)
+	return nil
+}
+
+func setArrivals(reqs []bench.Request, offsets []time.Duration) {
+	for i := range reqs {
+		reqs[i].Arrival = offsets[i]
+	}
+}
+
+// run simulates the workload on one deployment.
+func (s *simSetup) run(plan parallel.Plan, pol policy.Policy, reqs []bench.Request) (*sim.RunResult, error) {
+	return sim.Run(sim.RunOptions{
+		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched,
+		Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
+	})
+}
+
+// simPercentiles are the percentiles simulated reports carry.
+var simPercentiles = []float64{50, 90, 99}
+
+// checkRanks says what to change when a plan does not use the whole node.
+func checkRanks(plan parallel.Plan, node sim.Node) error {
+	if plan.Ranks() != node.Count {
+		return fmt.Errorf("plan %s uses %d GPUs but the node has %d; give factors that multiply to %d", plan, plan.Ranks(), node.Count, node.Count)
+	}
+	return nil
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
