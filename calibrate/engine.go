@@ -21,51 +21,60 @@ import (
 // narrow, two-layer model, so that attention is most of a long step.
 var attentionShape = Shape{Hidden: 1024, Intermediate: 256, Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 128, Vocab: 256, MaxPositions: 4096}
 
-// attentionRates are the engine's paged attention throughputs, GFLOP/s
-// (4·head_dim FLOPs per query·key pair and head).
+// attentionRates are the engine's paged attention throughputs: GFLOP/s
+// (4·head_dim FLOPs per query·key pair and head), and for decode also the
+// rate at which it streams the KV cache, bytes per second.
 type attentionRates struct {
-	Prefill, Decode float64
+	Prefill, Decode   float64
+	DecodeKVBytesPerS float64
 }
 
-// measureAttention times engine steps of attentionShape that differ only
-// in how many keys their queries attend: a prefill chunk at context 0
-// and the same chunk after pl.prefill[1] cached tokens; a decode batch at
-// a short and a long context. Everything but attention is the same in
-// the two steps of a pair, so their time difference is the attention of
-// the extra (query, key) pairs.
-func measureAttention(ctx context.Context, pool *tensor.Pool, pl plan) (attentionRates, error) {
+// measureAttention times pairs of engine steps of attentionShape that
+// differ only in how many keys their queries attend, so that everything
+// but attention cancels in their difference:
+//
+//   - prefill: a chunk of T tokens at context 0 and the same chunk after
+//     3T cached tokens. Every query attends 3T more keys, the same number
+//     for each, so the kernel threads share the extra work evenly; the
+//     keys stay in cache across the chunk's queries. This is the compute
+//     rate of the attention kernel, the profile's AttentionGFLOPS.
+//   - decode: a batch of B sequences at a short and at a long context.
+//     Each sequence's keys are read from memory once per step, which the
+//     cost model prices at the profile's STREAM bandwidth; the measured
+//     rate is logged to show how far that is from the engine's.
+func measureAttention(ctx context.Context, pool *tensor.Pool, g grid) (attentionRates, error) {
 	cfg, err := attentionShape.Config()
 	if err != nil {
 		return attentionRates{}, err
 	}
 	w := randomWeights(cfg, pool)
 	const bs = 16
-	tokens, long := pl.prefill[0], pl.prefill[1]
-	batch, short, dlong := pl.decode[0], pl.decode[1], pl.decode[2]
-	perSeq := (dlong + 1 + bs - 1) / bs
-	blocks := max(batch*perSeq, (long+tokens+bs-1)/bs)
+	tokens, longPrefill := g.prefill, 3*g.prefill
+	batch, short, long := g.decode[0], g.decode[1], g.decode[2]
+	perSeq := (long + 1 + bs - 1) / bs
+	blocks := max(batch*perSeq, (longPrefill+tokens+bs-1)/bs)
 	exec, err := engine.NewExecutor(cfg, w, engine.ExecutorOptions{BlockSize: bs, NumBlocks: blocks, Pool: pool})
 	if err != nil {
 		return attentionRates{}, fmt.Errorf("calibrate: %w", err)
 	}
-	prefill := func(context int) *engine.Batch {
-		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(tokens, cfg.Vocab), Pos: context, Blocks: iota(0, (context+tokens+bs-1)/bs), NumLogits: 1}}}
+	prefill := func(cached int) *engine.Batch {
+		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(tokens, cfg.Vocab), Pos: cached, Blocks: blockRange(0, (cached+tokens+bs-1)/bs), NumLogits: 1}}}
 	}
-	decode := func(context int) *engine.Batch {
+	decode := func(cached int) *engine.Batch {
 		b := &engine.Batch{}
 		for i := 0; i < batch; i++ {
-			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: context, Blocks: iota(i*perSeq, perSeq), NumLogits: 1})
+			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: cached, Blocks: blockRange(i*perSeq, perSeq), NumLogits: 1})
 		}
 		return b
 	}
-	steps := []*engine.Batch{prefill(0), prefill(long), decode(short), decode(dlong)}
+	steps := []*engine.Batch{prefill(0), prefill(longPrefill), decode(short), decode(long)}
 	for _, b := range steps { // warm-up: grows the ranks' scratch
 		if _, err := exec.Step(ctx, b, parallel.Single); err != nil {
 			return attentionRates{}, fmt.Errorf("calibrate: %w", err)
 		}
 	}
-	t, err := rounds(ctx, pl.rounds, len(steps), func(c int) (float64, error) {
-		return timeStep(ctx, exec, steps[c], parallel.Single, 1)
+	t, err := rounds(ctx, g.rounds, len(steps), func(c int) (float64, error) {
+		return timeStep(ctx, exec, steps[c], parallel.Single)
 	})
 	if err != nil {
 		return attentionRates{}, err
@@ -73,33 +82,29 @@ func measureAttention(ctx context.Context, pool *tensor.Pool, pl plan) (attentio
 	flops := func(pairs int) float64 {
 		return 4 * float64(cfg.HeadDim) * float64(cfg.Heads) * float64(cfg.Layers) * float64(pairs)
 	}
-	rate := func(pairs int, dt float64) (float64, error) {
-		if !(dt > 0) {
-			return 0, fmt.Errorf("calibrate: attention of %d more key pairs took no longer (%.3g s); the machine is too noisy to measure it", pairs, dt)
+	for _, d := range []struct {
+		dt    float64
+		pairs int
+	}{{t[1] - t[0], tokens * longPrefill}, {t[3] - t[2], batch * (long - short)}} {
+		if !(d.dt > 0) {
+			return attentionRates{}, fmt.Errorf("calibrate: attention of %d more key pairs took no longer (%.3g s); the machine is too noisy to measure it", d.pairs, d.dt)
 		}
-		return flops(pairs) / dt / 1e9, nil
 	}
-	var r attentionRates
-	if r.Prefill, err = rate(tokens*long, t[1]-t[0]); err != nil {
-		return r, err
-	}
-	if r.Decode, err = rate(batch*(dlong-short), t[3]-t[2]); err != nil {
-		return r, err
-	}
-	return r, nil
+	kvBytes := float64(batch*(long-short)) * float64(cfg.Layers*cfg.KVHeads*2*cfg.HeadDim*4)
+	return attentionRates{
+		Prefill:           flops(tokens*longPrefill) / (t[1] - t[0]) / 1e9,
+		Decode:            flops(batch*(long-short)) / (t[3] - t[2]) / 1e9,
+		DecodeKVBytesPerS: kvBytes / (t[3] - t[2]),
+	}, nil
 }
 
-// timeStep is the median seconds of reps executor steps of b under plan.
-func timeStep(ctx context.Context, exec *engine.Executor, b *engine.Batch, plan parallel.Plan, reps int) (float64, error) {
-	ts := make([]float64, reps)
-	for i := range ts {
-		start := time.Now()
-		if _, err := exec.Step(ctx, b, plan); err != nil {
-			return 0, fmt.Errorf("calibrate: step under %s: %w", plan, err)
-		}
-		ts[i] = time.Since(start).Seconds()
+// timeStep is the seconds of one executor step of b under plan.
+func timeStep(ctx context.Context, exec *engine.Executor, b *engine.Batch, plan parallel.Plan) (float64, error) {
+	start := time.Now()
+	if _, err := exec.Step(ctx, b, plan); err != nil {
+		return 0, fmt.Errorf("calibrate: step under %s: %w", plan, err)
 	}
-	return median(ts), nil
+	return time.Since(start).Seconds(), nil
 }
 
 // tokenRun is n token ids cycling through the vocabulary above the
@@ -113,7 +118,7 @@ func tokenRun(n, vocab int) []int {
 }
 
 // iota is n consecutive block ids from first.
-func iota(first, n int) []int {
+func blockRange(first, n int) []int {
 	out := make([]int, n)
 	for i := range out {
 		out[i] = first + i
@@ -121,61 +126,88 @@ func iota(first, n int) []int {
 	return out
 }
 
-// overheadRequests and overheadPrompt shape the step-overhead run: a
-// batch of short requests on the built-in model, whose kernels are so
-// small that a step is almost all host time.
-const (
-	overheadRequests = 8
-	overheadPrompt   = 16
-)
-
-// measureStepOverhead runs the engine loop (scheduler, executor, sampler,
-// detokenizer, streams) on the built-in model with overheadRequests
-// requests submitted together, and returns its wall time per step less
-// the cost model's prediction for the same steps' kernels under profile p
-// (whose StepOverheadS must be 0): the host time per step the cost model
-// does not otherwise see.
-func measureStepOverhead(ctx context.Context, pool *tensor.Pool, p *sim.Profile, pl plan) (float64, error) {
-	m, err := model.LoadFS(builtin.FS(), builtin.Name)
-	if err != nil {
-		return 0, fmt.Errorf("calibrate: %w", err)
-	}
-	gen := pl.loopSteps
-	predicted, steps, err := predictLoop(p, m.Config, gen)
-	if err != nil {
-		return 0, err
-	}
-	t, err := rounds(ctx, pl.rounds, 1, func(int) (float64, error) {
-		return runLoop(ctx, m, pool, gen)
-	})
-	if err != nil {
-		return 0, err
-	}
-	return max(0, (t[0]-predicted)/float64(steps)), nil
+// overheadShape is the model of the step-overhead run: one layer and one
+// head of 128, so that its kernels take a few microseconds and the
+// attention is the head size the attention rate was measured at, with
+// the built-in model's tokenizer and vocabulary.
+func overheadShape(vocab int) Shape {
+	return Shape{Hidden: 128, Intermediate: 128, Layers: 1, Heads: 1, KVHeads: 1, HeadDim: 128, Vocab: vocab, MaxPositions: 1024}
 }
 
-// runLoop serves overheadRequests requests of gen tokens each through a
-// fresh engine and returns the seconds from submitting them to the end of
-// the last stream.
-func runLoop(ctx context.Context, m *model.Model, pool *tensor.Pool, gen int) (float64, error) {
+// overheadPrompt is the prompt length of the step-overhead requests.
+const overheadPrompt = 16
+
+// hostTimes is the engine loop's host time per step that the cost model
+// does not predict: a fixed part and a part per running sequence.
+type hostTimes struct {
+	Step, PerSeq float64 // seconds
+}
+
+// measureStepOverhead runs the engine loop (scheduler, executor, sampler,
+// detokenizer, streams) on a tiny model: one request, then
+// overheadBatch requests together, each generating g.loopSteps tokens.
+// Its wall time per step less the cost model's prediction for the same
+// steps' kernels under p (whose StepOverheadS must be 0) is the host
+// time the cost model does not otherwise see: the one-request run gives
+// the fixed part per step, the difference between the runs the part per
+// running sequence.
+func measureStepOverhead(ctx context.Context, pool *tensor.Pool, p *sim.Profile, g grid) (hostTimes, error) {
+	bm, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		return hostTimes{}, fmt.Errorf("calibrate: %w", err)
+	}
+	cfg, err := overheadShape(bm.Tokenizer.VocabSize()).Config()
+	if err != nil {
+		return hostTimes{}, err
+	}
+	m := &model.Model{Name: "overhead", Config: cfg, Weights: randomWeights(cfg, pool), Tokenizer: bm.Tokenizer}
+	gen := g.loopSteps
+	batches := []int{1, overheadBatch}
+	excess := make([]float64, len(batches))
+	t, err := rounds(ctx, g.rounds, len(batches), func(c int) (float64, error) {
+		return runLoop(ctx, m, pool, batches[c], gen)
+	})
+	if err != nil {
+		return hostTimes{}, err
+	}
+	for c, n := range batches {
+		predicted, err := predictLoop(p, cfg, n, gen)
+		if err != nil {
+			return hostTimes{}, err
+		}
+		excess[c] = (t[c] - predicted) / float64(gen)
+	}
+	return hostTimes{
+		Step:   max(0, excess[0]),
+		PerSeq: max(0, (excess[1]-excess[0])/float64(overheadBatch-1)),
+	}, nil
+}
+
+// overheadBatch is the larger batch of the step-overhead runs.
+const overheadBatch = 32
+
+// runLoop serves n requests of gen tokens each, submitted together,
+// through a fresh engine and returns the seconds from submitting them to
+// the end of the last stream.
+func runLoop(ctx context.Context, m *model.Model, pool *tensor.Pool, n, gen int) (float64, error) {
 	cfg := m.Config
 	per := (overheadPrompt + gen + 15) / 16
-	exec, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{BlockSize: 16, NumBlocks: overheadRequests * per, Pool: pool})
+	exec, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{BlockSize: 16, NumBlocks: n * per, Pool: pool})
 	if err != nil {
 		return 0, fmt.Errorf("calibrate: %w", err)
 	}
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: exec, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{},
+		Exec: exec, Tokenizer: m.Tokenizer, EOS: cfg.EOS, Clock: clock.Real{},
 		Sched: sched.Config{MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, MaxModelLen: cfg.MaxPositions},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("calibrate: %w", err)
 	}
 	start := time.Now()
-	streams := make([]*engine.Stream, overheadRequests)
+	streams := make([]*engine.Stream, n)
 	for i := range streams {
 		prompt := tokenRun(overheadPrompt, cfg.Vocab)
-		prompt[0] = 3 + i
+		prompt[0] = 3 + i%(cfg.Vocab-3)
 		if streams[i], err = eng.Submit(engine.Request{Prompt: prompt, MaxTokens: gen, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}}); err != nil {
 			return 0, fmt.Errorf("calibrate: %w", err)
 		}
@@ -210,21 +242,13 @@ func runLoop(ctx context.Context, m *model.Model, pool *tensor.Pool, gen int) (f
 
 // predictLoop is the cost model's kernel time, under p, of the steps
 // runLoop runs: one prefill of every prompt, then gen−1 decode steps of
-// the whole batch. It returns the seconds and the number of steps.
-func predictLoop(p *sim.Profile, cfg *model.Config, gen int) (float64, int, error) {
-	node, err := p.Node(1)
+// the whole batch.
+func predictLoop(p *sim.Profile, cfg *model.Config, n, gen int) (float64, error) {
+	lc, err := layoutCost(p, cfg, parallel.Single)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	cm, err := sim.NewCostModel(node, sim.CPUPrecision)
-	if err != nil {
-		return 0, 0, err
-	}
-	lc, err := cm.Layout(cfg, parallel.Standard(parallel.Single))
-	if err != nil {
-		return 0, 0, err
-	}
-	shape := sim.StepShape{Seqs: make([]sim.Seq, overheadRequests)}
+	shape := sim.StepShape{Seqs: make([]sim.Seq, n)}
 	for i := range shape.Seqs {
 		shape.Seqs[i] = sim.Seq{Context: 0, New: overheadPrompt, Logits: 1}
 	}
@@ -235,5 +259,5 @@ func predictLoop(p *sim.Profile, cfg *model.Config, gen int) (float64, int, erro
 		}
 		total += lc.Step(&shape).Seconds
 	}
-	return total, gen, nil
+	return total, nil
 }

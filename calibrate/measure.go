@@ -19,8 +19,8 @@ type Options struct {
 	// Threads is the number of kernel threads, as gearbox serve's
 	// --threads; 0 means every core.
 	Threads int
-	// Quick measures a smaller GEMM grid and fewer repetitions: about a
-	// quarter of the time, for tests and a first look.
+	// Quick measures a smaller grid with fewer repetitions, a few seconds
+	// instead of about 20, for tests and a first look.
 	Quick bool
 	// MemoryBytes is the memory available to the engine; 0 reads the
 	// machine's physical memory from the OS.
@@ -29,63 +29,74 @@ type Options struct {
 	Log io.Writer
 }
 
-// plan is how much Measure repeats: the grid and the rounds.
-type plan struct {
+// grid is what Measure measures and how often it repeats each measurement.
+type grid struct {
 	rounds     int           // interleaved rounds per measurement; medians are taken over them
 	sample     time.Duration // the shortest timed sample
 	ms         []int         // GEMM rows (tokens)
 	nks        [][2]int      // GEMM (N, K): weight shapes
 	linkSizes  []int         // collective message sizes, bytes
-	prefill    [2]int        // attention: prefill tokens, and the context of the long step
+	prefill    int           // attention: prefill chunk tokens T (at context 0 and 3T)
 	decode     [3]int        // attention: decode batch, short and long context
 	loopSteps  int           // step overhead: decode steps of the engine loop
 	streamSize int           // STREAM arrays, float32 elements
 }
 
-func newPlan(quick bool) plan {
+func newGrid(quick bool) grid {
 	if quick {
-		return plan{
+		return grid{
 			rounds: 3, sample: 5 * time.Millisecond,
 			ms:         []int{1, 4, 16, 64, 256, 1024},
 			nks:        [][2]int{{1024, 1024}, {4096, 1024}, {1024, 4096}},
 			linkSizes:  []int{4 << 10, 64 << 10, 1 << 20, 8 << 20},
-			prefill:    [2]int{256, 768},
+			prefill:    256,
 			decode:     [3]int{16, 64, 1024},
-			loopSteps:  32,
+			loopSteps:  64,
 			streamSize: 32 << 20,
 		}
 	}
-	return plan{
-		rounds: 5, sample: 10 * time.Millisecond,
+	return grid{
+		rounds: 7, sample: 10 * time.Millisecond,
 		ms:         []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
 		nks:        [][2]int{{512, 512}, {1024, 1024}, {256, 4096}, {4096, 1024}, {1024, 4096}, {4096, 4096}, {8192, 2048}},
 		linkSizes:  []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20},
-		prefill:    [2]int{512, 1536},
+		prefill:    512,
 		decode:     [3]int{32, 64, 2048},
-		loopSteps:  96,
+		loopSteps:  128,
 		streamSize: 64 << 20,
 	}
 }
 
 // Measure measures this machine with the kernels the CPU engine runs and
 // returns the profile the simulator's cost model reads (sim.Profile.GPU
-// fits its curves): the float32 GEMM's throughput over a grid of shapes
-// (tensor.MatMul, weights read cold from a buffer larger than the
-// last-level cache, as a model larger than the cache reads them every
-// step), STREAM-copy bandwidth, the fork-join latency of one pooled
-// kernel, the in-process transport's collectives over two ranks fitted to
-// the cost model's alpha-beta form, the engine's paged attention
-// (differences of whole engine steps that differ only in context), and
-// the engine loop's host time per step (the built-in model's serving
-// loop, less the cost model's prediction for its kernels).
+// fits its curves):
+//
+//   - GEMM: tensor.MatMul's GFLOP/s over a grid of tokens M × weight
+//     shapes N×K, weights read cold from a buffer larger than the
+//     last-level cache, as a model larger than the cache reads them every
+//     step;
+//   - memory: STREAM copy over the kernel pool, bytes read plus written;
+//   - kernel latency: one pooled kernel with negligible arithmetic;
+//   - link: all-reduces and all-to-alls of 4 KiB to 8 MiB over two ranks
+//     of the in-process transport, fitted to the cost model's alpha-beta
+//     form;
+//   - attention: the engine's paged attention in whole engine steps, as
+//     the difference of two steps that differ only in the keys attended
+//     (see measureAttention);
+//   - step overhead: the engine loop's host time per step on a tiny
+//     model, less the cost model's prediction for its kernels.
 //
 // Every measurement is the median of interleaved rounds, so a noisy
 // machine moves the medians less than it moves single runs; the grid and
-// the order are fixed. The default grid takes about a minute on two
-// cores, Quick about a quarter of that. It returns ctx's error when ctx
-// ends first.
+// the order are fixed. Other processes competing for the cores still
+// bias it: the log reports the load average before it starts. The
+// default grid takes about 20 s on two cores, Quick about 2 s. It returns ctx's error when ctx ends first.
 func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
-	pl := newPlan(opts.Quick)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	g := newGrid(opts.Quick)
 	mem := opts.MemoryBytes
 	if mem == 0 {
 		var err error
@@ -104,44 +115,46 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 			fmt.Fprintf(opts.Log, format+"\n", args...)
 		}
 	}
-	logf("calibrating %s with %d kernel threads", p.Name, p.Threads)
+	logf("calibrating %s with %d kernel threads (%s)", p.Name, p.Threads, loadAverage())
 
 	cold := make([]float32, coldElems)
 	fillRandom(pool, cold, 7)
-
 	var err error
-	if p.MemBytesPerS, err = measureStream(ctx, pool, cold, pl); err != nil {
+	if p.MemBytesPerS, err = measureStream(ctx, pool, cold, g); err != nil {
 		return nil, err
 	}
 	logf("memory: STREAM copy %.1f GB/s", p.MemBytesPerS/1e9)
-	if p.KernelLatencyS, err = measureKernelLatency(ctx, pool, pl); err != nil {
+	if p.KernelLatencyS, err = measureKernelLatency(ctx, pool, g); err != nil {
 		return nil, err
 	}
 	logf("kernel latency: %.2f µs", p.KernelLatencyS*1e6)
-	if p.GEMM, err = measureGEMM(ctx, pool, cold, pl, logf); err != nil {
+	if p.GEMM, err = measureGEMM(ctx, pool, cold, g, logf); err != nil {
 		return nil, err
 	}
 	cold = nil
-	if p.Link, err = measureLink(ctx, pl, p.KernelLatencyS, logf); err != nil {
+	if p.Link, err = measureLink(ctx, g, p.KernelLatencyS, logf); err != nil {
 		return nil, err
 	}
 	logf("link: %.2f µs per hop, %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
-	att, err := measureAttention(ctx, pool, pl)
+	att, err := measureAttention(ctx, pool, g)
 	if err != nil {
 		return nil, err
 	}
 	p.AttentionGFLOPS = att.Prefill
-	logf("attention: prefill %.1f GFLOP/s, decode %.1f GFLOP/s", att.Prefill, att.Decode)
+	logf("attention: %.1f GFLOP/s; decode attention %.1f GFLOP/s, streaming its KV cache at %.1f GB/s (not in the cost model)", att.Prefill, att.Decode, att.DecodeKVBytesPerS/1e9)
 	// The overhead is what the cost model does not already predict, so it
 	// is measured last, against the rest of the profile.
 	p.StepOverheadS = 0
-	if p.StepOverheadS, err = measureStepOverhead(ctx, pool, p, pl); err != nil {
+	host, err := measureStepOverhead(ctx, pool, p, g)
+	if err != nil {
 		return nil, err
 	}
-	logf("engine step overhead: %.1f µs", p.StepOverheadS*1e6)
+	p.StepOverheadS = host.Step
+	logf("engine step overhead: %.1f µs, and %.1f µs per running sequence (not in the cost model)", host.Step*1e6, host.PerSeq*1e6)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
+	logf("measured in %.1f s", time.Since(start).Seconds())
 	return p, nil
 }
 
@@ -152,12 +165,12 @@ const coldElems = 64 << 20
 
 // measureStream is STREAM's copy over the pool, counting the bytes read
 // plus written.
-func measureStream(ctx context.Context, pool *tensor.Pool, cold []float32, pl plan) (float64, error) {
-	n := pl.streamSize
+func measureStream(ctx context.Context, pool *tensor.Pool, cold []float32, g grid) (float64, error) {
+	n := g.streamSize
 	src, dst := cold[:n], make([]float32, n)
 	copyAll := func() { pool.Run(n, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) }) }
 	copyAll()
-	t, err := rounds(ctx, 2*pl.rounds, 1, func(int) (float64, error) {
+	t, err := rounds(ctx, 2*g.rounds, 1, func(int) (float64, error) {
 		return perCall(0, func(int) { copyAll() }), nil
 	})
 	if err != nil {
@@ -168,13 +181,13 @@ func measureStream(ctx context.Context, pool *tensor.Pool, cold []float32, pl pl
 
 // measureKernelLatency is the time of one pooled kernel whose arithmetic
 // is negligible: a 1×64×64 MatMul split over the pool's threads.
-func measureKernelLatency(ctx context.Context, pool *tensor.Pool, pl plan) (float64, error) {
+func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float64, error) {
 	const n, k = 64, 64
 	x, w, y := make([]float32, k), make([]float32, n*k), make([]float32, n)
 	fillRandom(nil, w, 3)
 	fillRandom(nil, x, 5)
-	t, err := rounds(ctx, 2*pl.rounds, 1, func(int) (float64, error) {
-		return perCall(pl.sample, func(int) { tensor.MatMul(pool, y, x, w, 1, k, n) }), nil
+	t, err := rounds(ctx, 2*g.rounds, 1, func(int) (float64, error) {
+		return perCall(g.sample, func(int) { tensor.MatMul(pool, y, x, w, 1, k, n) }), nil
 	})
 	if err != nil {
 		return 0, err
@@ -186,24 +199,24 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, pl plan) (floa
 // round, each call reading its weights from the next slice of cold, so
 // that weights come from memory as in a step of a model larger than the
 // cache.
-func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, pl plan, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
+func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, g grid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
 	var shapes [][3]int
 	maxMK, maxMN := 0, 0
-	for _, nk := range pl.nks {
-		for _, m := range pl.ms {
+	for _, nk := range g.nks {
+		for _, m := range g.ms {
 			shapes = append(shapes, [3]int{m, nk[0], nk[1]})
 			maxMK, maxMN = max(maxMK, m*nk[1]), max(maxMN, m*nk[0])
 		}
 	}
 	x, y := make([]float32, maxMK), make([]float32, maxMN)
 	fillRandom(pool, x, 11)
-	t, err := rounds(ctx, pl.rounds, len(shapes), func(c int) (float64, error) {
+	t, err := rounds(ctx, g.rounds, len(shapes), func(c int) (float64, error) {
 		m, n, k := shapes[c][0], shapes[c][1], shapes[c][2]
 		slots := len(cold) / (n * k)
 		if slots < 1 {
 			return 0, fmt.Errorf("calibrate: GEMM weight %d×%d exceeds the cold buffer", n, k)
 		}
-		return perCall(pl.sample, func(i int) {
+		return perCall(g.sample, func(i int) {
 			off := (i % slots) * n * k
 			tensor.MatMul(pool, y[:m*n], x[:m*k], cold[off:off+n*k], m, k, n)
 		}), nil
@@ -215,7 +228,7 @@ func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, pl plan
 	for c, s := range shapes {
 		out[c] = sim.GEMMPoint{M: s[0], N: s[1], K: s[2], GFLOPS: 2 * float64(s[0]) * float64(s[1]) * float64(s[2]) / t[c] / 1e9}
 	}
-	for _, nk := range pl.nks {
+	for _, nk := range g.nks {
 		line := fmt.Sprintf("GEMM N=%d K=%d GFLOP/s by M:", nk[0], nk[1])
 		for _, g := range out {
 			if g.N == nk[0] && g.K == nk[1] {
@@ -243,8 +256,8 @@ type LinkPoint struct {
 // by weighted least squares on the relative error (sizes span three
 // orders of magnitude), with steps from sim.CollectiveSteps and bytes from
 // package comm's volume functions.
-func measureLink(ctx context.Context, pl plan, kernelLatency float64, logf func(string, ...any)) (sim.AlphaBeta, error) {
-	points, err := measureCollectives(ctx, pl)
+func measureLink(ctx context.Context, g grid, kernelLatency float64, logf func(string, ...any)) (sim.AlphaBeta, error) {
+	points, err := measureCollectives(ctx, g)
 	if err != nil {
 		return sim.AlphaBeta{}, err
 	}
@@ -256,7 +269,7 @@ func measureLink(ctx context.Context, pl plan, kernelLatency float64, logf func(
 
 const linkRanks = 2
 
-func measureCollectives(ctx context.Context, pl plan) ([]LinkPoint, error) {
+func measureCollectives(ctx context.Context, g grid) ([]LinkPoint, error) {
 	kinds := []comm.Kind{comm.KindAllReduce, comm.KindAllToAll}
 	type linkCase struct {
 		kind  comm.Kind
@@ -264,12 +277,12 @@ func measureCollectives(ctx context.Context, pl plan) ([]LinkPoint, error) {
 	}
 	var cases []linkCase
 	for _, k := range kinds {
-		for _, b := range pl.linkSizes {
+		for _, b := range g.linkSizes {
 			cases = append(cases, linkCase{k, b / 4})
 		}
 	}
-	t, err := rounds(ctx, pl.rounds, len(cases), func(c int) (float64, error) {
-		return timeCollective(ctx, cases[c].kind, cases[c].elems, pl.sample)
+	t, err := rounds(ctx, g.rounds, len(cases), func(c int) (float64, error) {
+		return timeCollective(ctx, cases[c].kind, cases[c].elems, g.sample)
 	})
 	if err != nil {
 		return nil, err

@@ -74,3 +74,17 @@ func lastLevelCache() float64 {
 	}
 	return best
 }
+
+// loadAverage describes /proc/loadavg's one-minute load against the
+// cores, or says it is unknown.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "load average unknown"
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return "load average unknown"
+	}
+	return fmt.Sprintf("load average %s on %d cores", fields[0], runtime.NumCPU())
+}

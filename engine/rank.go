@@ -355,7 +355,13 @@ func (rk *rank) attention(l int, mb *micro, sh *shard, q []float32, qStride int,
 	}
 	rk.e.pool.Run(rows*hq, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			r, j := i/hq, i%hq
+			// Interleave early and late rows so the pool's contiguous
+			// chunks get equal causal work (row r attends to r+1 keys).
+			k, j := i/hq, i%hq
+			r := k / 2
+			if k%2 == 1 {
+				r = rows - 1 - k/2
+			}
 			t := base + r
 			p := st.tokPos[t]
 			from := 0

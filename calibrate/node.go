@@ -1,0 +1,27 @@
+package calibrate
+
+import (
+	"fmt"
+
+	"github.com/gearboxlm/gearbox/sim"
+)
+
+// Node is the profiled machine as a node of ranks CPU ranks, the way the
+// CPU engine runs them: goroutines of one process sharing one kernel pool
+// of the profile's threads and one memory system. It is p.Node(ranks)
+// with each rank's compute peak and memory bandwidth divided by ranks:
+// the ranks of a step run their kernels at the same time (their
+// collectives keep them in lockstep), so each gets a 1/ranks share of the
+// cores and of the bandwidth the profile measured with all of them, and a
+// plan's ranks add work to the machine instead of adding machines. One
+// rank is the whole machine, exactly p.Node(1).
+func Node(p *sim.Profile, ranks int) (sim.Node, error) {
+	n, err := p.Node(ranks)
+	if err != nil {
+		return sim.Node{}, fmt.Errorf("calibrate: %w", err)
+	}
+	share := float64(ranks)
+	n.GPU.BF16FLOPS /= share
+	n.GPU.HBMBytesPerS /= share
+	return n, nil
+}

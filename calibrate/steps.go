@@ -1,0 +1,236 @@
+package calibrate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sim"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// ValidationShape is the model the validations run: a random-weight
+// Llama of 4 layers with Llama-3-8B's heads (8 query and 2 KV heads of
+// 128) on a hidden size of 1024, about 180 M parameters in the layers
+// (45 MB a layer in float32, so a step reads its weights from memory, not
+// the cache) and a 32000-token vocabulary, Llama-2's. Its kernels, not
+// Go's per-call overheads, dominate its steps.
+var ValidationShape = Shape{Hidden: 1024, Intermediate: 2816, Layers: 4, Heads: 8, KVHeads: 2, HeadDim: 128, Vocab: 32000, MaxPositions: 4096}
+
+// StepCase is one step of the sweep: a prefill of Tokens tokens of one
+// new sequence, or a decode of Tokens sequences at Context tokens of
+// context each, under Plan.
+type StepCase struct {
+	Plan    parallel.Plan
+	Decode  bool
+	Tokens  int // prefill tokens, or decode batch
+	Context int // decode: tokens already cached per sequence
+}
+
+// String is e.g. "prefill 256" or "decode 16 @ 512".
+func (c StepCase) String() string {
+	if c.Decode {
+		return fmt.Sprintf("decode %d @ %d", c.Tokens, c.Context)
+	}
+	return fmt.Sprintf("prefill %d", c.Tokens)
+}
+
+// StepResult is one case measured on the engine and predicted by the
+// cost model.
+type StepResult struct {
+	StepCase
+	Measured  float64 // seconds, median of the rounds
+	Predicted float64 // seconds, sim.LayoutCost.Step
+	// Parts is the predicted busiest rank's time by component, seconds.
+	Parts [sim.NumComponents]float64
+}
+
+// Error is the prediction's relative error, (predicted − measured) /
+// measured.
+func (r StepResult) Error() float64 { return (r.Predicted - r.Measured) / r.Measured }
+
+// StepOptions configure ValidateSteps. Zero fields take the defaults
+// noted.
+type StepOptions struct {
+	Threads int   // kernel threads, as the profile's; 0: the profile's Threads
+	Shape   Shape // default ValidationShape
+	// Plans default to single, tp=2 and sp=2; Prefill to 16, 64, 256 and
+	// 1024 tokens; Decode to batches of 1, 4, 16 and 64 at DecodeContext
+	// (default 512) tokens of context.
+	Plans         []parallel.Plan
+	Prefill       []int
+	Decode        []int
+	DecodeContext int
+	Rounds        int       // interleaved rounds per case, default 5
+	Log           io.Writer // one line per case; nil: silent
+}
+
+func (o *StepOptions) defaults(p *sim.Profile) {
+	if o.Threads == 0 {
+		o.Threads = p.Threads
+	}
+	if o.Shape == (Shape{}) {
+		o.Shape = ValidationShape
+	}
+	if len(o.Plans) == 0 {
+		o.Plans = []parallel.Plan{parallel.Single, {DP: 1, PP: 1, SP: 1, TP: 2}, {DP: 1, PP: 1, SP: 2, TP: 1}}
+	}
+	if len(o.Prefill) == 0 {
+		o.Prefill = []int{16, 64, 256, 1024}
+	}
+	if len(o.Decode) == 0 {
+		o.Decode = []int{1, 4, 16, 64}
+	}
+	if o.DecodeContext == 0 {
+		o.DecodeContext = 512
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 5
+	}
+}
+
+// ValidateSteps runs every (plan, shape) case of opts on the CPU engine
+// (engine.Executor with a kernel pool of opts.Threads, random weights of
+// opts.Shape) and predicts it with the cost model built from p alone:
+// Node(p, ranks) and sim.NewCostModel(node, sim.CPUPrecision). Cases are
+// measured in interleaved rounds and the medians kept.
+func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) ([]StepResult, error) {
+	opts.defaults(p)
+	cfg, err := opts.Shape.Config()
+	if err != nil {
+		return nil, err
+	}
+	pool := tensor.NewPool(opts.Threads)
+	defer pool.Close()
+	w := randomWeights(cfg, pool)
+
+	var cases []StepCase
+	for _, plan := range opts.Plans {
+		for _, n := range opts.Prefill {
+			cases = append(cases, StepCase{Plan: plan, Tokens: n})
+		}
+		for _, n := range opts.Decode {
+			cases = append(cases, StepCase{Plan: plan, Decode: true, Tokens: n, Context: opts.DecodeContext})
+		}
+	}
+	const bs = 16
+	blocksFor := func(c StepCase) int {
+		if c.Decode {
+			return c.Tokens * ((c.Context + 1 + bs - 1) / bs)
+		}
+		return (c.Tokens + bs - 1) / bs
+	}
+	blocks := 0
+	for _, c := range cases {
+		blocks = max(blocks, blocksFor(c))
+	}
+	execs := map[parallel.Plan]*engine.Executor{}
+	layouts := map[parallel.Plan]*sim.LayoutCost{}
+	for _, plan := range opts.Plans {
+		if execs[plan], err = engine.NewExecutor(cfg, w, engine.ExecutorOptions{Plan: plan, BlockSize: bs, NumBlocks: blocks, Pool: pool}); err != nil {
+			return nil, fmt.Errorf("calibrate: %w", err)
+		}
+		if layouts[plan], err = layoutCost(p, cfg, plan); err != nil {
+			return nil, err
+		}
+	}
+	batches := make([]*engine.Batch, len(cases))
+	for i, c := range cases {
+		batches[i] = stepBatch(c, cfg, bs)
+		if _, err := execs[c.Plan].Step(ctx, batches[i], c.Plan); err != nil { // warm-up
+			return nil, fmt.Errorf("calibrate: %s under %s: %w", c, c.Plan, err)
+		}
+	}
+	t, err := rounds(ctx, opts.Rounds, len(cases), func(i int) (float64, error) {
+		return timeStep(ctx, execs[cases[i].Plan], batches[i], cases[i].Plan)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StepResult, len(cases))
+	for i, c := range cases {
+		lc := layouts[c.Plan]
+		shape := stepShape(batches[i])
+		step := lc.Step(&shape)
+		r := StepResult{StepCase: c, Measured: t[i], Predicted: step.Seconds}
+		bd := lc.StepTime(step.Slowest, &shape)
+		for k := range r.Parts {
+			r.Parts[k] = bd.Parts[k].Time
+		}
+		out[i] = r
+		if opts.Log != nil {
+			fmt.Fprintf(opts.Log, "%-8s %-16s measured %9.2f ms  predicted %9.2f ms  error %+6.1f%%\n",
+				c.Plan, c, r.Measured*1e3, r.Predicted*1e3, 100*r.Error())
+		}
+	}
+	return out, nil
+}
+
+// layoutCost is the cost model of p bound to cfg under plan's standard
+// layout, on a node of as many ranks as the plan has.
+func layoutCost(p *sim.Profile, cfg *model.Config, plan parallel.Plan) (*sim.LayoutCost, error) {
+	node, err := Node(p, plan.Ranks())
+	if err != nil {
+		return nil, err
+	}
+	cm, err := sim.NewCostModel(node, sim.CPUPrecision)
+	if err != nil {
+		return nil, err
+	}
+	return cm.Layout(cfg, parallel.Standard(plan))
+}
+
+// stepBatch is the engine batch of a case: a prefill starts a sequence
+// at position 0 and wants the logits of its last token; decodes want one
+// row each. The KV cache's contents do not change the time.
+func stepBatch(c StepCase, cfg *model.Config, bs int) *engine.Batch {
+	if !c.Decode {
+		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(c.Tokens, cfg.Vocab), Blocks: blockRange(0, (c.Tokens+bs-1)/bs), NumLogits: 1}}}
+	}
+	per := (c.Context + 1 + bs - 1) / bs
+	b := &engine.Batch{}
+	for i := 0; i < c.Tokens; i++ {
+		b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: c.Context, Blocks: blockRange(i*per, per), NumLogits: 1})
+	}
+	return b
+}
+
+// stepShape is the cost model's view of an engine batch.
+func stepShape(b *engine.Batch) sim.StepShape {
+	var s sim.StepShape
+	for _, q := range b.Seqs {
+		s.Seqs = append(s.Seqs, sim.Seq{Context: q.Pos, New: len(q.Tokens), Logits: q.NumLogits, Replica: q.Replica})
+	}
+	return s
+}
+
+// MedianAbsError is the median of |Error()| over results.
+func MedianAbsError(results []StepResult) float64 {
+	errs := make([]float64, len(results))
+	for i, r := range results {
+		errs[i] = math.Abs(r.Error())
+	}
+	return median(errs)
+}
+
+// ByPlan splits results by plan, in the order the plans first appear.
+func ByPlan(results []StepResult) [][]StepResult {
+	var order []parallel.Plan
+	groups := map[parallel.Plan][]StepResult{}
+	for _, r := range results {
+		if !slices.Contains(order, r.Plan) {
+			order = append(order, r.Plan)
+		}
+		groups[r.Plan] = append(groups[r.Plan], r)
+	}
+	out := make([][]StepResult, len(order))
+	for i, p := range order {
+		out[i] = groups[p]
+	}
+	return out
+}
