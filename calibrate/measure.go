@@ -140,8 +140,8 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.AttentionGFLOPS = att.Prefill
-	logf("attention: %.1f GFLOP/s; decode attention %.1f GFLOP/s, streaming its KV cache at %.1f GB/s (not in the cost model)", att.Prefill, att.Decode, att.DecodeKVBytesPerS/1e9)
+	p.AttentionGFLOPS, p.AttentionDecodeGFLOPS = att.Prefill, att.Decode
+	logf("attention: %.1f GFLOP/s; decode attention %.1f GFLOP/s, streaming its KV cache at %.1f GB/s", att.Prefill, att.Decode, att.DecodeKVBytesPerS/1e9)
 	// The overhead is what the cost model does not already predict, so it
 	// is measured last, against the rest of the profile.
 	p.StepOverheadS = 0

@@ -133,7 +133,7 @@ func TestNodeShares(t *testing.T) {
 	c1, _ := sim.NewCostModel(one, sim.CPUPrecision)
 	c2, _ := sim.NewCostModel(n2, sim.CPUPrecision)
 	w := sim.SeqAttention(0, 512, 0)
-	if a1, a2 := c1.Attention(w, 8, 2, 128), c2.Attention(w, 8, 2, 128); math.Abs(a2-p.KernelLatencyS-2*(a1-p.KernelLatencyS)) > 1e-12 {
+	if a1, a2 := c1.Attention(w, 8, 2, 128, false), c2.Attention(w, 8, 2, 128, false); math.Abs(a2-p.KernelLatencyS-2*(a1-p.KernelLatencyS)) > 1e-12 {
 		t.Errorf("attention %g s on a shared rank, %g on the machine", a2, a1)
 	}
 	if _, err := Node(p, 0); err == nil {

@@ -213,27 +213,32 @@ func SeqAttention(context, tokens, window int) AttentionWork {
 
 // attention is the attention kernel of work for heads query heads reading
 // kvHeads KV heads of headDim: 4·headDim FLOPs per pair and head (QKᵀ and
-// PV) at the 16-bit peak times Attention; the KV bytes read plus the
-// queries read and outputs written at the streaming efficiency.
-func (c *CostModel) attention(w AttentionWork, heads, kvHeads, headDim int) kernel {
+// PV) at the 16-bit peak times Attention (AttentionDecode for decode work
+// where it is measured); the KV bytes read plus the queries read and
+// outputs written at the streaming efficiency.
+func (c *CostModel) attention(w AttentionWork, heads, kvHeads, headDim int, decode bool) kernel {
 	if w.Queries == 0 {
 		return kernel{}
 	}
 	d := float64(headDim)
 	flops := 4 * d * float64(heads) * float64(w.Pairs)
 	bytes := float64(kvHeads)*float64(w.KVReads)*2*d*float64(c.kvBytes) + 2*float64(w.Queries)*float64(heads)*d*float64(c.actBytes)
-	return kernel{compute: flops / (c.actPeak * c.eff.Attention), memory: bytes / (c.bw * c.eff.Memory)}
+	eff := c.eff.Attention
+	if decode && c.eff.AttentionDecode > 0 {
+		eff = c.eff.AttentionDecode
+	}
+	return kernel{compute: flops / (c.actPeak * eff), memory: bytes / (c.bw * c.eff.Memory)}
 }
 
 // Attention returns the seconds of one FlashAttention kernel over work,
 // for heads query heads reading kvHeads KV heads of headDim elements. Run
-// prefill work and decode work as two calls: prefill is bound by its
-// FLOPs, decode by the KV bytes it reads.
-func (c *CostModel) Attention(w AttentionWork, heads, kvHeads, headDim int) float64 {
+// prefill work and decode work (decode true) as two calls: prefill is
+// bound by its FLOPs, decode by the KV bytes it reads.
+func (c *CostModel) Attention(w AttentionWork, heads, kvHeads, headDim int, decode bool) float64 {
 	if w.Queries == 0 {
 		return 0
 	}
-	return c.attention(w, heads, kvHeads, headDim).time(c.eff.KernelLatency)
+	return c.attention(w, heads, kvHeads, headDim, decode).time(c.eff.KernelLatency)
 }
 
 // CollectiveSteps is the number of sequential algorithm steps of one

@@ -120,16 +120,23 @@ func TestSeqAttention(t *testing.T) {
 	cm := costModel(t, "1xH200", bf16)
 	// Decode at 4k context is bandwidth-bound: 8 KV heads × 4097 × 2 × 128
 	// × 2 bytes; prefill of 4k is compute-bound.
-	dec := cm.attention(SeqAttention(4096, 1, 0), 64, 8, 128)
-	pre := cm.attention(SeqAttention(0, 4096, 0), 64, 8, 128)
+	dec := cm.attention(SeqAttention(4096, 1, 0), 64, 8, 128, true)
+	pre := cm.attention(SeqAttention(0, 4096, 0), 64, 8, 128, false)
 	if dec.memory <= dec.compute || pre.compute <= pre.memory {
 		t.Errorf("decode %+v, prefill %+v", dec, pre)
 	}
 	if want := 8 * 4097 * 2 * 128 * 2 / (4.8e12 * MemoryEfficiency); dec.memory < want || dec.memory > want*1.01 {
 		t.Errorf("decode memory %g s, want about %g", dec.memory, want)
 	}
-	if cm.Attention(AttentionWork{}, 64, 8, 128) != 0 {
+	if cm.Attention(AttentionWork{}, 64, 8, 128, true) != 0 {
 		t.Error("no work, yet time")
+	}
+	// A measured decode rate (a calibrated CPU) prices decode attention
+	// apart from prefill; catalog GPUs use one efficiency for both.
+	cm.eff.AttentionDecode = cm.eff.Attention / 2
+	slow := cm.attention(SeqAttention(4096, 1, 0), 64, 8, 128, true)
+	if slow.compute != 2*dec.compute || cm.attention(SeqAttention(0, 4096, 0), 64, 8, 128, false) != pre {
+		t.Errorf("decode efficiency not applied: %+v vs %+v", slow, dec)
 	}
 }
 

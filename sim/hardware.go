@@ -43,6 +43,10 @@ type Efficiency struct {
 	Memory float64
 	// Attention is FlashAttention's fraction of the dense 16-bit peak.
 	Attention float64
+	// AttentionDecode is the same fraction for decode attention (one
+	// query per sequence, its keys streamed from memory) where it was
+	// measured apart from prefill (a calibrated CPU); 0 means Attention.
+	AttentionDecode float64
 	// KernelLatency is the floor of one kernel in a captured CUDA graph
 	// (launch gap and ramp), seconds.
 	KernelLatency float64

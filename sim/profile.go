@@ -30,6 +30,9 @@ type Profile struct {
 	// AttentionGFLOPS is the measured throughput of the engine's paged
 	// attention (4·head_dim flops per query·key pair).
 	AttentionGFLOPS float64 `json:"attention_gflops"`
+	// AttentionDecodeGFLOPS is the same for decode steps (one query per
+	// sequence over its cached keys); 0 means AttentionGFLOPS.
+	AttentionDecodeGFLOPS float64 `json:"attention_decode_gflops,omitempty"`
 
 	// Link is the collectives' alpha-beta fit over the in-process
 	// transport: seconds per algorithm step and bytes per second one
@@ -161,6 +164,7 @@ func (p *Profile) GPU() (GPU, error) {
 		PCIe: "none", L2Bytes: p.L2Bytes,
 		Eff: Efficiency{
 			Matmul: 1, GEMMHalf: bestH, Memory: 1, Attention: p.AttentionGFLOPS * 1e9 / bestPeak,
+			AttentionDecode: p.AttentionDecodeGFLOPS * 1e9 / bestPeak,
 			KernelLatency: p.KernelLatencyS, StepOverhead: p.StepOverheadS,
 		},
 		Sources: []string{fmt.Sprintf("gearbox calibrate profile of %s (%d threads)", p.Name, p.Threads)},

@@ -361,10 +361,10 @@ func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
 	}
 	b.add(CompCache, c.streaming(int64(T*2*rs.kc)*(ab+c.kvBytes)), lat, L)
 	if ms.prefill.Queries > 0 {
-		b.add(CompAttnPrefill, c.attention(ms.prefill, rs.hq, rs.hkv, cfg.HeadDim), lat, L)
+		b.add(CompAttnPrefill, c.attention(ms.prefill, rs.hq, rs.hkv, cfg.HeadDim, false), lat, L)
 	}
 	if ms.decode.Queries > 0 {
-		b.add(CompAttnDecode, c.attention(ms.decode, rs.hq, rs.hkv, cfg.HeadDim), lat, L)
+		b.add(CompAttnDecode, c.attention(ms.decode, rs.hq, rs.hkv, cfg.HeadDim, true), lat, L)
 	}
 	if p.SP > 1 {
 		allToAll(rs.qc)
