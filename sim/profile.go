@@ -165,7 +165,7 @@ func (p *Profile) GPU() (GPU, error) {
 		Eff: Efficiency{
 			Matmul: 1, GEMMHalf: bestH, Memory: 1, Attention: p.AttentionGFLOPS * 1e9 / bestPeak,
 			AttentionDecode: p.AttentionDecodeGFLOPS * 1e9 / bestPeak,
-			KernelLatency: p.KernelLatencyS, StepOverhead: p.StepOverheadS,
+			KernelLatency:   p.KernelLatencyS, StepOverhead: p.StepOverheadS,
 		},
 		Sources: []string{fmt.Sprintf("gearbox calibrate profile of %s (%d threads)", p.Name, p.Threads)},
 	}, nil
