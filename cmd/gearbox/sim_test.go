@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/internal/fixture"
 )
 
 func TestSimulateCLI(t *testing.T) {
@@ -83,5 +85,29 @@ func TestReproduceShift(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(out); string(data) != stdout {
 		t.Fatal("--out differs from stdout")
+	}
+}
+
+// TestSimulateOnCPUProfile: --hardware Nxcpu with a calibration profile
+// simulates ranks sharing this machine.
+func TestSimulateOnCPUProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.json")
+	if _, _, err := runCLI(t, "calibrate", "--quick", "--out", prof); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Hidden: 128, Heads: 8, KVHeads: 4, Layers: 2, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runCLI(t, "simulate", "--model", dir, "--hardware", "2xcpu", "--profile", prof, "--plan", "tp=2",
+		"--dataset", "synthetic:in=32,out=8,n=10")
+	if err != nil || !strings.Contains(stdout, "Successful requests:                     10") {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	if _, _, err := runCLI(t, "simulate", "--hardware", "cpu", "--plan", "single"); err == nil || !strings.Contains(err.Error(), "needs --profile") {
+		t.Fatalf("cpu without a profile: %v", err)
+	}
+	if _, _, err := runCLI(t, "simulate", "--hardware", "8xH200", "--profile", prof, "--plan", "tp=8"); err == nil || !strings.Contains(err.Error(), "describes a CPU") {
+		t.Fatalf("profile with a GPU node: %v", err)
 	}
 }

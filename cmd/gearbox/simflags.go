@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/calibrate"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
@@ -28,12 +31,14 @@ type simFlags struct {
 	prefix                   bool
 	dtype, quant, kvDType    string
 	sloTTFT, sloTPOT         float64
+	profile                  string
 }
 
 func addSimFlags(fs *flag.FlagSet) *simFlags {
 	f := &simFlags{}
 	fs.StringVar(&f.model, "model", "meta-llama/Llama-3.1-8B-Instruct", "model preset (Hugging Face id; see sim.Models) or a directory with config.json")
-	fs.StringVar(&f.hardware, "hardware", "8xH200", "node, e.g. 8xH200, 4xA10-pcie, 8xA100-80gb-pcie")
+	fs.StringVar(&f.hardware, "hardware", "8xH200", "node, e.g. 8xH200, 4xA10-pcie, 8xA100-80gb-pcie, or 2xcpu with --profile")
+	fs.StringVar(&f.profile, "profile", "", "CPU profile written by gearbox calibrate, for --hardware cpu or Nxcpu (ranks sharing this machine)")
 	fs.StringVar(&f.dataset, "dataset", "synthetic:in=4096,out=250", "azure:FILE, mooncake:FILE or synthetic[:in=N,out=M,n=K]")
 	fs.Float64Var(&f.rate, "request-rate", math.Inf(1), "requests per second (inf: all at once)")
 	fs.Float64Var(&f.burstiness, "burstiness", 1, "gamma shape of inter-arrival times (1 = Poisson)")
@@ -68,11 +73,7 @@ func (f *simFlags) setup() (*simSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := sim.ParseNode(f.hardware)
-	if err != nil {
-		return nil, err
-	}
-	prec, err := sim.VLLMPrecision(cfg, f.dtype, f.quant, f.kvDType)
+	node, prec, err := f.node(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +103,37 @@ func (f *simFlags) setup() (*simSetup, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// node resolves --hardware: a catalog node, or ranks of this CPU from a
+// calibration profile (float32 everywhere, as the CPU engine runs).
+func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
+	count, name := 1, f.hardware
+	if i := strings.IndexAny(name, "xX"); i > 0 {
+		if n, err := strconv.Atoi(name[:i]); err == nil {
+			count, name = n, name[i+1:]
+		}
+	}
+	if !strings.EqualFold(name, "cpu") {
+		if f.profile != "" {
+			return sim.Node{}, sim.Precision{}, fmt.Errorf("--profile describes a CPU; use --hardware cpu or Nxcpu with it")
+		}
+		node, err := sim.ParseNode(f.hardware)
+		if err != nil {
+			return sim.Node{}, sim.Precision{}, err
+		}
+		prec, err := sim.VLLMPrecision(cfg, f.dtype, f.quant, f.kvDType)
+		return node, prec, err
+	}
+	if f.profile == "" {
+		return sim.Node{}, sim.Precision{}, fmt.Errorf("--hardware %s needs --profile FILE (run gearbox calibrate to write one)", f.hardware)
+	}
+	p, err := sim.LoadProfile(f.profile)
+	if err != nil {
+		return sim.Node{}, sim.Precision{}, err
+	}
+	node, err := calibrate.Node(p, count)
+	return node, sim.CPUPrecision, err
 }
 
 // poisson sets the requests' arrivals to a gamma process at rate.
