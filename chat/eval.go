@@ -266,23 +266,7 @@ func (r *renderer) execFor(b *strings.Builder, n *forNode, f *frame) error {
 	if err != nil {
 		return wrap(n.line, err)
 	}
-	bind := func(fr *frame, item any) error {
-		if len(n.targets) == 1 {
-			fr.set(n.targets[0], item)
-			return nil
-		}
-		parts, err := iterate(item)
-		if err != nil {
-			return err
-		}
-		if len(parts) != len(n.targets) {
-			return fmt.Errorf("cannot unpack %d values into %d names", len(parts), len(n.targets))
-		}
-		for i, t := range n.targets {
-			fr.set(t, parts[i])
-		}
-		return nil
-	}
+	bind := func(fr *frame, item any) error { return unpack(fr, n.targets, item) }
 	if n.cond != nil {
 		var kept []any
 		for _, item := range items {
@@ -343,19 +327,25 @@ func (r *renderer) execSet(n *setNode, f *frame) error {
 		ns.attrs.set(n.nsAttr, v)
 		return nil
 	}
-	if len(n.targets) == 1 {
-		f.set(n.targets[0], v)
+	return unpack(f, n.targets, v)
+}
+
+// unpack binds v to targets in fr: the value itself for one name, else its
+// items one per name, as Python's tuple unpacking (for and set share it).
+func unpack(fr *frame, targets []string, v any) error {
+	if len(targets) == 1 {
+		fr.set(targets[0], v)
 		return nil
 	}
 	parts, err := iterate(v)
 	if err != nil {
 		return err
 	}
-	if len(parts) != len(n.targets) {
-		return fmt.Errorf("cannot unpack %d values into %d names", len(parts), len(n.targets))
+	if len(parts) != len(targets) {
+		return fmt.Errorf("cannot unpack %d values into %d names", len(parts), len(targets))
 	}
-	for i, t := range n.targets {
-		f.set(t, parts[i])
+	for i, t := range targets {
+		fr.set(t, parts[i])
 	}
 	return nil
 }

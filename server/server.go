@@ -204,8 +204,8 @@ func (s *Server) decode(body []byte, v any, known func(string) bool) *apiError {
 	return nil
 }
 
-// knownFields reports the JSON names of a struct's fields (and embedded
-// structs' fields).
+// knownFields returns a membership test for the request field names an
+// endpoint understands.
 func knownFields(names ...string) func(string) bool {
 	set := map[string]bool{}
 	for _, n := range names {
