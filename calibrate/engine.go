@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,10 +17,20 @@ import (
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
-// attentionShape is the model whose engine steps measure attention: the
-// heads of Llama-3-8B (head_dim 128, four query heads per KV head) on a
-// narrow, two-layer model, so that attention is most of a long step.
+// attentionShape is the model whose CPU engine steps measure attention:
+// the heads of Llama-3-8B (head_dim 128, four query heads per KV head) on
+// a narrow, two-layer model, so that attention is most of a long step.
 var attentionShape = Shape{Hidden: 1024, Intermediate: 256, Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 128, Vocab: 256, MaxPositions: 4096}
+
+// engineGrid is what the measurements that run whole engine steps run,
+// and how often.
+type engineGrid struct {
+	rounds    int    // interleaved rounds per measurement; medians are taken over them
+	attention Shape  // the model of the attention steps
+	prefill   int    // attention: prefill chunk tokens T (at context 0 and 3T)
+	decode    [3]int // attention: decode batch, short and long context
+	loopSteps int    // step overhead: decode steps of the engine loop
+}
 
 // attentionRates are the engine's paged attention throughputs: GFLOP/s
 // (4·head_dim FLOPs per query·key pair and head), and for decode also the
@@ -29,9 +40,10 @@ type attentionRates struct {
 	DecodeKVBytesPerS float64
 }
 
-// measureAttention times pairs of engine steps of attentionShape that
-// differ only in how many keys their queries attend, so that everything
-// but attention cancels in their difference:
+// measureAttention times pairs of engine steps of g.attention, run by an
+// executor from runners with KV elements of kvBytes bytes, that differ
+// only in how many keys their queries attend, so that everything but
+// attention cancels in their difference:
 //
 //   - prefill: a chunk of T tokens at context 0 and the same chunk after
 //     3T cached tokens. Every query attends 3T more keys, the same number
@@ -39,11 +51,12 @@ type attentionRates struct {
 //     keys stay in cache across the chunk's queries. This is the compute
 //     rate of the attention kernel, the profile's AttentionGFLOPS.
 //   - decode: a batch of B sequences at a short and at a long context.
-//     Each sequence's keys are read from memory once per step, which the
-//     cost model prices at the profile's STREAM bandwidth; the measured
-//     rate is logged to show how far that is from the engine's.
-func measureAttention(ctx context.Context, pool *tensor.Pool, g grid) (attentionRates, error) {
-	cfg, err := attentionShape.Config()
+//     Each sequence's keys are read from memory once per step; the
+//     measured rate is the profile's AttentionDecodeGFLOPS, and the rate
+//     at which it streams the KV cache is logged to compare with the
+//     memory bandwidth.
+func measureAttention(ctx context.Context, runners Runners, pool *tensor.Pool, g engineGrid, kvBytes int) (_ attentionRates, err error) {
+	cfg, err := g.attention.Config()
 	if err != nil {
 		return attentionRates{}, err
 	}
@@ -53,10 +66,14 @@ func measureAttention(ctx context.Context, pool *tensor.Pool, g grid) (attention
 	batch, short, long := g.decode[0], g.decode[1], g.decode[2]
 	perSeq := (long + 1 + bs - 1) / bs
 	blocks := max(batch*perSeq, (longPrefill+tokens+bs-1)/bs)
-	exec, err := engine.NewExecutor(cfg, w, engine.ExecutorOptions{BlockSize: bs, NumBlocks: blocks, Pool: pool})
+	exec, release, err := runners(cfg, w, RunnerSpec{
+		Plan: parallel.Single, BlockSize: bs, NumBlocks: blocks,
+		MaxTokens: tokens, MaxSeqs: batch, MaxModelLen: max(longPrefill+tokens, long+1),
+	})
 	if err != nil {
-		return attentionRates{}, fmt.Errorf("calibrate: %w", err)
+		return attentionRates{}, err
 	}
+	defer func() { err = errors.Join(err, release()) }()
 	prefill := func(cached int) *engine.Batch {
 		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(tokens, cfg.Vocab), Pos: cached, Blocks: blockRange(0, (cached+tokens+bs-1)/bs), NumLogits: 1}}}
 	}
@@ -68,7 +85,7 @@ func measureAttention(ctx context.Context, pool *tensor.Pool, g grid) (attention
 		return b
 	}
 	steps := []*engine.Batch{prefill(0), prefill(longPrefill), decode(short), decode(long)}
-	for _, b := range steps { // warm-up: grows the ranks' scratch
+	for _, b := range steps { // warm-up: grows the ranks' scratch, captures a GPU's decode graph
 		if _, err := exec.Step(ctx, b, parallel.Single); err != nil {
 			return attentionRates{}, fmt.Errorf("calibrate: %w", err)
 		}
@@ -90,21 +107,12 @@ func measureAttention(ctx context.Context, pool *tensor.Pool, g grid) (attention
 			return attentionRates{}, fmt.Errorf("calibrate: attention of %d more key pairs took no longer (%.3g s); the machine is too noisy to measure it", d.pairs, d.dt)
 		}
 	}
-	kvBytes := float64(batch*(long-short)) * float64(cfg.Layers*cfg.KVHeads*2*cfg.HeadDim*4)
+	kvRead := float64(batch*(long-short)) * float64(cfg.Layers*cfg.KVHeads*2*cfg.HeadDim*kvBytes)
 	return attentionRates{
 		Prefill:           flops(tokens*longPrefill) / (t[1] - t[0]) / 1e9,
 		Decode:            flops(batch*(long-short)) / (t[3] - t[2]) / 1e9,
-		DecodeKVBytesPerS: kvBytes / (t[3] - t[2]),
+		DecodeKVBytesPerS: kvRead / (t[3] - t[2]),
 	}, nil
-}
-
-// timeStep is the seconds of one executor step of b under plan.
-func timeStep(ctx context.Context, exec *engine.Executor, b *engine.Batch, plan parallel.Plan) (float64, error) {
-	start := time.Now()
-	if _, err := exec.Step(ctx, b, plan); err != nil {
-		return 0, fmt.Errorf("calibrate: step under %s: %w", plan, err)
-	}
-	return time.Since(start).Seconds(), nil
 }
 
 // tokenRun is n token ids cycling through the vocabulary above the
@@ -117,7 +125,7 @@ func tokenRun(n, vocab int) []int {
 	return out
 }
 
-// iota is n consecutive block ids from first.
+// blockRange is n consecutive block ids from first.
 func blockRange(first, n int) []int {
 	out := make([]int, n)
 	for i := range out {
@@ -143,15 +151,16 @@ type hostTimes struct {
 	Step, PerSeq float64 // seconds
 }
 
-// measureStepOverhead runs the engine loop (scheduler, executor, sampler,
-// detokenizer, streams) on a tiny model: one request, then
-// overheadBatch requests together, each generating g.loopSteps tokens.
-// Its wall time per step less the cost model's prediction for the same
-// steps' kernels under p (whose StepOverheadS must be 0) is the host
-// time the cost model does not otherwise see: the one-request run gives
-// the fixed part per step, the difference between the runs the part per
-// running sequence.
-func measureStepOverhead(ctx context.Context, pool *tensor.Pool, p *sim.Profile, g grid) (hostTimes, error) {
+// measureStepOverhead runs the engine loop (scheduler, executor from
+// runners, sampler, detokenizer, streams) on a tiny model: one request,
+// then overheadBatch requests together, each generating g.loopSteps
+// tokens, each batch size on an executor of its own that a first, untimed
+// run has warmed up. Its wall time per step less the cost model's
+// prediction for the same steps' kernels under p (whose StepOverheadS
+// must be 0) is the host time the cost model does not otherwise see: the
+// one-request run gives the fixed part per step, the difference between
+// the runs the part per running sequence.
+func measureStepOverhead(ctx context.Context, runners Runners, pool *tensor.Pool, p *sim.Profile, g engineGrid) (_ hostTimes, err error) {
 	bm, err := model.LoadFS(builtin.FS(), builtin.Name)
 	if err != nil {
 		return hostTimes{}, fmt.Errorf("calibrate: %w", err)
@@ -163,13 +172,29 @@ func measureStepOverhead(ctx context.Context, pool *tensor.Pool, p *sim.Profile,
 	m := &model.Model{Name: "overhead", Config: cfg, Weights: randomWeights(cfg, pool), Tokenizer: bm.Tokenizer}
 	gen := g.loopSteps
 	batches := []int{1, overheadBatch}
-	excess := make([]float64, len(batches))
+	execs := make([]engine.Runner, len(batches))
+	for c, n := range batches {
+		per := (overheadPrompt + gen + 15) / 16
+		exec, release, err := runners(cfg, m.Weights, RunnerSpec{
+			Plan: parallel.Single, BlockSize: 16, NumBlocks: n * per,
+			MaxTokens: n * overheadPrompt, MaxSeqs: n, MaxModelLen: overheadPrompt + gen,
+		})
+		if err != nil {
+			return hostTimes{}, err
+		}
+		defer func() { err = errors.Join(err, release()) }()
+		if _, err := runLoop(ctx, m, exec, n, gen); err != nil {
+			return hostTimes{}, err
+		}
+		execs[c] = exec
+	}
 	t, err := rounds(ctx, g.rounds, len(batches), func(c int) (float64, error) {
-		return runLoop(ctx, m, pool, batches[c], gen)
+		return runLoop(ctx, m, execs[c], batches[c], gen)
 	})
 	if err != nil {
 		return hostTimes{}, err
 	}
+	excess := make([]float64, len(batches))
 	for c, n := range batches {
 		predicted, err := predictLoop(p, cfg, n, gen)
 		if err != nil {
@@ -187,15 +212,10 @@ func measureStepOverhead(ctx context.Context, pool *tensor.Pool, p *sim.Profile,
 const overheadBatch = 32
 
 // runLoop serves n requests of gen tokens each, submitted together,
-// through a fresh engine and returns the seconds from submitting them to
-// the end of the last stream.
-func runLoop(ctx context.Context, m *model.Model, pool *tensor.Pool, n, gen int) (float64, error) {
+// through a fresh engine on exec (whose KV cache holds them all) and
+// returns the seconds from submitting them to the end of the last stream.
+func runLoop(ctx context.Context, m *model.Model, exec engine.Runner, n, gen int) (float64, error) {
 	cfg := m.Config
-	per := (overheadPrompt + gen + 15) / 16
-	exec, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{BlockSize: 16, NumBlocks: n * per, Pool: pool})
-	if err != nil {
-		return 0, fmt.Errorf("calibrate: %w", err)
-	}
 	eng, err := engine.NewEngine(engine.Options{
 		Exec: exec, Tokenizer: m.Tokenizer, EOS: cfg.EOS, Clock: clock.Real{},
 		Sched: sched.Config{MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, MaxModelLen: cfg.MaxPositions},

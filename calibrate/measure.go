@@ -31,38 +31,31 @@ type Options struct {
 
 // grid is what Measure measures and how often it repeats each measurement.
 type grid struct {
-	rounds     int           // interleaved rounds per measurement; medians are taken over them
+	engineGrid
 	sample     time.Duration // the shortest timed sample
 	ms         []int         // GEMM rows (tokens)
 	nks        [][2]int      // GEMM (N, K): weight shapes
 	linkSizes  []int         // collective message sizes, bytes
-	prefill    int           // attention: prefill chunk tokens T (at context 0 and 3T)
-	decode     [3]int        // attention: decode batch, short and long context
-	loopSteps  int           // step overhead: decode steps of the engine loop
 	streamSize int           // STREAM arrays, float32 elements
 }
 
 func newGrid(quick bool) grid {
 	if quick {
 		return grid{
-			rounds: 3, sample: 5 * time.Millisecond,
+			engineGrid: engineGrid{rounds: 3, attention: attentionShape, prefill: 256, decode: [3]int{16, 64, 1024}, loopSteps: 64},
+			sample:     5 * time.Millisecond,
 			ms:         []int{1, 4, 16, 64, 256, 1024},
 			nks:        [][2]int{{1024, 1024}, {4096, 1024}, {1024, 4096}},
 			linkSizes:  []int{4 << 10, 64 << 10, 1 << 20, 8 << 20},
-			prefill:    256,
-			decode:     [3]int{16, 64, 1024},
-			loopSteps:  64,
 			streamSize: 32 << 20,
 		}
 	}
 	return grid{
-		rounds: 7, sample: 10 * time.Millisecond,
+		engineGrid: engineGrid{rounds: 7, attention: attentionShape, prefill: 512, decode: [3]int{32, 64, 2048}, loopSteps: 128},
+		sample:     10 * time.Millisecond,
 		ms:         []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
 		nks:        [][2]int{{512, 512}, {1024, 1024}, {256, 4096}, {4096, 1024}, {1024, 4096}, {4096, 4096}, {8192, 2048}},
 		linkSizes:  []int{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20},
-		prefill:    512,
-		decode:     [3]int{32, 64, 2048},
-		loopSteps:  128,
 		streamSize: 64 << 20,
 	}
 }
@@ -136,7 +129,8 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 		return nil, err
 	}
 	logf("link: %.2f µs per hop, %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
-	att, err := measureAttention(ctx, pool, g)
+	runners := CPURunners(pool)
+	att, err := measureAttention(ctx, runners, pool, g.engineGrid, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +139,7 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 	// The overhead is what the cost model does not already predict, so it
 	// is measured last, against the rest of the profile.
 	p.StepOverheadS = 0
-	host, err := measureStepOverhead(ctx, pool, p, g)
+	host, err := measureStepOverhead(ctx, runners, pool, p, g.engineGrid)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,11 @@ package calibrate
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -40,6 +44,39 @@ func (s Shape) Config() (*model.Config, error) {
 func (s Shape) String() string {
 	return fmt.Sprintf("hidden %d, intermediate %d, %d layers, %d/%d heads of %d, vocabulary %d",
 		s.Hidden, s.Intermediate, s.Layers, s.Heads, s.KVHeads, s.HeadDim, s.Vocab)
+}
+
+// ModelShape is the config of a real model's shape by name, as
+// ModelShapes lists them ("llama-3.2-1b", "llama-3.1-8b"): its sizes,
+// tied embeddings and RoPE scaling, for random weights of the real
+// model's bytes and FLOPs.
+func ModelShape(name string) (*model.Config, error) {
+	spec, ok := fixture.Shapes[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		return nil, fmt.Errorf("calibrate: unknown model shape %q (known: %s)", name, strings.Join(ModelShapes(), ", "))
+	}
+	data, err := json.Marshal(spec.Config())
+	if err != nil {
+		return nil, fmt.Errorf("calibrate: %w", err)
+	}
+	cfg, err := model.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate: model shape %s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// ModelShapes lists the names ModelShape knows, sorted.
+func ModelShapes() []string {
+	return slices.Sorted(maps.Keys(fixture.Shapes))
+}
+
+// shapeOf is cfg's sizes as a Shape.
+func shapeOf(cfg *model.Config) Shape {
+	return Shape{
+		Hidden: cfg.Hidden, Intermediate: cfg.Intermediate, Layers: cfg.Layers, Heads: cfg.Heads, KVHeads: cfg.KVHeads,
+		HeadDim: cfg.HeadDim, Vocab: cfg.Vocab, MaxPositions: cfg.MaxPositions,
+	}
 }
 
 // randomWeights fills every tensor of cfg with small pseudo-random values

@@ -15,10 +15,16 @@ import (
 // cores and of the bandwidth the profile measured with all of them, and a
 // plan's ranks add work to the machine instead of adding machines. One
 // rank is the whole machine, exactly p.Node(1).
+//
+// A GPU profile describes one GPU per rank, as a catalog node does: Node
+// is p.Node(ranks) unchanged.
 func Node(p *sim.Profile, ranks int) (sim.Node, error) {
 	n, err := p.Node(ranks)
 	if err != nil {
 		return sim.Node{}, fmt.Errorf("calibrate: %w", err)
+	}
+	if p.IsGPU() {
+		return n, nil
 	}
 	share := float64(ranks)
 	n.GPU.BF16FLOPS /= share

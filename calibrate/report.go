@@ -12,7 +12,8 @@ import (
 
 // WriteProfile prints a profile as a short table: the scalar
 // measurements, the GEMM curve sim.Profile.GPU fits to the points, and
-// the points by weight shape (rows) and tokens M (columns), GFLOP/s.
+// the points by weight shape (rows) and tokens M (columns), GFLOP/s for
+// a CPU and TFLOP/s for a GPU.
 func WriteProfile(w io.Writer, p *sim.Profile) error {
 	g, err := p.GPU()
 	if err != nil {
@@ -22,13 +23,33 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 	row := func(label, format string, args ...any) {
 		fmt.Fprintf(&b, "%-28s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	row("processor", "%s, %d kernel threads", p.Name, p.Threads)
-	row("memory", "%.1f GiB", float64(p.MemoryBytes)/(1<<30))
-	row("last-level cache", "%.0f MiB", p.L2Bytes/(1<<20))
-	row("STREAM copy", "%.1f GB/s", p.MemBytesPerS/1e9)
-	row("GEMM curve (fitted)", "%.1f GFLOP/s · s(m)·s(n)·s(k), s(x) = x/(x+%.1f)", g.BF16FLOPS/2/1e9, g.Eff.GEMMHalf)
-	row("attention", "%.1f GFLOP/s", p.AttentionGFLOPS)
-	row("collectives (2 ranks)", "%.2f µs per step + bytes at %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
+	unit, scale := "GFLOP/s", 1.0
+	if p.IsGPU() {
+		unit, scale = "TFLOP/s", 1e-3
+		row("device", "%s, bfloat16", p.Name)
+		row("memory", "%.1f GiB", float64(p.MemoryBytes)/(1<<30))
+		row("device copy", "%.1f GB/s", p.MemBytesPerS/1e9)
+		row("GEMM curve (fitted)", "%.1f TFLOP/s · s(m)·s(n)·s(k), s(x) = x/(x+%.1f)", g.BF16FLOPS/1e12, g.Eff.GEMMHalf)
+		if p.AttentionDecodeGFLOPS > 0 {
+			row("attention", "%.1f TFLOP/s, decode %.1f TFLOP/s", p.AttentionGFLOPS/1e3, p.AttentionDecodeGFLOPS/1e3)
+		} else {
+			row("attention", "%.1f TFLOP/s", p.AttentionGFLOPS/1e3)
+		}
+		row("logits to host", "%.1f GB/s", p.LogitsBytesPerS/1e9)
+		if c, ok := sim.MatchGPU(p.Name); ok {
+			row("catalog entry", "%s (links and FP8 ratio taken from it)", c.Name)
+		} else {
+			row("catalog entry", "none matches %q", p.Name)
+		}
+	} else {
+		row("processor", "%s, %d kernel threads", p.Name, p.Threads)
+		row("memory", "%.1f GiB", float64(p.MemoryBytes)/(1<<30))
+		row("last-level cache", "%.0f MiB", p.L2Bytes/(1<<20))
+		row("STREAM copy", "%.1f GB/s", p.MemBytesPerS/1e9)
+		row("GEMM curve (fitted)", "%.1f GFLOP/s · s(m)·s(n)·s(k), s(x) = x/(x+%.1f)", g.BF16FLOPS/2/1e9, g.Eff.GEMMHalf)
+		row("attention", "%.1f GFLOP/s", p.AttentionGFLOPS)
+		row("collectives (2 ranks)", "%.2f µs per step + bytes at %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
+	}
 	row("kernel latency", "%.2f µs", p.KernelLatencyS*1e6)
 	row("engine step overhead", "%.1f µs", p.StepOverheadS*1e6)
 
@@ -45,7 +66,7 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 		rate[[3]int{pt.M, pt.N, pt.K}] = pt.GFLOPS
 	}
 	slices.Sort(ms)
-	fmt.Fprintf(&b, "\nGEMM GFLOP/s by weight N×K (rows) and tokens M (columns):\n%-11s", "N×K")
+	fmt.Fprintf(&b, "\nGEMM %s by weight N×K (rows) and tokens M (columns):\n%-11s", unit, "N×K")
 	for _, m := range ms {
 		fmt.Fprintf(&b, " %6d", m)
 	}
@@ -54,7 +75,7 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 		fmt.Fprintf(&b, "%-11s", fmt.Sprintf("%d×%d", nk[0], nk[1]))
 		for _, m := range ms {
 			if v, ok := rate[[3]int{m, nk[0], nk[1]}]; ok {
-				fmt.Fprintf(&b, " %6.1f", v)
+				fmt.Fprintf(&b, " %6.1f", v*scale)
 			} else {
 				fmt.Fprintf(&b, " %6s", "")
 			}
@@ -66,26 +87,81 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 }
 
 // WriteStepTable prints the step-time sweep as a Markdown table, then
-// the median absolute error of each plan and of all cases.
+// the median absolute error of each plan and of all cases. Results with
+// catalog predictions (StepOptions.Catalog) get a second prediction and
+// error column, headed catalog.
 func WriteStepTable(w io.Writer, results []StepResult) error {
+	cat := slices.ContainsFunc(results, func(r StepResult) bool { return r.Catalog > 0 })
 	var b bytes.Buffer
-	b.WriteString("| plan | step | measured ms | predicted ms | error |\n|---|---|---:|---:|---:|\n")
+	if cat {
+		b.WriteString("| plan | step | measured ms | predicted ms | error | catalog ms | catalog error |\n|---|---|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("| plan | step | measured ms | predicted ms | error |\n|---|---|---:|---:|---:|\n")
+	}
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %+.1f%% |\n", r.Plan, r.StepCase, r.Measured*1e3, r.Predicted*1e3, 100*r.Error())
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %+.1f%% |", r.Plan, r.StepCase, r.Measured*1e3, r.Predicted*1e3, 100*r.Error())
+		if cat {
+			fmt.Fprintf(&b, " %.2f | %+.1f%% |", r.Catalog*1e3, 100*r.CatalogError())
+		}
+		b.WriteByte('\n')
 	}
-	b.WriteString("\n| plan | cases | median absolute error | largest |\n|---|---:|---:|---:|\n")
+	if cat {
+		b.WriteString("\n| plan | cases | median absolute error | largest | catalog median | catalog largest |\n|---|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("\n| plan | cases | median absolute error | largest |\n|---|---:|---:|---:|\n")
+	}
+	summary := func(label string, g []StepResult) {
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %.1f%% |", label, len(g), 100*MedianAbsError(g), 100*maxAbs(g, StepResult.Error))
+		if cat {
+			fmt.Fprintf(&b, " %.1f%% | %.1f%% |", 100*MedianAbsCatalogError(g), 100*maxAbs(g, StepResult.CatalogError))
+		}
+		b.WriteByte('\n')
+	}
 	for _, g := range ByPlan(results) {
-		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %.1f%% |\n", g[0].Plan, len(g), 100*MedianAbsError(g), 100*maxAbsError(g))
+		summary(g[0].Plan.String(), g)
 	}
-	fmt.Fprintf(&b, "| all | %d | %.1f%% | %.1f%% |\n", len(results), 100*MedianAbsError(results), 100*maxAbsError(results))
+	summary("all", results)
 	_, err := w.Write(b.Bytes())
 	return err
 }
 
-func maxAbsError(results []StepResult) float64 {
+// ShapeSteps is one model's step-time sweep, for WriteStepSummary.
+type ShapeSteps struct {
+	Name    string // the model, e.g. "llama-3.2-1b"
+	Results []StepResult
+}
+
+// WriteStepSummary prints, as a Markdown table, the median absolute error
+// of each model's sweep and of all of them together, for the profile and,
+// where the sweeps have them, for the catalog entry.
+func WriteStepSummary(w io.Writer, sweeps []ShapeSteps) error {
+	var all []StepResult
+	for _, s := range sweeps {
+		all = append(all, s.Results...)
+	}
+	cat := slices.ContainsFunc(all, func(r StepResult) bool { return r.Catalog > 0 })
+	var b bytes.Buffer
+	b.WriteString("| model | cases | profile: median absolute error | catalog: median absolute error |\n|---|---:|---:|---:|\n")
+	row := func(name string, rs []StepResult) {
+		c := "n/a"
+		if cat {
+			c = fmt.Sprintf("%.1f%%", 100*MedianAbsCatalogError(rs))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %s |\n", name, len(rs), 100*MedianAbsError(rs), c)
+	}
+	for _, s := range sweeps {
+		row(s.Name, s.Results)
+	}
+	row("all", all)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// maxAbs is the largest |rel(r)| over results.
+func maxAbs(results []StepResult, rel func(StepResult) float64) float64 {
 	m := 0.0
 	for _, r := range results {
-		m = max(m, math.Abs(r.Error()))
+		m = max(m, math.Abs(rel(r)))
 	}
 	return m
 }

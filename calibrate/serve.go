@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +28,16 @@ import (
 // ServeOptions configure ValidateServe. Zero fields take the defaults
 // noted.
 type ServeOptions struct {
-	Threads int   // kernel threads; 0: the profile's Threads
+	Threads int   // CPU kernel threads; 0: the profile's Threads (all cores for a GPU profile, for the weights)
 	Shape   Shape // default ValidationShape; its vocabulary becomes the tokenizer's
+	// Model, when set, is the model to serve instead of Shape (a real
+	// model's shape from ModelShape); its vocabulary too becomes the
+	// tokenizer's.
+	Model *model.Config
+	// Runners builds the server's executor; nil runs the CPU engine with
+	// a kernel pool of Threads. A GPU profile needs GPU runners
+	// (GPURunners).
+	Runners Runners
 	// Dataset is a synthetic workload spec for bench.LoadDataset, default
 	// "synthetic:in=64-256,out=16-128"; Requests is its number of
 	// requests, default 200.
@@ -46,7 +55,10 @@ type ServeOptions struct {
 	Log                 io.Writer // the load generator's result table; nil: silent
 }
 
-func (o *ServeOptions) defaults(p *sim.Profile) {
+func (o *ServeOptions) defaults(p *sim.Profile) error {
+	if p.IsGPU() && o.Runners == nil {
+		return fmt.Errorf("calibrate: profile of %s describes a GPU: serve it on GPU runners (GPURunners)", p.Name)
+	}
 	if o.Threads == 0 {
 		o.Threads = p.Threads
 	}
@@ -68,6 +80,7 @@ func (o *ServeOptions) defaults(p *sim.Profile) {
 	if o.MaxNumSeqs == 0 {
 		o.MaxNumSeqs = 256
 	}
+	return nil
 }
 
 // ServeResult is one workload served for real and simulated.
@@ -95,26 +108,35 @@ const servedName = "calibrate-validation"
 
 // ValidateServe serves opts' workload for real and in simulation and
 // returns both reports. For real: gearbox serve's stack in this process
-// (engine.Executor under the single plan with a kernel pool of
-// opts.Threads, engine.Engine with the scheduler limits, server.Server on
-// a loopback port) driven by the load generator of gearbox bench serve
-// (bench.Run, streaming completions, ignore_eos). Simulated: sim.Run with
-// the cost model of p on Node(p, 1), the same scheduler limits, and the
+// (an executor from opts.Runners under the single plan, by default
+// engine.Executor with a kernel pool of opts.Threads; engine.Engine with
+// the scheduler limits; server.Server on a loopback port) driven by the
+// load generator of gearbox bench serve (bench.Run, streaming
+// completions, ignore_eos). Simulated: sim.Run with the cost model of p
+// on Node(p, 1) in p's precision, the same scheduler limits, and the
 // same requests, each arriving when the load generator sent it, with the
 // prompt length the server reported (the prompt text plus the BOS the
 // server adds) and the same output length.
 func ValidateServe(ctx context.Context, p *sim.Profile, opts ServeOptions) (*ServeResult, error) {
-	opts.defaults(p)
+	if err := opts.defaults(p); err != nil {
+		return nil, err
+	}
 	bm, err := model.LoadFS(builtin.FS(), builtin.Name)
 	if err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	tok := bm.Tokenizer
-	shape := opts.Shape
-	shape.Vocab = tok.VocabSize()
-	cfg, err := shape.Config()
-	if err != nil {
-		return nil, err
+	var cfg *model.Config
+	if opts.Model != nil {
+		c := *opts.Model
+		c.Vocab = tok.VocabSize()
+		cfg = &c
+	} else {
+		shape := opts.Shape
+		shape.Vocab = tok.VocabSize()
+		if cfg, err = shape.Config(); err != nil {
+			return nil, err
+		}
 	}
 	ds, err := bench.LoadDataset(opts.Dataset, opts.Seed)
 	if err != nil {
@@ -153,7 +175,7 @@ func ValidateServe(ctx context.Context, p *sim.Profile, opts ServeOptions) (*Ser
 			return nil, err
 		}
 	}
-	return &ServeResult{Shape: shape, Dataset: opts.Dataset, Requests: len(measured.Requests), Measured: measured, Predicted: predicted, SimSteps: steps}, nil
+	return &ServeResult{Shape: shapeOf(cfg), Dataset: opts.Dataset, Requests: len(measured.Requests), Measured: measured, Predicted: predicted, SimSteps: steps}, nil
 }
 
 // simulateServe runs the requests of measured through sim.Run with the
@@ -171,7 +193,7 @@ func simulateServe(p *sim.Profile, cfg *model.Config, ds *bench.Dataset, measure
 	if err != nil {
 		return nil, 0, err
 	}
-	cm, err := sim.NewCostModel(node, sim.CPUPrecision)
+	cm, err := sim.NewCostModel(node, p.Precision())
 	if err != nil {
 		return nil, 0, fmt.Errorf("calibrate: %w", err)
 	}
@@ -200,26 +222,40 @@ func syntheticSpec(spec string) (bench.SyntheticSpec, bool) {
 }
 
 // serveForReal runs ds through an in-process server of cfg with random
-// weights and returns the load generator's report.
-func serveForReal(ctx context.Context, cfg *model.Config, tok *tokenizer.Tokenizer, ds *bench.Dataset, opts ServeOptions) (*bench.Report, error) {
+// weights on an executor from opts.Runners and returns the load
+// generator's report.
+func serveForReal(ctx context.Context, cfg *model.Config, tok *tokenizer.Tokenizer, ds *bench.Dataset, opts ServeOptions) (_ *bench.Report, err error) {
 	pool := tensor.NewPool(opts.Threads)
 	defer pool.Close()
+	runners := opts.Runners
+	if runners == nil {
+		runners = CPURunners(pool)
+	}
 	w := randomWeights(cfg, pool)
 	// Enough KV blocks for every request at once, so the server never
 	// preempts; the simulation's memory model leaves far more.
-	blocks := 0
+	blocks, longest := 0, 0
 	for _, r := range ds.Requests {
 		blocks += (r.InputTokens + 1 + r.OutputTokens + 15) / 16
+		longest = max(longest, r.InputTokens+1+r.OutputTokens)
 	}
 	blocks += blocks / 4
-	exec, err := engine.NewExecutor(cfg, w, engine.ExecutorOptions{BlockSize: 16, NumBlocks: blocks, Pool: pool})
+	// The longest sequence, with room for the prompt's tokenization to
+	// come out a little longer than asked: the bound of a GPU's block
+	// tables, which its decode graphs copy every step.
+	maxLen := min(cfg.MaxPositions, longest+longest/4+16)
+	exec, release, err := runners(cfg, w, RunnerSpec{
+		Plan: parallel.Single, BlockSize: 16, NumBlocks: blocks,
+		MaxTokens: opts.MaxNumBatchedTokens, MaxSeqs: opts.MaxNumSeqs, MaxModelLen: maxLen,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("calibrate: %w", err)
+		return nil, err
 	}
+	defer func() { err = errors.Join(err, release()) }()
 	eng, err := engine.NewEngine(engine.Options{
 		Exec: exec, Tokenizer: tok, EOS: cfg.EOS, Clock: clock.Real{},
 		Sched: sched.Config{
-			MaxNumBatchedTokens: opts.MaxNumBatchedTokens, MaxNumSeqs: opts.MaxNumSeqs, MaxModelLen: cfg.MaxPositions,
+			MaxNumBatchedTokens: opts.MaxNumBatchedTokens, MaxNumSeqs: opts.MaxNumSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: true, MaxWaiting: 1024,
 		},
 	})

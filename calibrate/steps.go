@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -45,23 +46,43 @@ func (c StepCase) String() string {
 type StepResult struct {
 	StepCase
 	Measured  float64 // seconds, median of the rounds
-	Predicted float64 // seconds, sim.LayoutCost.Step
+	Predicted float64 // seconds, sim.LayoutCost.Step with the profile
 	// Parts is the predicted busiest rank's time by component, seconds.
 	Parts [sim.NumComponents]float64
+	// Catalog is the prediction with StepOptions.Catalog instead of the
+	// profile, seconds; 0 without one.
+	Catalog float64
 }
 
 // Error is the prediction's relative error, (predicted − measured) /
 // measured.
 func (r StepResult) Error() float64 { return (r.Predicted - r.Measured) / r.Measured }
 
+// CatalogError is the catalog prediction's relative error.
+func (r StepResult) CatalogError() float64 { return (r.Catalog - r.Measured) / r.Measured }
+
 // StepOptions configure ValidateSteps. Zero fields take the defaults
-// noted.
+// noted; the defaults of a GPU profile (sim.Profile.IsGPU) are the GPU
+// sweep's.
 type StepOptions struct {
-	Threads int   // kernel threads, as the profile's; 0: the profile's Threads
+	Threads int   // CPU kernel threads, as the profile's; 0: the profile's Threads (all cores for a GPU profile, for the weights)
 	Shape   Shape // default ValidationShape
-	// Plans default to single, tp=2 and sp=2; Prefill to 16, 64, 256 and
-	// 1024 tokens; Decode to batches of 1, 4, 16 and 64 at DecodeContext
-	// (default 512) tokens of context.
+	// Model, when set, is the model to run instead of Shape: a real
+	// model's shape from ModelShape.
+	Model *model.Config
+	// Runners builds the executors; nil runs the CPU engine with a kernel
+	// pool of Threads. A GPU profile needs GPU runners (GPURunners).
+	Runners Runners
+	// Catalog, when set, is a catalog GPU (MatchGPU's entry for the
+	// profiled device) that predicts every case too, in the profile's
+	// precision, into StepResult.Catalog.
+	Catalog *sim.GPU
+	// Plans default to single, tp=2 and sp=2 on the CPU and to single on
+	// a GPU (whose executor runs a plan's ranks one after another on the
+	// one device, which the cost model does not describe). Prefill
+	// defaults to 16, 64, 256 and 1024 tokens on the CPU and adds 4096 on
+	// a GPU; Decode to batches of 1, 4, 16 and 64 on the CPU and 1, 8, 64
+	// and 256 on a GPU, at DecodeContext (default 512) tokens of context.
 	Plans         []parallel.Plan
 	Prefill       []int
 	Decode        []int
@@ -70,7 +91,8 @@ type StepOptions struct {
 	Log           io.Writer // one line per case; nil: silent
 }
 
-func (o *StepOptions) defaults(p *sim.Profile) {
+func (o *StepOptions) defaults(p *sim.Profile) error {
+	gpu := p.IsGPU()
 	if o.Threads == 0 {
 		o.Threads = p.Threads
 	}
@@ -79,12 +101,21 @@ func (o *StepOptions) defaults(p *sim.Profile) {
 	}
 	if len(o.Plans) == 0 {
 		o.Plans = []parallel.Plan{parallel.Single, {DP: 1, PP: 1, SP: 1, TP: 2}, {DP: 1, PP: 1, SP: 2, TP: 1}}
+		if gpu {
+			o.Plans = []parallel.Plan{parallel.Single}
+		}
 	}
 	if len(o.Prefill) == 0 {
 		o.Prefill = []int{16, 64, 256, 1024}
+		if gpu {
+			o.Prefill = append(o.Prefill, 4096)
+		}
 	}
 	if len(o.Decode) == 0 {
 		o.Decode = []int{1, 4, 16, 64}
+		if gpu {
+			o.Decode = []int{1, 8, 64, 256}
+		}
 	}
 	if o.DecodeContext == 0 {
 		o.DecodeContext = 512
@@ -92,21 +123,41 @@ func (o *StepOptions) defaults(p *sim.Profile) {
 	if o.Rounds == 0 {
 		o.Rounds = 5
 	}
+	if gpu {
+		if o.Runners == nil {
+			return fmt.Errorf("calibrate: profile of %s describes a GPU: validate it on GPU runners (GPURunners)", p.Name)
+		}
+		for _, plan := range o.Plans {
+			if plan.Ranks() > 1 {
+				return fmt.Errorf("calibrate: plan %s: the CUDA executor runs a plan's ranks one after another on one GPU, which the cost model does not describe; validate the single plan", plan)
+			}
+		}
+	}
+	return nil
 }
 
-// ValidateSteps runs every (plan, shape) case of opts on the CPU engine
-// (engine.Executor with a kernel pool of opts.Threads, random weights of
-// opts.Shape) and predicts it with the cost model built from p alone:
-// Node(p, ranks) and sim.NewCostModel(node, sim.CPUPrecision). Cases are
-// measured in interleaved rounds and the medians kept.
-func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) ([]StepResult, error) {
-	opts.defaults(p)
-	cfg, err := opts.Shape.Config()
-	if err != nil {
+// ValidateSteps runs every (plan, shape) case of opts on an executor from
+// opts.Runners (by default the CPU engine, engine.Executor with a kernel
+// pool of opts.Threads) with random weights of opts.Model or opts.Shape,
+// and predicts it with the cost model built from p alone: Node(p, ranks)
+// and sim.NewCostModel(node, p.Precision()), and with opts.Catalog where
+// set. Cases are measured in interleaved rounds and the medians kept.
+func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []StepResult, err error) {
+	if err := opts.defaults(p); err != nil {
 		return nil, err
+	}
+	cfg := opts.Model
+	if cfg == nil {
+		if cfg, err = opts.Shape.Config(); err != nil {
+			return nil, err
+		}
 	}
 	pool := tensor.NewPool(opts.Threads)
 	defer pool.Close()
+	runners := opts.Runners
+	if runners == nil {
+		runners = CPURunners(pool)
+	}
 	w := randomWeights(cfg, pool)
 
 	var cases []StepCase
@@ -119,24 +170,40 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) ([]Ste
 		}
 	}
 	const bs = 16
-	blocksFor := func(c StepCase) int {
-		if c.Decode {
-			return c.Tokens * ((c.Context + 1 + bs - 1) / bs)
-		}
-		return (c.Tokens + bs - 1) / bs
-	}
-	blocks := 0
+	spec := RunnerSpec{BlockSize: bs}
 	for _, c := range cases {
-		blocks = max(blocks, blocksFor(c))
-	}
-	execs := map[parallel.Plan]*engine.Executor{}
-	layouts := map[parallel.Plan]*sim.LayoutCost{}
-	for _, plan := range opts.Plans {
-		if execs[plan], err = engine.NewExecutor(cfg, w, engine.ExecutorOptions{Plan: plan, BlockSize: bs, NumBlocks: blocks, Pool: pool}); err != nil {
-			return nil, fmt.Errorf("calibrate: %w", err)
+		if c.Decode {
+			spec.NumBlocks = max(spec.NumBlocks, c.Tokens*((c.Context+1+bs-1)/bs))
+			spec.MaxTokens, spec.MaxSeqs = max(spec.MaxTokens, c.Tokens), max(spec.MaxSeqs, c.Tokens)
+			spec.MaxModelLen = max(spec.MaxModelLen, c.Context+1)
+		} else {
+			spec.NumBlocks = max(spec.NumBlocks, (c.Tokens+bs-1)/bs)
+			spec.MaxTokens, spec.MaxSeqs = max(spec.MaxTokens, c.Tokens), max(spec.MaxSeqs, 1)
+			spec.MaxModelLen = max(spec.MaxModelLen, c.Tokens)
 		}
+	}
+	execs := map[parallel.Plan]engine.Runner{}
+	layouts := map[parallel.Plan]*sim.LayoutCost{}
+	catalog := map[parallel.Plan]*sim.LayoutCost{}
+	for _, plan := range opts.Plans {
+		spec.Plan = plan
+		exec, release, err := runners(cfg, w, spec)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, release()) }()
+		execs[plan] = exec
 		if layouts[plan], err = layoutCost(p, cfg, plan); err != nil {
 			return nil, err
+		}
+		if opts.Catalog != nil {
+			node, err := sim.NewNode(*opts.Catalog, plan.Ranks())
+			if err != nil {
+				return nil, err
+			}
+			if catalog[plan], err = layoutOn(node, p.Precision(), cfg, plan); err != nil {
+				return nil, err
+			}
 		}
 	}
 	batches := make([]*engine.Batch, len(cases))
@@ -162,23 +229,37 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) ([]Ste
 		for k := range r.Parts {
 			r.Parts[k] = bd.Parts[k].Time
 		}
+		if cl := catalog[c.Plan]; cl != nil {
+			r.Catalog = cl.Step(&shape).Seconds
+		}
 		out[i] = r
 		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, "%-8s %-16s measured %9.2f ms  predicted %9.2f ms  error %+6.1f%%\n",
+			line := fmt.Sprintf("%-8s %-16s measured %9.2f ms  predicted %9.2f ms  error %+6.1f%%",
 				c.Plan, c, r.Measured*1e3, r.Predicted*1e3, 100*r.Error())
+			if r.Catalog > 0 {
+				line += fmt.Sprintf("  catalog %s %9.2f ms  error %+6.1f%%", opts.Catalog.Name, r.Catalog*1e3, 100*r.CatalogError())
+			}
+			fmt.Fprintln(opts.Log, line)
 		}
 	}
 	return out, nil
 }
 
-// layoutCost is the cost model of p bound to cfg under plan's standard
-// layout, on a node of as many ranks as the plan has.
+// layoutCost is the cost model of p, in p's precision, bound to cfg
+// under plan's standard layout, on a node of as many ranks as the plan
+// has.
 func layoutCost(p *sim.Profile, cfg *model.Config, plan parallel.Plan) (*sim.LayoutCost, error) {
 	node, err := Node(p, plan.Ranks())
 	if err != nil {
 		return nil, err
 	}
-	cm, err := sim.NewCostModel(node, sim.CPUPrecision)
+	return layoutOn(node, p.Precision(), cfg, plan)
+}
+
+// layoutOn is the cost model of node in precision prec bound to cfg
+// under plan's standard layout.
+func layoutOn(node sim.Node, prec sim.Precision, cfg *model.Config, plan parallel.Plan) (*sim.LayoutCost, error) {
+	cm, err := sim.NewCostModel(node, prec)
 	if err != nil {
 		return nil, err
 	}
@@ -211,9 +292,18 @@ func stepShape(b *engine.Batch) sim.StepShape {
 
 // MedianAbsError is the median of |Error()| over results.
 func MedianAbsError(results []StepResult) float64 {
+	return medianAbs(results, StepResult.Error)
+}
+
+// MedianAbsCatalogError is the median of |CatalogError()| over results.
+func MedianAbsCatalogError(results []StepResult) float64 {
+	return medianAbs(results, StepResult.CatalogError)
+}
+
+func medianAbs(results []StepResult, rel func(StepResult) float64) float64 {
 	errs := make([]float64, len(results))
 	for i, r := range results {
-		errs[i] = math.Abs(r.Error())
+		errs[i] = math.Abs(rel(r))
 	}
 	return median(errs)
 }

@@ -35,8 +35,9 @@ func (b *Batch) NumLogits() int {
 	return n
 }
 
-// validate checks the batch against the vocabulary, context and cache.
-func (b *Batch) validate(vocab, maxPos, blockSize, numBlocks, replicas int) error {
+// Validate checks the batch against the vocabulary, context length, KV
+// block geometry and data-parallel replicas of a runner.
+func (b *Batch) Validate(vocab, maxPos, blockSize, numBlocks, replicas int) error {
 	if len(b.Seqs) == 0 {
 		return fmt.Errorf("engine: empty batch")
 	}

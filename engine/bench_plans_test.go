@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -49,7 +50,7 @@ func BenchmarkPlanStep(b *testing.B) {
 					for j := range blocks {
 						blocks[j] = j
 					}
-					step.Seqs = []SeqBatch{{Tokens: randomTokens(1, 512, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}
+					step.Seqs = []SeqBatch{{Tokens: fixture.Tokens(1, 512, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}
 				}
 				ctx := context.Background()
 				if _, err := e.Step(ctx, &step, plan); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -159,7 +160,7 @@ func BenchmarkPrefill1B(b *testing.B) {
 	for i := range blocks {
 		blocks[i] = i
 	}
-	tokens := randomTokens(1, n, cfg.Vocab)
+	tokens := fixture.Tokens(1, n, cfg.Vocab)
 	step := Batch{Seqs: []SeqBatch{{Tokens: tokens, Blocks: blocks, NumLogits: 1}}}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

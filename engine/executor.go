@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -42,7 +43,7 @@ type Executor struct {
 
 type execLayout struct {
 	layout parallel.Layout
-	shards []*shard // by global rank
+	shards []*parallel.Shard // by global rank
 }
 
 // ExecutorOptions configure an executor.
@@ -98,14 +99,14 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts ExecutorOptions) (*Ex
 	for _, l := range layouts {
 		el := &execLayout{layout: l}
 		for r := range l.Coords {
-			el.shards = append(el.shards, newShard(cfg, w, l, r))
+			el.shards = append(el.shards, parallel.NewShard(cfg, w, l, r))
 		}
 		e.layouts[l.Plan] = el
 	}
 	for r := 0; r < plan.Ranks(); r++ {
 		sh := e.layouts[plan].shards[r]
 		kv := kvcache.Layout{
-			Layers: sh.layers.Len(), KVHeads: sh.chunk.KVHi - sh.chunk.KVLo, HeadDim: cfg.HeadDim,
+			Layers: sh.Stage.Len(), KVHeads: sh.Chunk.KVHi - sh.Chunk.KVLo, HeadDim: cfg.HeadDim,
 			BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks,
 		}
 		cache, err := kvcache.New(kv)
@@ -147,7 +148,7 @@ func (e *Executor) WeightBytes() []int64 {
 	out := make([]int64, len(e.ranks))
 	for _, el := range e.layouts {
 		for r, sh := range el.shards {
-			out[r] += sh.bytes()
+			out[r] += 4 * sh.Elems()
 		}
 	}
 	return out
@@ -161,7 +162,7 @@ func (e *Executor) LayoutWeightBytes(p parallel.Plan) []int64 {
 	}
 	out := make([]int64, len(el.shards))
 	for r, sh := range el.shards {
-		out[r] = sh.bytes()
+		out[r] = 4 * sh.Elems()
 	}
 	return out
 }
@@ -176,13 +177,7 @@ func (e *Executor) KVBytes() []int64 {
 }
 
 // PlanSteps returns how many steps ran under each plan, by plan string.
-func (e *Executor) PlanSteps() map[string]int {
-	out := make(map[string]int, len(e.steps))
-	for k, v := range e.steps {
-		out[k] = v
-	}
-	return out
-}
+func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
 
 // CommStats returns the bytes every collective moved so far.
 func (e *Executor) CommStats() comm.Stats {
@@ -218,7 +213,7 @@ func (e *Executor) Step(ctx context.Context, b *Batch, plan parallel.Plan) ([]fl
 		return nil, fmt.Errorf("engine: plan %s is not loaded (this executor holds %v)", plan, e.Plans())
 	}
 	c := e.cfg
-	if err := b.validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.base.Plan.DP); err != nil {
+	if err := b.Validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.base.Plan.DP); err != nil {
 		return nil, err
 	}
 	jobs := e.split(b)
@@ -325,3 +320,5 @@ func (e *Executor) split(b *Batch) [][]micro {
 	}
 	return jobs
 }
+
+var _ Runner = (*Executor)(nil)

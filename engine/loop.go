@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
@@ -94,9 +97,37 @@ type FinishStats struct {
 	TPOT             time.Duration // mean time per output token after the first; 0 with fewer than 2
 }
 
+// Runner runs model steps for an Engine. *Executor (CPU ranks) implements
+// it, and so does the CUDA executor; an Engine calls it from one goroutine.
+type Runner interface {
+	// Config is the model's configuration.
+	Config() *model.Config
+	// Plan is the base plan; Plans lists every plan Step accepts.
+	Plan() parallel.Plan
+	Plans() []parallel.Plan
+	// KVLayout is the KV cache geometry the scheduler allocates blocks in.
+	KVLayout() kvcache.Layout
+	// PlanSteps counts the steps run under each plan, by plan name.
+	PlanSteps() map[string]int
+	// Step runs one batch under plan and returns [NumLogits, vocab] logits
+	// in batch order, valid until the next call.
+	Step(ctx context.Context, b *Batch, plan parallel.Plan) ([]float32, error)
+}
+
+// GreedyRunner is a Runner that can also take the argmax of each logits
+// row itself (on a GPU, without copying the logits to the host). The
+// engine uses it for steps in which every sampled sequence is plain
+// greedy (sample.Sampler.PlainGreedy).
+type GreedyRunner interface {
+	Runner
+	// StepGreedy runs b like Step and returns, for each logits row, the
+	// lowest id among the largest logits, each in [0, vocab).
+	StepGreedy(ctx context.Context, b *Batch, plan parallel.Plan) ([]int, error)
+}
+
 // Options configure an Engine.
 type Options struct {
-	Exec      *Executor
+	Exec      Runner
 	Policy    policy.Policy // nil runs every step under the executor's base plan
 	Tokenizer *tokenizer.Tokenizer
 	EOS       []int
@@ -110,7 +141,7 @@ type Options struct {
 // detokenizes, applies stop conditions and streams events. Submit and
 // Abort are safe for concurrent use; Run is called once.
 type Engine struct {
-	exec   *Executor
+	exec   Runner
 	policy policy.Policy
 	tok    *tokenizer.Tokenizer
 	eos    []int
@@ -323,10 +354,15 @@ func (e *Engine) abortAll() {
 // runStep executes one scheduled step and hands its tokens to requests.
 func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
 	start := e.clk.Now()
+	greedy, onDevice := e.exec.(GreedyRunner)
 	e.mu.Lock()
 	for _, s := range step.Seqs {
-		if l, ok := e.reqs[s.ID]; ok && l.scheduled.IsZero() {
+		l, ok := e.reqs[s.ID]
+		if ok && l.scheduled.IsZero() {
 			l.scheduled, l.cached = start, s.Pos // a first chunk starts after its prefix-cache hits
+		}
+		if s.Sample && ok && !l.sampler.PlainGreedy() {
+			onDevice = false
 		}
 	}
 	e.mu.Unlock()
@@ -341,7 +377,14 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
 	if e.policy != nil {
 		plan = e.policy.Plan(policy.Step{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
 	}
-	logits, err := e.exec.Step(ctx, &batch, plan)
+	var logits []float32
+	var tokens []int // the argmax of each logits row, when the runner chose them
+	var err error
+	if onDevice {
+		tokens, err = greedy.StepGreedy(ctx, &batch, plan)
+	} else {
+		logits, err = e.exec.Step(ctx, &batch, plan)
+	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -372,7 +415,12 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
 		if !ok {
 			continue // aborted while the step ran
 		}
-		results[i] = l.sampler.Sample(logits[(row-1)*vocab : row*vocab])
+		if tokens != nil {
+			results[i] = sample.Result{Token: tokens[row-1]}
+			l.sampler.Accept(tokens[row-1])
+		} else {
+			results[i] = l.sampler.Sample(logits[(row-1)*vocab : row*vocab])
+		}
 		sampled[i] = results[i].Token
 		generated++
 	}

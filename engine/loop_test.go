@@ -135,3 +135,71 @@ func TestEngineAbortAndDrain(t *testing.T) {
 		t.Fatalf("after abort: %+v", s)
 	}
 }
+
+// hostGreedy is a GreedyRunner over the CPU executor that takes the argmax
+// on the host and counts which path the engine used.
+type hostGreedy struct {
+	*Executor
+	greedySteps, logitSteps int
+}
+
+func (h *hostGreedy) Step(ctx context.Context, b *Batch, plan parallel.Plan) ([]float32, error) {
+	h.logitSteps++
+	return h.Executor.Step(ctx, b, plan)
+}
+
+func (h *hostGreedy) StepGreedy(ctx context.Context, b *Batch, plan parallel.Plan) ([]int, error) {
+	h.greedySteps++
+	logits, err := h.Executor.Step(ctx, b, plan)
+	if err != nil {
+		return nil, err
+	}
+	vocab := h.Config().Vocab
+	out := make([]int, len(logits)/vocab)
+	for i := range out {
+		out[i] = tensor.MaxIndex(logits[i*vocab : (i+1)*vocab])
+	}
+	return out, nil
+}
+
+// TestGreedyRunner: steps whose sampled sequences are all plain greedy go
+// through StepGreedy, others through Step, and the text is the same.
+func TestGreedyRunner(t *testing.T) {
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	x, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &hostGreedy{Executor: x}
+	e, err := NewEngine(Options{Exec: r, Tokenizer: m.Tokenizer, EOS: m.EOS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	plain, err := e.Generate(context.Background(), Request{Prompt: prompt, MaxTokens: 30, Sampling: sample.Params{Logprobs: -1}, IgnoreEOS: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.greedySteps == 0 || r.logitSteps != 0 {
+		t.Fatalf("plain greedy: %d greedy steps, %d logits steps; want only greedy", r.greedySteps, r.logitSteps)
+	}
+	withLogprobs, err := e.Generate(context.Background(), Request{Prompt: prompt, MaxTokens: 30, Sampling: sample.Params{Logprobs: 1}, IgnoreEOS: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.logitSteps == 0 {
+		t.Fatal("greedy with logprobs did not use Step")
+	}
+	if plain.Text != withLogprobs.Text {
+		t.Fatalf("texts differ:\n%q\n%q", plain.Text, withLogprobs.Text)
+	}
+}

@@ -16,25 +16,7 @@ import (
 
 // fixtureSpecs covers the architectures and storage formats the loader
 // supports; every one must match the float64 oracle.
-var fixtureSpecs = []struct {
-	name string
-	spec fixture.Spec
-}{
-	{"llama-gqa", fixture.Spec{Heads: 8, KVHeads: 2, Seed: 1}},
-	{"llama-mha", fixture.Spec{Heads: 8, KVHeads: 8, Seed: 2}},
-	{"llama-untied-bias", fixture.Spec{Heads: 4, KVHeads: 2, AttentionBias: true, MLPBias: true, Seed: 3}},
-	{"llama-tied", fixture.Spec{Heads: 4, KVHeads: 4, Tied: true, Seed: 4}},
-	{"head-dim-32", fixture.Spec{Heads: 4, KVHeads: 2, HeadDim: 32, Seed: 5}},
-	{"qwen2-bias", fixture.Spec{ModelType: "qwen2", Heads: 8, KVHeads: 4, Seed: 6}},
-	{"qwen3-qknorm", fixture.Spec{ModelType: "qwen3", Heads: 8, KVHeads: 4, HeadDim: 16, Seed: 7}},
-	{"llama3-rope-scaling", fixture.Spec{Heads: 8, KVHeads: 2, RopeTheta: 500000, Seed: 8, RopeScaling: map[string]any{
-		"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}},
-	{"linear-rope-scaling", fixture.Spec{Heads: 8, KVHeads: 4, Seed: 9, RopeScaling: map[string]any{"type": "linear", "factor": 2.0}}},
-	{"bf16", fixture.Spec{Heads: 8, KVHeads: 4, DType: "BF16", Seed: 10}},
-	{"f16", fixture.Spec{Heads: 8, KVHeads: 4, DType: "F16", Seed: 11}},
-	{"sharded", fixture.Spec{Heads: 8, KVHeads: 2, Shards: 3, Layers: 3, Seed: 12}},
-	{"mistral", fixture.Spec{ModelType: "mistral", Heads: 8, KVHeads: 2, Seed: 13}},
-}
+var fixtureSpecs = fixture.Foundation
 
 type loaded struct {
 	m   *model.Model
@@ -56,18 +38,6 @@ func load(t *testing.T, spec fixture.Spec) loaded {
 		t.Fatal(err)
 	}
 	return loaded{m, ref}
-}
-
-func randomTokens(seed, n, vocab int) []int {
-	out := make([]int, n)
-	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
-	for i := range out {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		out[i] = int(x % uint64(vocab))
-	}
-	return out
 }
 
 // assertClose checks max |got-want| ≤ 1e-4·max|want| over one logits row.
@@ -97,8 +67,8 @@ func TestLogitsMatchOracle(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, fx := range fixtureSpecs {
-		t.Run(fx.name, func(t *testing.T) {
-			l := load(t, fx.spec)
+		t.Run(fx.Name, func(t *testing.T) {
+			l := load(t, fx.Spec)
 			cfg := l.m.Config
 			r, err := NewExecutor(cfg, l.m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 256, Pool: pool})
 			if err != nil {
@@ -106,7 +76,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 			}
 			next := 0
 			newSeq := func(n, seed int) *seqState {
-				s := &seqState{tokens: randomTokens(seed, n, cfg.Vocab)}
+				s := &seqState{tokens: fixture.Tokens(seed, n, cfg.Vocab)}
 				for i := 0; i < (n+3)/4; i++ {
 					s.blocks = append(s.blocks, next)
 					next++
@@ -181,14 +151,14 @@ func TestGreedyMatchesOracle(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, fx := range fixtureSpecs {
-		t.Run(fx.name, func(t *testing.T) {
-			l := load(t, fx.spec)
+		t.Run(fx.Name, func(t *testing.T) {
+			l := load(t, fx.Spec)
 			r, err := NewExecutor(l.m.Config, l.m.Weights, ExecutorOptions{BlockSize: 8, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
 			g := startEngine(t, r, l.m.Tokenizer, nil, sched.Config{MaxNumBatchedTokens: 5})
-			prompt := randomTokens(99, 11, l.m.Config.Vocab)
+			prompt := fixture.Tokens(99, 11, l.m.Config.Vocab)
 			req := Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
 			out, err := g.Generate(context.Background(), req, nil)
 			if err != nil {

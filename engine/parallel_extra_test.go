@@ -21,7 +21,7 @@ func prefillStep(n, vocab int) Batch {
 	for i := range blocks {
 		blocks[i] = i
 	}
-	return Batch{Seqs: []SeqBatch{{Tokens: randomTokens(5, n, vocab), Blocks: blocks}}}
+	return Batch{Seqs: []SeqBatch{{Tokens: fixture.Tokens(5, n, vocab), Blocks: blocks}}}
 }
 
 // TestCommVolume holds the bytes the executor's collectives count to the

@@ -44,7 +44,7 @@ func newScenario(vocab, replicas, blocksPerSeq int) *scenario {
 	lens := []int{60, 30, 30, 30, 30, 30}
 	next := make([]int, replicas)
 	for i, n := range lens {
-		s := &seqState{tokens: randomTokens(200+i, n, vocab)}
+		s := &seqState{tokens: fixture.Tokens(200+i, n, vocab)}
 		rep := i % replicas
 		for b := 0; b < blocksPerSeq; b++ {
 			s.blocks = append(s.blocks, next[rep])
@@ -147,7 +147,7 @@ func TestPlanEquivalence(t *testing.T) {
 func greedyRun(t *testing.T, e *Executor, m *model.Model, n int, choose func(step, tokens int) parallel.Plan) [][]int {
 	t.Helper()
 	replicas := e.Plan().DP
-	prompts := [][]int{randomTokens(1, 23, m.Config.Vocab), randomTokens(2, 9, m.Config.Vocab), randomTokens(3, 14, m.Config.Vocab)}
+	prompts := [][]int{fixture.Tokens(1, 23, m.Config.Vocab), fixture.Tokens(2, 9, m.Config.Vocab), fixture.Tokens(3, 14, m.Config.Vocab)}
 	seqs := make([]*seqState, len(prompts))
 	next := make([]int, replicas)
 	for i, p := range prompts {

@@ -115,7 +115,7 @@ func (rk *rank) step(ctx context.Context, el *execLayout, job []micro) error {
 		} else if err := rk.timed(func() error { return g.pp.Recv(ctx, x, c.PP-1) }); err != nil {
 			return err
 		}
-		for l := range sh.layer {
+		for l := range sh.Layers {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ func (rk *rank) step(ctx context.Context, el *execLayout, job []micro) error {
 }
 
 // prepare fills the micro-batch tables and sizes the scratch buffers.
-func (rk *rank) prepare(mb *micro, sh *shard) {
+func (rk *rank) prepare(mb *micro, sh *parallel.Shard) {
 	cfg, st := rk.e.cfg, &rk.st
 	st.tokens, st.tokSeq, st.tokPos, st.rowOut = st.tokens[:0], st.tokSeq[:0], st.tokPos[:0], st.rowOut[:0]
 	for i, s := range mb.seqs {
@@ -157,13 +157,13 @@ func (rk *rank) prepare(mb *micro, sh *shard) {
 		}
 	}
 	st.total = len(st.tokens)
-	st.nl = (st.total + sh.spSize - 1) / sh.spSize
-	st.first = sh.sp * st.nl
+	st.nl = (st.total + sh.SPSize - 1) / sh.SPSize
+	st.first = sh.SP * st.nl
 	st.real = max(0, min(st.nl, st.total-st.first))
 
-	h, d, nl, n := cfg.Hidden, cfg.HeadDim, st.nl, st.nl*sh.spSize
-	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
-	qc, kc := (sh.chunk.QHi-sh.chunk.QLo)*d, (sh.chunk.KVHi-sh.chunk.KVLo)*d
+	h, d, nl, n := cfg.Hidden, cfg.HeadDim, st.nl, st.nl*sh.SPSize
+	qs, ks := (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
+	qc, kc := (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
 	grow(&st.x, nl*h)
 	grow(&st.xn, nl*h)
 	grow(&st.tmp, nl*h)
@@ -171,11 +171,11 @@ func (rk *rank) prepare(mb *micro, sh *shard) {
 	grow(&st.k, nl*ks)
 	grow(&st.v, nl*ks)
 	grow(&st.attn, nl*qs)
-	grow(&st.gate, nl*sh.inter.Len())
-	grow(&st.up, nl*sh.inter.Len())
+	grow(&st.gate, nl*sh.Inter.Len())
+	grow(&st.up, nl*sh.Inter.Len())
 	grow(&st.cos, nl*d/2)
 	grow(&st.sin, nl*d/2)
-	if sh.spSize > 1 {
+	if sh.SPSize > 1 {
 		grow(&st.send, n*(qc+2*kc))
 		grow(&st.recv, n*(qc+2*kc))
 		grow(&st.back, n*qc)
@@ -201,15 +201,15 @@ func grow(buf *[]float32, n int) {
 
 // embed looks up this rank's tokens in its vocabulary slice; under TP the
 // slices are summed (each token's row lives on exactly one member).
-func (rk *rank) embed(ctx context.Context, sh *shard, g groups) error {
+func (rk *rank) embed(ctx context.Context, sh *parallel.Shard, g groups) error {
 	h, st := rk.e.cfg.Hidden, &rk.st
 	x := st.x[:st.nl*h]
 	clear(x)
 	for i := 0; i < st.real; i++ {
 		id := st.tokens[st.first+i]
-		if id >= sh.vocab.Lo && id < sh.vocab.Hi {
-			r := id - sh.vocab.Lo
-			copy(x[i*h:(i+1)*h], sh.embed[r*h:(r+1)*h])
+		if id >= sh.Vocab.Lo && id < sh.Vocab.Hi {
+			r := id - sh.Vocab.Lo
+			copy(x[i*h:(i+1)*h], sh.Embed[r*h:(r+1)*h])
 		}
 	}
 	if g.tp != nil {
@@ -221,28 +221,28 @@ func (rk *rank) embed(ctx context.Context, sh *shard, g groups) error {
 // layer runs decoder layer l (local to the stage) on this rank's rows of
 // the residual stream: Algorithm 1 of the Shift Parallelism paper, which
 // is plain TP when SP = 1 and plain Ulysses SP when TP = 1.
-func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *shard, g groups) error {
-	e, st, w := rk.e, &rk.st, &sh.layer[l]
+func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *parallel.Shard, g groups) error {
+	e, st, w := rk.e, &rk.st, &sh.Layers[l]
 	cfg, pool := e.cfg, e.pool
 	h, d, nl := cfg.Hidden, cfg.HeadDim, st.nl
-	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
+	qs, ks := (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
 	eps := float32(cfg.RMSNormEps)
 	x := st.x[:nl*h]
 
-	rmsNormRows(pool, st.xn, x, w.attnNorm, nl, eps)
-	tensor.MatMul(pool, st.q, st.xn, w.wq, nl, h, qs)
-	tensor.MatMul(pool, st.k, st.xn, w.wk, nl, h, ks)
-	tensor.MatMul(pool, st.v, st.xn, w.wv, nl, h, ks)
+	rmsNormRows(pool, st.xn, x, w.AttnNorm, nl, eps)
+	tensor.MatMul(pool, st.q, st.xn, w.WQ, nl, h, qs)
+	tensor.MatMul(pool, st.k, st.xn, w.WK, nl, h, ks)
+	tensor.MatMul(pool, st.v, st.xn, w.WV, nl, h, ks)
 	pool.Run(st.real, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			q, k, v := st.q[i*qs:(i+1)*qs], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks]
-			if w.bq != nil {
-				tensor.Add(q, w.bq)
-				tensor.Add(k, w.bk)
-				tensor.Add(v, w.bv)
+			if w.BQ != nil {
+				tensor.Add(q, w.BQ)
+				tensor.Add(k, w.BK)
+				tensor.Add(v, w.BV)
 			}
-			rk.positionHeads(q, w.qNorm, i, eps)
-			rk.positionHeads(k, w.kNorm, i, eps)
+			rk.positionHeads(q, w.QNorm, i, eps)
+			rk.positionHeads(k, w.KNorm, i, eps)
 		}
 	})
 
@@ -257,22 +257,22 @@ func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *shard, g groups
 		return err
 	}
 
-	if err := rk.rowParallel(ctx, x, st.attn, w.wo, w.bo, qs, g.tp); err != nil {
+	if err := rk.rowParallel(ctx, x, st.attn, w.WO, w.BO, qs, g.tp); err != nil {
 		return err
 	}
 
-	rmsNormRows(pool, st.xn, x, w.mlpNorm, nl, eps)
-	is := sh.inter.Len()
-	tensor.MatMul(pool, st.gate, st.xn, w.wgate, nl, h, is)
-	tensor.MatMul(pool, st.up, st.xn, w.wup, nl, h, is)
-	if w.bgate != nil {
-		addRows(st.gate, w.bgate, nl)
-		addRows(st.up, w.bup, nl)
+	rmsNormRows(pool, st.xn, x, w.MLPNorm, nl, eps)
+	is := sh.Inter.Len()
+	tensor.MatMul(pool, st.gate, st.xn, w.WGate, nl, h, is)
+	tensor.MatMul(pool, st.up, st.xn, w.WUp, nl, h, is)
+	if w.BGate != nil {
+		addRows(st.gate, w.BGate, nl)
+		addRows(st.up, w.BUp, nl)
 	}
 	pool.Run(nl, func(lo, hi int) {
 		tensor.SiLUMul(st.gate[lo*is:hi*is], st.gate[lo*is:hi*is], st.up[lo*is:hi*is])
 	})
-	if err := rk.rowParallel(ctx, x, st.gate, w.wdown, w.bdown, is, g.tp); err != nil {
+	if err := rk.rowParallel(ctx, x, st.gate, w.WDown, w.BDown, is, g.tp); err != nil {
 		return err
 	}
 	clear(x[st.real*h:]) // padding rows stay zero
@@ -303,15 +303,15 @@ func (rk *rank) rowParallel(ctx context.Context, x, in, w, bias []float32, k int
 // to head-sharded q, k and v (KV heads replicated inside the send buffer
 // when chunks share one), attention of this rank's chunk over every token
 // of the micro-batch, and an all-to-all back.
-func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *shard, sp *comm.Comm) error {
+func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *parallel.Shard, sp *comm.Comm) error {
 	st, d := &rk.st, rk.e.cfg.HeadDim
-	s, nl := sh.spSize, st.nl
+	s, nl := sh.SPSize, st.nl
 	n := s * nl
-	qs, ks := (sh.slice.QHi-sh.slice.QLo)*d, (sh.slice.KVHi-sh.slice.KVLo)*d
-	qc, kc := (sh.chunk.QHi-sh.chunk.QLo)*d, (sh.chunk.KVHi-sh.chunk.KVLo)*d
+	qs, ks := (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
+	qc, kc := (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
 	wd := qc + 2*kc
-	for j, ch := range sh.chunks {
-		qo, ko := (ch.QLo-sh.slice.QLo)*d, (ch.KVLo-sh.slice.KVLo)*d
+	for j, ch := range sh.Chunks {
+		qo, ko := (ch.QLo-sh.Slice.QLo)*d, (ch.KVLo-sh.Slice.KVLo)*d
 		for i := 0; i < nl; i++ {
 			row := st.send[(j*nl+i)*wd : (j*nl+i+1)*wd]
 			copy(row[:qc], st.q[i*qs+qo:i*qs+qo+qc])
@@ -343,14 +343,14 @@ func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *shard, sp *co
 // for the tokens q holds: every real token of the micro-batch after the SP
 // all-to-all, or this rank's own rows without SP. Row r of q (stride
 // qStride) is token r of the micro-batch, offset by st.first without SP.
-func (rk *rank) attention(l int, mb *micro, sh *shard, q []float32, qStride int, out []float32, outStride int) {
+func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qStride int, out []float32, outStride int) {
 	cfg, st := rk.e.cfg, &rk.st
 	d := cfg.HeadDim
-	hq := sh.chunk.QHi - sh.chunk.QLo
+	hq := sh.Chunk.QHi - sh.Chunk.QLo
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	rows, base := st.total, 0
-	if sh.spSize == 1 {
+	if sh.SPSize == 1 {
 		rows, base = st.real, st.first
 	}
 	rk.e.pool.Run(rows*hq, func(lo, hi int) {
@@ -368,7 +368,7 @@ func (rk *rank) attention(l int, mb *micro, sh *shard, q []float32, qStride int,
 			if cfg.SlidingWindow > 0 && p+1 > cfg.SlidingWindow {
 				from = p + 1 - cfg.SlidingWindow
 			}
-			kv := (sh.chunk.QLo+j)/group - sh.chunk.KVLo
+			kv := (sh.Chunk.QLo+j)/group - sh.Chunk.KVLo
 			attendPaged(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
 				rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, from, p+1, scale)
 		}
@@ -398,7 +398,7 @@ func (rk *rank) positionHeads(x, norm []float32, i int, eps float32) {
 // logits applies the final norm and this rank's LM-head slice to its rows
 // that want logits; under TP the vocabulary slices are all-gathered and
 // member 0 writes the rows into the step's output.
-func (rk *rank) logits(ctx context.Context, sh *shard, g groups) error {
+func (rk *rank) logits(ctx context.Context, sh *parallel.Shard, g groups) error {
 	e, st := rk.e, &rk.st
 	h, vocab := e.cfg.Hidden, e.cfg.Vocab
 	st.lrows = st.lrows[:0]
@@ -411,13 +411,13 @@ func (rk *rank) logits(ctx context.Context, sh *shard, g groups) error {
 	if n == 0 {
 		return nil
 	}
-	vs := sh.vocab.Len()
+	vs := sh.Vocab.Len()
 	grow(&st.hl, n*h)
 	grow(&st.logits, n*vs)
 	for j, i := range st.lrows {
-		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.norm, float32(e.cfg.RMSNormEps))
+		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.Norm, float32(e.cfg.RMSNormEps))
 	}
-	tensor.MatMul(e.pool, st.logits, st.hl, sh.lmHead, n, h, vs)
+	tensor.MatMul(e.pool, st.logits, st.hl, sh.LMHead, n, h, vs)
 	if g.tp == nil {
 		for j, i := range st.lrows {
 			row := st.rowOut[st.first+i]

@@ -109,7 +109,7 @@ func Resolve(dev Device, probe Prober) (Choice, error) {
 	case CUDA:
 		path, err := probe.ProbeDriver()
 		if err != nil {
-			return Choice{}, fmt.Errorf("gpu: %s requested: %w", dev, err)
+			return Choice{}, fmt.Errorf("%s requested: %w", dev, err)
 		}
 		return Choice{Device: dev, DriverPath: path, Reason: dev.String() + " requested; driver " + path}, nil
 	case Auto:

@@ -17,13 +17,13 @@
 // goroutine that calls runtime.LockOSThread before making the context
 // current and makes every driver, cuBLAS and NCCL call for that device;
 // other goroutines hand it work over a channel and never call CUDA
-// themselves.
+// themselves (gpu/cuda's Context.Do).
 //
 // The invariant this package keeps: every failure says what was asked for
 // and where it was looked for (ErrNotFound lists every place searched;
 // *Error carries the library, call, numeric code and name).
 //
 // Files to read first: libs.go (Search), device.go (ParseDevice, Resolve),
-// errors.go (Error). The kernels and the Executor that runs a model on the
-// GPU are built on top of this package later.
+// errors.go (Error). The bindings live in gpu/cuda and the executor that
+// runs a model on the GPU in gpu/cudaexec.
 package gpu

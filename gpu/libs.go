@@ -21,7 +21,7 @@ type Library struct {
 // The libraries the GPU backend loads.
 var (
 	Driver   = Library{Name: "CUDA driver", Candidates: []string{"libcuda.so.1", "libcuda.so"}}
-	NVRTC    = Library{Name: "NVRTC", Candidates: []string{"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"}}
+	NVRTC    = Library{Name: "NVRTC", Candidates: []string{"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"}}
 	CUBLAS   = Library{Name: "cuBLAS", Candidates: []string{"libcublas.so", "libcublas.so.13", "libcublas.so.12"}}
 	CUBLASLt = Library{Name: "cuBLASLt", Candidates: []string{"libcublasLt.so", "libcublasLt.so.13", "libcublasLt.so.12"}}
 	NCCL     = Library{Name: "NCCL", Candidates: []string{"libnccl.so.2", "libnccl.so"}}

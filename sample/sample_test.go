@@ -478,3 +478,33 @@ func run(t *testing.T, s *Sampler, steps [][]float32) []int {
 	}
 	return out
 }
+
+func TestPlainGreedy(t *testing.T) {
+	for _, tc := range []struct {
+		p    Params
+		want bool
+	}{
+		{Params{Logprobs: -1}, true},
+		{Params{Logprobs: -1, RepetitionPenalty: 1}, true},
+		{Params{Logprobs: 0}, false},
+		{Params{Logprobs: -1, Temperature: 0.5}, false},
+		{Params{Logprobs: -1, RepetitionPenalty: 1.1}, false},
+		{Params{Logprobs: -1, PresencePenalty: 0.5}, false},
+		{Params{Logprobs: -1, FrequencyPenalty: -0.5}, false},
+	} {
+		s, err := New(tc.p, []int{1, 2}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.PlainGreedy(); got != tc.want {
+			t.Errorf("%+v: PlainGreedy = %v, want %v", tc.p, got, tc.want)
+		}
+		if !tc.want {
+			continue
+		}
+		logits := []float32{0, 3, -1, 3, float32(math.NaN()), 2, 0, 0, 0, 0}
+		if got := s.Sample(logits).Token; got != 1 {
+			t.Errorf("%+v: plain greedy sample = %d, want the lowest argmax 1", tc.p, got)
+		}
+	}
+}

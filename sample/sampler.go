@@ -155,6 +155,12 @@ func (s *Sampler) Sample(logits []float32) Result {
 	return res
 }
 
+// PlainGreedy reports whether Sample is the argmax of the raw logits (the
+// lowest id on ties) and nothing more: greedy, with no penalties and no
+// log-probabilities. A backend may then pick the token where the logits
+// are and hand it to Accept.
+func (s *Sampler) PlainGreedy() bool { return s.temp == 0 && s.nTop < 0 && !s.pen.track }
+
 // Accept records token as generated without sampling, for tokens chosen
 // elsewhere (forced, or replayed after preemption). It does not advance
 // the random stream. It panics if token is outside the vocabulary, which

@@ -25,7 +25,8 @@ type GPU struct {
 	Eff             Efficiency
 	Sources         []string
 
-	names []string // accepted spellings in node names, lower case
+	names   []string // accepted spellings in node names, lower case
+	devices []string // the names CUDA gives this part (cuDeviceGetName, nvidia-smi)
 }
 
 // Efficiency is how close one GPU type gets to its datasheet, fitted once
@@ -53,6 +54,13 @@ type Efficiency struct {
 	// StepOverhead is the serving engine's host time per step that is not
 	// hidden behind the GPU, seconds.
 	StepOverhead float64
+	// LogitsBytesPerS is the rate at which the engine brings a step's
+	// float32 logits (rows × vocabulary slice) to the host to sample them,
+	// bytes per second, where it was measured (a calibrated GPU running
+	// Gearbox's CUDA executor); 0 means the logits stay where they are
+	// computed: vLLM samples on the GPU, the CPU engine computes them in
+	// host memory.
+	LogitsBytesPerS float64
 }
 
 // Global constants of the cost model. Each is the same for every
@@ -163,7 +171,7 @@ const (
 
 var catalog = []GPU{
 	{
-		Name: "H100", names: []string{"h100", "h100-sxm", "h100-sxm5", "h100-80gb"},
+		Name: "H100", names: []string{"h100", "h100-sxm", "h100-sxm5", "h100-80gb"}, devices: []string{"NVIDIA H100 80GB HBM3"},
 		MemoryBytes: 80 * gib, HBMBytesPerS: 3.35e12, BF16FLOPS: 989.4e12, FP8FLOPS: 1978.9e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 50 * mib,
 		Eff: catalogEff(hopperMatmul),
@@ -174,7 +182,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "H200", names: []string{"h200", "h200-sxm", "h200-141gb"},
+		Name: "H200", names: []string{"h200", "h200-sxm", "h200-141gb"}, devices: []string{"NVIDIA H200"},
 		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 989.4e12, FP8FLOPS: 1978.9e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 50 * mib,
 		Eff: catalogEff(hopperMatmul),
@@ -185,7 +193,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "B200", names: []string{"b200", "b200-sxm"},
+		Name: "B200", names: []string{"b200", "b200-sxm"}, devices: []string{"NVIDIA B200"},
 		MemoryBytes: 180 * gib, HBMBytesPerS: 8e12, BF16FLOPS: 2250e12, FP8FLOPS: 4500e12,
 		NVLinkBytesPerS: 900e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 126 * mib,
 		Eff: catalogEff(hopperMatmul),
@@ -197,7 +205,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "A100-80GB", names: []string{"a100", "a100-80gb", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"},
+		Name: "A100-80GB", names: []string{"a100", "a100-80gb", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"}, devices: []string{"NVIDIA A100-SXM4-80GB"},
 		MemoryBytes: 80 * gib, HBMBytesPerS: 2.039e12, BF16FLOPS: 312e12,
 		NVLinkBytesPerS: 300e9, PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100SXMMatmul),
@@ -208,7 +216,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "A100-80GB-PCIe", names: []string{"a100-80gb-pcie", "a100-pcie", "a100-pcie-80gb"},
+		Name: "A100-80GB-PCIe", names: []string{"a100-80gb-pcie", "a100-pcie", "a100-pcie-80gb"}, devices: []string{"NVIDIA A100 80GB PCIe"},
 		MemoryBytes: 80 * gib, HBMBytesPerS: 1.935e12, BF16FLOPS: 312e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
@@ -218,7 +226,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "A100-40GB", names: []string{"a100-40gb", "a100-40gb-sxm", "a100-sxm4-40gb"},
+		Name: "A100-40GB", names: []string{"a100-40gb", "a100-40gb-sxm", "a100-sxm4-40gb"}, devices: []string{"NVIDIA A100-SXM4-40GB"},
 		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12,
 		NVLinkBytesPerS: 300e9, PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100SXMMatmul),
@@ -228,7 +236,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "A10", names: []string{"a10", "a10-pcie"},
+		Name: "A10", names: []string{"a10", "a10-pcie"}, devices: []string{"NVIDIA A10"},
 		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 125e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 6 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
@@ -239,7 +247,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "L4", names: []string{"l4", "l4-pcie"},
+		Name: "L4", names: []string{"l4", "l4-pcie"}, devices: []string{"NVIDIA L4"},
 		MemoryBytes: 24 * gib, HBMBytesPerS: 300e9, BF16FLOPS: 121e12, FP8FLOPS: 242.5e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 48 * mib,
 		Eff: catalogEff(lowPowerMatmul),
@@ -250,7 +258,7 @@ var catalog = []GPU{
 		},
 	},
 	{
-		Name: "H20", names: []string{"h20"},
+		Name: "H20", names: []string{"h20"}, devices: []string{"NVIDIA H20"},
 		MemoryBytes: 96 * gib, HBMBytesPerS: 4.0e12, BF16FLOPS: 148e12, FP8FLOPS: 296e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 60 * mib,
 		Eff: catalogEff(hopperMatmul),
@@ -271,8 +279,26 @@ func GPUs() []GPU {
 }
 
 func (g GPU) clone() GPU {
-	g.Sources, g.names = slices.Clone(g.Sources), slices.Clone(g.names)
+	g.Sources, g.names, g.devices = slices.Clone(g.Sources), slices.Clone(g.names), slices.Clone(g.devices)
 	return g
+}
+
+// MatchGPU finds the catalog GPU that a CUDA device name denotes, as
+// cuDeviceGetName and nvidia-smi give it, ignoring case and spacing:
+// "NVIDIA H100 80GB HBM3" is the H100 (SXM5) entry, "NVIDIA H200" the
+// H200. Only the exact part an entry describes matches: an "NVIDIA H100
+// PCIe" or "NVIDIA H100 NVL" has other clocks, power and links than the
+// H100 SXM entry, and matches nothing.
+func MatchGPU(device string) (GPU, bool) {
+	key := strings.Join(strings.Fields(device), " ")
+	for _, g := range catalog {
+		for _, d := range g.devices {
+			if strings.EqualFold(d, key) {
+				return g.clone(), true
+			}
+		}
+	}
+	return GPU{}, false
 }
 
 // LookupGPU finds a catalog GPU by any of its spellings, ignoring case:

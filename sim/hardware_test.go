@@ -110,3 +110,25 @@ func TestParseNode(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchGPU(t *testing.T) {
+	for device, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3":   "H100",
+		"nvidia  h100 80gb hbm3 ": "H100",
+		"NVIDIA H200":             "H200",
+		"NVIDIA A100-SXM4-80GB":   "A100-80GB",
+		"NVIDIA A100 80GB PCIe":   "A100-80GB-PCIe",
+		"NVIDIA A100-SXM4-40GB":   "A100-40GB",
+		"NVIDIA L4":               "L4",
+		"NVIDIA H100 PCIe":        "",
+		"NVIDIA H100 NVL":         "",
+		"NVIDIA H200 NVL":         "",
+		"NVIDIA GeForce RTX 4090": "",
+		"H100":                    "",
+	} {
+		g, ok := MatchGPU(device)
+		if ok != (want != "") || g.Name != want {
+			t.Errorf("MatchGPU(%q) = %q, %v; want %q", device, g.Name, ok, want)
+		}
+	}
+}

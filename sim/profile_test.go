@@ -119,3 +119,129 @@ func TestProfileNode(t *testing.T) {
 		t.Error("zero ranks accepted")
 	}
 }
+
+// gpuProfile is a bfloat16 profile of an H100 whose GEMM points follow the
+// cost model's curve with half size 96 and a 700 TFLOP/s asymptote.
+func gpuProfile() *Profile {
+	p := &Profile{
+		Version: ProfileVersion, Name: "NVIDIA H100 80GB HBM3", DType: ProfileBFloat16, MemoryBytes: 80 << 30,
+		MemBytesPerS: 2.9e12, AttentionGFLOPS: 350e3, AttentionDecodeGFLOPS: 70e3,
+		KernelLatencyS: 2.5e-6, StepOverheadS: 120e-6, LogitsBytesPerS: 8e9,
+	}
+	for _, s := range [][3]int{{1, 3072, 2048}, {16, 4096, 4096}, {256, 28672, 4096}, {4096, 4096, 14336}, {8192, 16384, 2048}, {64, 2048, 8192}} {
+		rate := 700e12 * shapeFactor(float64(s[0]), float64(s[1]), float64(s[2]), 96)
+		p.GEMM = append(p.GEMM, GEMMPoint{M: s[0], N: s[1], K: s[2], GFLOPS: rate / 1e9})
+	}
+	return p
+}
+
+// TestGPUProfile maps a bfloat16 profile: the fitted BF16 rate is the
+// peak itself, the measured bandwidth and latencies are the device's,
+// and the links and FP8 ratio come from the matched catalog entry.
+func TestGPUProfile(t *testing.T) {
+	p := gpuProfile()
+	g, err := p.GPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(g.Eff.GEMMHalf/96-1) > 0.05 || math.Abs(g.BF16FLOPS/700e12-1) > 0.02 {
+		t.Errorf("fit: half %g, peak %g; want 96 and 700e12", g.Eff.GEMMHalf, g.BF16FLOPS)
+	}
+	h100, _ := LookupGPU("h100")
+	if g.Name != p.Name || g.HBMBytesPerS != p.MemBytesPerS || g.MemoryBytes != p.MemoryBytes || g.Eff.Matmul != 1 || g.Eff.Memory != 1 {
+		t.Errorf("device %+v", g)
+	}
+	if g.PCIe != h100.PCIe || g.PCIeBytesPerS != h100.PCIeBytesPerS || g.NVLinkBytesPerS != h100.NVLinkBytesPerS || math.Abs(g.FP8FLOPS/g.BF16FLOPS-2) > 0.01 {
+		t.Errorf("links and FP8 %q %g %g %g, want the H100 entry's", g.PCIe, g.PCIeBytesPerS, g.NVLinkBytesPerS, g.FP8FLOPS)
+	}
+	if e := g.Eff; e.KernelLatency != p.KernelLatencyS || e.StepOverhead != p.StepOverheadS || e.LogitsBytesPerS != p.LogitsBytesPerS ||
+		math.Abs(e.Attention*g.BF16FLOPS/350e12-1) > 1e-9 || math.Abs(e.AttentionDecode*g.BF16FLOPS/70e12-1) > 1e-9 {
+		t.Errorf("efficiency %+v", e)
+	}
+	if p.Precision() != (Precision{BF16, BF16, BF16}) || testProfile().Precision() != CPUPrecision {
+		t.Errorf("precisions %v, %v", p.Precision(), testProfile().Precision())
+	}
+	node, err := p.Node(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Link.Kind != NVLink || node.Count != 8 {
+		t.Errorf("node %s, link %+v", node, node.Link)
+	}
+	cm, err := NewCostModel(node, p.Precision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pt := range p.GEMM {
+		k := cm.gemm(pt.M, pt.N, pt.K, BF16)
+		got := 2 * float64(pt.M) * float64(pt.N) * float64(pt.K) / k.compute / 1e9
+		if math.Abs(got/pt.GFLOPS-1) > 0.03 {
+			t.Errorf("GEMM %dx%dx%d: model %.1f GFLOP/s, measured %.1f", pt.M, pt.N, pt.K, got, pt.GFLOPS)
+		}
+	}
+	if got, want := cm.Elementwise(1<<30), float64(1<<30)/p.MemBytesPerS+p.KernelLatencyS; math.Abs(got/want-1) > 1e-12 {
+		t.Errorf("1 GiB copy: %g s, want %g", got, want)
+	}
+
+	// A GPU the catalog does not know: one device, no links, no FP8.
+	p.Name = "NVIDIA H100 PCIe"
+	if g, err = p.GPU(); err != nil || g.PCIe != "unknown" || g.NVLinkBytesPerS != 0 || g.FP8FLOPS != 0 {
+		t.Errorf("unknown GPU %+v: %v", g, err)
+	}
+	if _, err := p.Node(1); err != nil {
+		t.Error(err)
+	}
+	if _, err := p.Node(2); err == nil || !strings.Contains(err.Error(), "one GPU only") {
+		t.Errorf("two unknown GPUs: %v", err)
+	}
+}
+
+// TestGPUProfileFile round-trips a GPU profile and still reads a CPU
+// profile written before the dtype field.
+func TestGPUProfileFile(t *testing.T) {
+	p := gpuProfile()
+	path := filepath.Join(t.TempDir(), "gpu.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	q, err := LoadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p, q) {
+		t.Fatalf("round trip:\n%+v\n%+v", p, q)
+	}
+	data, _ := os.ReadFile(path)
+	for _, field := range []string{`"dtype": "bfloat16"`, `"logits_bytes_per_s"`} {
+		if !strings.Contains(string(data), field) {
+			t.Errorf("saved profile lacks %s", field)
+		}
+	}
+	if strings.Contains(string(data), `"threads"`) || strings.Contains(string(data), `"link"`) {
+		t.Errorf("GPU profile writes CPU fields:\n%s", data)
+	}
+	old := `{"version": 1, "name": "x", "threads": 2, "memory_bytes": 1000, "mem_bytes_per_s": 1e9, "l2_bytes": 0,
+		"gemm": [{"m": 1, "n": 8, "k": 8, "gflops": 1}], "attention_gflops": 1, "link": {"hop_s": 0, "bytes_per_s": 1e9},
+		"kernel_latency_s": 0, "step_overhead_s": 0}`
+	if q, err := ParseProfile([]byte(old)); err != nil || q.IsGPU() {
+		t.Errorf("old CPU profile: %+v, %v", q, err)
+	}
+	for name, mutate := range map[string]func(*Profile){
+		"dtype":   func(p *Profile) { p.DType = "float16" },
+		"threads": func(p *Profile) { p.Threads = 4 },
+		"link":    func(p *Profile) { p.Link.BytesPerS = -1 },
+		"logits":  func(p *Profile) { p.LogitsBytesPerS = math.Inf(1) },
+		"decode":  func(p *Profile) { p.AttentionDecodeGFLOPS = -1 },
+	} {
+		p := gpuProfile()
+		mutate(p)
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	cpu := testProfile()
+	cpu.Link = AlphaBeta{}
+	if err := cpu.Validate(); err == nil {
+		t.Error("CPU profile without a link accepted")
+	}
+}

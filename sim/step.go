@@ -42,7 +42,7 @@ const (
 	CompOut                          // o projection
 	CompMLPUp                        // fused gate/up projection of the rank's intermediate slice
 	CompMLPDown                      // down projection
-	CompLMHead                       // final norm and the LM head's vocabulary slice
+	CompLMHead                       // final norm, the LM head's vocabulary slice and bringing its logits to the host (Efficiency.LogitsBytesPerS)
 	CompAllReduce                    // TP all-reduces: embedding and two per layer
 	CompAllToAll                     // SP (Ulysses) all-to-alls: two per layer
 	CompSendRecv                     // pipeline sends to the next stage
@@ -400,6 +400,9 @@ func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
 	} else if rows := ms.logits[rs.coord.SP]; rows > 0 {
 		b.add(CompLMHead, c.streaming(2*int64(rows*h)*ab), lat, 1)
 		b.add(CompLMHead, c.gemm(rows, rs.vocab, h, c.actDType), lat, 1)
+		if r := c.eff.LogitsBytesPerS; r > 0 { // float32 logits to the host, for an engine that samples there
+			b.add(CompLMHead, kernel{memory: float64(rows) * float64(rs.vocab) * 4 / r}, 0, 1)
+		}
 		if p.TP > 1 {
 			for t, v := range lc.vocabs {
 				lc.counts[t] = rows * v

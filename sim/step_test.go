@@ -208,3 +208,22 @@ func benchShape(n int) StepShape {
 	b.Seqs = append(b.Seqs, Seq{Context: 2048, New: 512, Logits: 1})
 	return b
 }
+
+// TestLogitsToHost charges an engine that samples on the host for
+// bringing every logits row over, and nothing otherwise.
+func TestLogitsToHost(t *testing.T) {
+	cfg := preset(t, "meta-llama/Llama-3.1-8B")
+	base := costModel(t, "1xH100", bf16)
+	node := base.Node
+	node.GPU.Eff.LogitsBytesPerS = 10e9
+	withCopy, err := NewCostModel(node, bf16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := StepShape{Seqs: []Seq{{Context: 100, New: 1, Logits: 1}, {Context: 7, New: 1, Logits: 1}, {Context: 0, New: 16, Logits: 1}}}
+	a := layoutCost(t, base, cfg, "single").Step(&shape).Seconds
+	b := layoutCost(t, withCopy, cfg, "single").Step(&shape).Seconds
+	if want := 3 * float64(cfg.Vocab) * 4 / 10e9; math.Abs(b-a-want) > 1e-12 {
+		t.Errorf("logits copy added %g s, want %g", b-a, want)
+	}
+}

@@ -5,57 +5,93 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/calibrate"
+	"github.com/gearboxlm/gearbox/gpu"
+	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sim"
 )
 
-// errNoGPUBackend is what calibrate says for a GPU device.
-var errNoGPUBackend = errors.New("calibrate: --device cuda: the GPU backend is not built yet, so there is no GPU engine to measure; " +
-	"calibrate the CPU engine with --device cpu, or simulate GPUs from the catalog (gearbox simulate --hardware 8xH200)")
+// gpuShapes are the models a GPU validation runs by default: the shapes
+// of the acceptance check.
+const gpuShapes = "llama-3.2-1b,llama-3.1-8b"
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("calibrate", "calibrate [--device cpu] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE]]", stderr)
-	device := fs.String("device", "cpu", "device to measure: cpu (cuda: the GPU backend is not built yet)")
-	threads := fs.Int("threads", 0, "CPU threads for the kernels, as gearbox serve's --threads (default: all cores)")
-	out := fs.String("out", "cpu-profile.json", "write the profile here")
-	quick := fs.Bool("quick", false, "measure a smaller grid with fewer repetitions (a few seconds instead of about 20)")
-	validate := fs.Bool("validate", false, "then check the simulator against the CPU engine with the profile: a step-time sweep and a 200-request serving run (about a minute on two cores); prints Markdown tables")
+	fs := newFlagSet("calibrate", "calibrate [--device cpu|cuda|cuda:N] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE] [--shapes LIST]]", stderr)
+	device := fs.String("device", "cpu", "device to measure: cpu (the CPU engine, float32), or cuda or cuda:N (a GPU under the CUDA executor, bfloat16)")
+	threads := fs.Int("threads", 0, "CPU threads for the kernels, as gearbox serve's --threads (default: all cores); --device cpu only")
+	out := fs.String("out", "", "write the profile here (default cpu-profile.json, or gpu-profile.json for a GPU)")
+	quick := fs.Bool("quick", false, "measure a smaller grid with fewer repetitions (a few seconds instead of about 20 on the CPU)")
+	validate := fs.Bool("validate", false, "then check the simulator against the engine with the profile: a step-time sweep and a 200-request serving run; prints Markdown tables")
 	profile := fs.String("profile", "", "with --validate: validate this profile instead of measuring a new one")
+	shapes := fs.String("shapes", "", "with --validate: comma-separated model shapes to run ("+strings.Join(calibrate.ModelShapes(), ", ")+
+		"; default calibrate.ValidationShape on the CPU, "+gpuShapes+" on a GPU)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("calibrate: unexpected argument %q", fs.Arg(0))
 	}
-	switch strings.ToLower(*device) {
-	case "cpu":
-	case "cuda", "gpu":
-		return errNoGPUBackend
-	default:
-		return fmt.Errorf("calibrate: unknown --device %q (want cpu)", *device)
+	dev, err := gpu.ParseDevice(strings.ToLower(*device))
+	if err != nil || dev.Kind == gpu.Auto {
+		return fmt.Errorf("calibrate: unknown --device %q (want cpu, cuda or cuda:N)", *device)
 	}
+	onGPU := dev.Kind == gpu.CUDA
 	if *profile != "" && !*validate {
 		return errors.New("calibrate: --profile names a profile to validate; add --validate")
+	}
+	if *shapes != "" && !*validate {
+		return errors.New("calibrate: --shapes picks the models to validate on; add --validate")
+	}
+	if onGPU && *threads != 0 {
+		return errors.New("calibrate: --threads sets CPU kernel threads; a GPU has none")
+	}
+	models, err := validationModels(*shapes, onGPU)
+	if err != nil {
+		return err
+	}
+	var cache *gpu.KernelCache
+	if onGPU {
+		if cache, err = kernelCache(); err != nil {
+			fmt.Fprintf(stderr, "calibrate: kernel cache disabled: %v\n", err)
+		}
 	}
 
 	var p *sim.Profile
 	if *profile != "" {
-		var err error
 		if p, err = sim.LoadProfile(*profile); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
+		if p.IsGPU() != onGPU {
+			want := "cpu"
+			if p.IsGPU() {
+				want = "cuda"
+			}
+			return fmt.Errorf("calibrate: %s is a profile of %s; validate it with --device %s", *profile, p.Name, want)
+		}
 	} else {
-		var err error
-		p, err = calibrate.Measure(ctx, calibrate.Options{Threads: *threads, Quick: *quick, Log: stderr})
+		if onGPU {
+			p, err = calibrate.MeasureGPU(ctx, calibrate.GPUOptions{Device: dev.Index, Quick: *quick, KernelCache: cache, Log: stderr})
+		} else {
+			p, err = calibrate.Measure(ctx, calibrate.Options{Threads: *threads, Quick: *quick, Log: stderr})
+		}
 		if err != nil {
 			return err
 		}
-		if err := p.Save(*out); err != nil {
+		path := *out
+		switch {
+		case path != "":
+		case onGPU:
+			path = "gpu-profile.json"
+		default:
+			path = "cpu-profile.json"
+		}
+		if err := p.Save(path); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
-		fmt.Fprintf(stderr, "wrote %s\n", *out)
+		fmt.Fprintf(stderr, "wrote %s\n", path)
 	}
 	if err := calibrate.WriteProfile(stdout, p); err != nil {
 		return err
@@ -63,25 +99,124 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if !*validate {
 		return nil
 	}
-	return runValidation(ctx, p, *threads, stdout, stderr)
+	v := validation{p: p, threads: *threads, models: models, stdout: stdout, stderr: stderr}
+	if onGPU {
+		if err := v.onGPU(dev.Index, cache); err != nil {
+			return err
+		}
+	}
+	return v.run(ctx)
 }
 
-// runValidation prints the step-time sweep and the serving comparison.
-func runValidation(ctx context.Context, p *sim.Profile, threads int, stdout, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "step-time sweep on %s\n", calibrate.ValidationShape)
-	steps, err := calibrate.ValidateSteps(ctx, p, calibrate.StepOptions{Threads: threads, Log: stderr})
+// validationModel is one model a validation runs: a named real shape, or
+// (config nil) calibrate.ValidationShape.
+type validationModel struct {
+	name   string
+	config *model.Config
+}
+
+// validationModels resolves --shapes.
+func validationModels(list string, onGPU bool) ([]validationModel, error) {
+	if list == "" {
+		if !onGPU {
+			return []validationModel{{name: "ValidationShape"}}, nil
+		}
+		list = gpuShapes
+	}
+	var out []validationModel
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		cfg, err := calibrate.ModelShape(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, validationModel{name: name, config: cfg})
+	}
+	return out, nil
+}
+
+// validation is what runValidation compares: the profile against the
+// engine on each model, and on a GPU against the catalog entry too.
+type validation struct {
+	p       *sim.Profile
+	threads int
+	models  []validationModel
+	runners calibrate.Runners // nil: the CPU engine
+	catalog *sim.GPU          // the catalog entry of the GPU validated on
+	device  string            // that GPU's name
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// onGPU sets the validation up on CUDA device ordinal: its executors, and
+// the catalog entry of the GPU found there.
+func (v *validation) onGPU(ordinal int, cache *gpu.KernelCache) error {
+	name, err := calibrate.GPUName(ordinal)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nStep times (%s):\n\n", calibrate.ValidationShape)
-	if err := calibrate.WriteStepTable(stdout, steps); err != nil {
-		return err
+	v.device, v.runners = name, calibrate.GPURunners(ordinal, cache)
+	if name != v.p.Name {
+		fmt.Fprintf(v.stderr, "calibrate: validating a profile of %s on %s\n", v.p.Name, name)
 	}
-	fmt.Fprintln(stderr, "serving 200 requests for real, then in simulation")
-	serve, err := calibrate.ValidateServe(ctx, p, calibrate.ServeOptions{Threads: threads})
-	if err != nil {
-		return err
+	if c, ok := sim.MatchGPU(name); ok {
+		v.catalog = &c
+		fmt.Fprintf(v.stdout, "\nCatalog entry of %s: %s (predicted in the catalog columns, no calibration).\n", name, c.Name)
+	} else {
+		fmt.Fprintf(v.stdout, "\nNo catalog entry matches %q: the tables have the profile's predictions only.\n", name)
 	}
-	fmt.Fprintf(stdout, "\nServing %d requests of %s (%s), all at once:\n\n", serve.Requests, serve.Dataset, serve.Shape)
-	return calibrate.WriteServeTable(stdout, serve)
+	return nil
+}
+
+// run prints the step-time sweep of every model, a summary over them,
+// and the serving comparison of every model.
+func (v *validation) run(ctx context.Context) error {
+	var sweeps []calibrate.ShapeSteps
+	for _, m := range v.models {
+		label := v.label(m)
+		fmt.Fprintf(v.stderr, "step-time sweep on %s\n", label)
+		steps, err := calibrate.ValidateSteps(ctx, v.p, calibrate.StepOptions{
+			Threads: v.threads, Model: m.config, Runners: v.runners, Catalog: v.catalog, Log: v.stderr,
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(v.stdout, "\nStep times (%s):\n\n", label)
+		if err := calibrate.WriteStepTable(v.stdout, steps); err != nil {
+			return err
+		}
+		sweeps = append(sweeps, calibrate.ShapeSteps{Name: m.name, Results: steps})
+		debug.FreeOSMemory() // a real shape's float32 weights are tens of GB; let the next model have them
+	}
+	if len(sweeps) > 1 {
+		fmt.Fprintf(v.stdout, "\nStep times, all models:\n\n")
+		if err := calibrate.WriteStepSummary(v.stdout, sweeps); err != nil {
+			return err
+		}
+	}
+	for _, m := range v.models {
+		fmt.Fprintf(v.stderr, "serving 200 requests of %s for real, then in simulation\n", v.label(m))
+		serve, err := calibrate.ValidateServe(ctx, v.p, calibrate.ServeOptions{Threads: v.threads, Model: m.config, Runners: v.runners})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(v.stdout, "\nServing %d requests of %s (%s), all at once:\n\n", serve.Requests, serve.Dataset, serve.Shape)
+		if err := calibrate.WriteServeTable(v.stdout, serve); err != nil {
+			return err
+		}
+		debug.FreeOSMemory()
+	}
+	return nil
+}
+
+// label describes a model of the validation, and the GPU it runs on.
+func (v *validation) label(m validationModel) string {
+	s := m.name + ": " + calibrate.ValidationShape.String()
+	if m.config != nil {
+		s = m.name
+	}
+	if v.device != "" {
+		s += " on " + v.device
+	}
+	return s
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/sim"
 )
 
@@ -19,17 +20,48 @@ func runCalibrateCLI(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestCalibrateDevices(t *testing.T) {
-	if _, _, err := runCalibrateCLI(t, "--device", "cuda"); !errors.Is(err, errNoGPUBackend) || !strings.Contains(err.Error(), "GPU backend is not built yet") {
-		t.Errorf("--device cuda: %v", err)
+	if _, _, err := gpu.Search(gpu.Driver, gpu.OSEnv()); err != nil {
+		// No GPU here: --device cuda says which library is missing, in one line.
+		_, _, err := runCalibrateCLI(t, "--device", "cuda", "--out", filepath.Join(t.TempDir(), "gpu.json"))
+		if !errors.Is(err, gpu.ErrNotFound) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("--device cuda without a driver: %v", err)
+		}
+	} else {
+		t.Log("a CUDA driver is present: not checking the error without one")
 	}
-	if _, _, err := runCalibrateCLI(t, "--device", "tpu"); err == nil || !strings.Contains(err.Error(), "unknown --device") {
-		t.Errorf("--device tpu: %v", err)
-	}
-	if _, _, err := runCalibrateCLI(t, "--profile", "x.json"); err == nil || !strings.Contains(err.Error(), "--validate") {
-		t.Errorf("--profile without --validate: %v", err)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--device", "tpu"}, "unknown --device"},
+		{[]string{"--device", "auto"}, "unknown --device"},
+		{[]string{"--profile", "x.json"}, "--validate"},
+		{[]string{"--shapes", "llama-3.2-1b"}, "--validate"},
+		{[]string{"--validate", "--shapes", "llama-9"}, "unknown model shape"},
+		{[]string{"--device", "cuda", "--threads", "4"}, "a GPU has none"},
+	} {
+		if _, _, err := runCalibrateCLI(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error containing %q", c.args, err, c.want)
+		}
 	}
 	if _, _, err := runCalibrateCLI(t, "--validate", "--profile", filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("a missing profile was accepted")
+	}
+}
+
+// TestCalibrateProfileDevice refuses to validate a profile on the other
+// kind of device, before running anything.
+func TestCalibrateProfileDevice(t *testing.T) {
+	p := &sim.Profile{
+		Version: sim.ProfileVersion, Name: "NVIDIA H100 80GB HBM3", DType: sim.ProfileBFloat16, MemoryBytes: 80 << 30,
+		MemBytesPerS: 3e12, AttentionGFLOPS: 4e5, GEMM: []sim.GEMMPoint{{M: 1, N: 4096, K: 4096, GFLOPS: 3000}},
+	}
+	path := filepath.Join(t.TempDir(), "gpu.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCalibrateCLI(t, "--validate", "--profile", path); err == nil || !strings.Contains(err.Error(), "--device cuda") {
+		t.Errorf("GPU profile on the CPU: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
@@ -13,7 +14,6 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
-	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // generateResult is generate's --output json object.
@@ -31,6 +31,7 @@ type generateResult struct {
 	Logprobs              []tokenLogprob `json:"logprobs,omitempty"`
 	Plan                  string         `json:"plan"`
 	Policy                string         `json:"policy"`
+	Device                string         `json:"device"`
 	PlanSteps             map[string]int `json:"plan_steps"`
 	CommBytes             commReport     `json:"comm_bytes"`
 }
@@ -95,10 +96,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var stops stringList
 	fs.Var(&stops, "stop", "stop string (repeatable); the text ends before it")
 	output := fs.String("output", "text", "output format: text (streamed) or json")
-	threads := fs.Int("threads", 0, "CPU threads for the kernels (default: all cores)")
 	chunk := fs.Int("max-num-batched-tokens", 512, "prefill tokens per step")
 	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
 	par := addParallelFlags(fs)
+	dev := addDeviceFlags(fs, "auto")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,15 +129,18 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	pool := tensor.NewPool(*threads)
-	defer pool.Close()
 	_, shift := pol.(policy.Shift)
-	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: *blockSize, Pool: pool})
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	run, err := dev.newRunner(m, runnerSpec{plan: plan, shift: shift, blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1}, logger)
 	if err != nil {
-		return err
+		return fmt.Errorf("generate: %w", err)
+	}
+	defer run.close()
+	if *output == "text" {
+		fmt.Fprintf(stderr, "[device] %s\n", run.device)
 	}
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{},
+		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{},
 		Sched: sched.Config{MaxNumBatchedTokens: *chunk, MaxNumSeqs: 1},
 	})
 	if err != nil {
@@ -178,7 +182,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *output == "text" {
 		fmt.Fprintln(stdout)
 		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s; plan %s, policy %s, steps %v, %d comm bytes\n",
-			m.Name, out.Usage.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, planSteps, exec.CommStats().Total().SentBytes)
+			m.Name, out.Usage.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, planSteps, run.commStats().Total().SentBytes)
 		return nil
 	}
 	enc := json.NewEncoder(stdout)
@@ -188,6 +192,6 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		PromptTokens: out.Usage.PromptTokens, CompletionTokens: len(out.Tokens), FinishReason: out.FinishReason,
 		TokensPerSecond: decodeRate, PromptTokensPerSecond: prefillRate,
 		ElapsedMS: float64(elapsed.Microseconds()) / 1000, Logprobs: logprobsJSON(m.Tokenizer, out.Logprobs),
-		Plan: plan.String(), Policy: pol.String(), PlanSteps: planSteps, CommBytes: commBytes(exec.CommStats()),
+		Plan: plan.String(), Policy: pol.String(), Device: run.device, PlanSteps: planSteps, CommBytes: commBytes(run.commStats()),
 	})
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"sort"
 
+	"github.com/gearboxlm/gearbox/gpu/cudaexec"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
@@ -36,6 +38,19 @@ type inspectResult struct {
 	Plan              string           `json:"plan"`
 	Policy            string           `json:"policy"`
 	Ranks             []rankBytes      `json:"ranks"`
+	GPU               *gpuInfo         `json:"gpu,omitempty"`
+}
+
+// gpuInfo is what the CUDA executor holds once loaded (inspect --device cuda).
+type gpuInfo struct {
+	Device       string `json:"device"`
+	DType        string `json:"dtype"`
+	TotalMemory  int64  `json:"total_memory_bytes"`
+	WeightBytes  int64  `json:"weight_bytes"`
+	KVBytes      int64  `json:"kv_cache_bytes"`
+	KVBlocks     int    `json:"kv_blocks"`
+	KVTokens     int    `json:"kv_tokens"`
+	GraphBuckets []int  `json:"graph_buckets"`
 }
 
 // rankBytes is one rank's memory under the plan, in bytes of the CPU
@@ -50,10 +65,14 @@ type rankBytes struct {
 }
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--output text|json]", stderr)
+	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--device cuda [--dtype D]] [--output text|json]", stderr)
 	modelDir := flags.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
 	output := flags.String("output", "text", "output format: text or json")
 	par := addParallelFlags(flags)
+	dev := addDeviceFlags(flags, "cpu")
+	maxLen := flags.Int("max-model-len", 0, "with --device cuda: context length the KV pool is sized for (default: the model's)")
+	blockSize := flags.Int("block-size", 16, "with --device cuda: KV cache block size in tokens")
+	maxSeqs := flags.Int("max-num-seqs", 256, "with --device cuda: requests running at once, which sets the CUDA graph buckets")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -102,6 +121,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		res.Ranks = append(res.Ranks, rb)
 	}
+	if dev.device != "cpu" {
+		if res.GPU, err = inspectGPU(*modelDir, dev, runnerSpec{blockSize: *blockSize, maxSeqs: *maxSeqs, maxTokens: 8192, maxModelLen: *maxLen}); err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -132,7 +156,36 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "%-5d %-20s %-6d %-14s %-20s %d B\n", rb.Rank, fmt.Sprintf("%d,%d,%d,%d", c.DP, c.PP, c.SP, c.TP),
 			rb.HeadChunk, humanBytes(rb.WeightBytes), extra, rb.KVBytesPerToken)
 	}
+	if g := res.GPU; g != nil {
+		fmt.Fprintf(stdout, "\ndevice         %s\ndtype          %s\nmemory         %s\n", g.Device, g.DType, humanBytes(g.TotalMemory))
+		fmt.Fprintf(stdout, "weights        %s\nKV cache       %s: %d blocks, %d tokens\ngraph buckets  %v\n",
+			humanBytes(g.WeightBytes), humanBytes(g.KVBytes), g.KVBlocks, g.KVTokens, g.GraphBuckets)
+	}
 	return nil
+}
+
+// inspectGPU loads the model on the device --device names and reports what
+// the executor holds there.
+func inspectGPU(dir string, dev *deviceFlags, spec runnerSpec) (*gpuInfo, error) {
+	m, err := loadModel(dir)
+	if err != nil {
+		return nil, err
+	}
+	spec.plan = parallel.Single
+	run, err := dev.newRunner(m, spec, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	defer run.close()
+	x, ok := run.runner.(*cudaexec.Executor)
+	if !ok {
+		return nil, fmt.Errorf("--device %s: no GPU in use (%s)", dev.device, run.device)
+	}
+	info := x.Info()
+	return &gpuInfo{
+		Device: info.Device, DType: info.DType.String(), TotalMemory: info.TotalMemory, WeightBytes: info.WeightBytes,
+		KVBytes: info.KVBytes, KVBlocks: info.KVBlocks, KVTokens: info.KVTokens, GraphBuckets: info.Buckets,
+	}, nil
 }
 
 func openBuiltin() (*model.Config, *safetensors.Set, error) {

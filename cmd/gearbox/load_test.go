@@ -25,7 +25,8 @@ func startInProcess(t *testing.T, args ...string) string {
 	fs.IntVar(&c.maxWaiting, "max-waiting", c.maxWaiting, "")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", c.maxSeqs, "")
 	c.par = addParallelFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	c.dev = addDeviceFlags(fs, "auto")
+	if err := fs.Parse(append([]string{"--device", "cpu"}, args...)); err != nil {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -7,7 +7,7 @@
 //	gearbox simulate   simulate serving on a GPU node
 //	gearbox plan       rank layouts for a workload by simulation
 //	gearbox reproduce  rerun a paper's experiments in the simulator
-//	gearbox calibrate  measure the CPU for the simulator
+//	gearbox calibrate  measure the CPU or a GPU for the simulator
 //	gearbox inspect    describe a model directory
 //
 // Run "gearbox COMMAND --help" for a command's flags.
@@ -37,7 +37,7 @@ var commands = []command{
 	{"simulate", "simulate serving a workload on a GPU node with the real scheduler and a calibrated cost model", runSimulate},
 	{"plan", "rank every parallel layout and policy of a node for a workload and SLOs, by simulation", runPlan},
 	{"reproduce", "rerun a paper's experiments in the simulator and compare (reproduce shift)", runReproduce},
-	{"calibrate", "measure this CPU for the simulator (writes cpu-profile.json); --validate checks the simulator against the CPU engine", runCalibrate},
+	{"calibrate", "measure this CPU, or a GPU with --device cuda, for the simulator (writes a profile); --validate checks the simulator against the engine", runCalibrate},
 	{"inspect", "print a model's architecture, parameters, bytes per dtype and KV bytes per token", runInspect},
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
-	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // serveConfig is what serve needs beyond the model; tests build it directly.
@@ -39,10 +38,10 @@ type serveConfig struct {
 	kvBlocks      int
 	prefixCaching bool
 	noPrefixCache bool
-	threads       int
 	maxBodyBytes  int64
 	drainTimeout  time.Duration
 	par           *parallelFlags
+	dev           *deviceFlags
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,13 +58,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.maxWaiting, "max-waiting", 1024, "waiting requests at most; more get 429")
 	fs.IntVar(&c.maxModelLen, "max-model-len", 0, "context length (default: the model's)")
 	fs.IntVar(&c.blockSize, "block-size", 16, "KV cache block size in tokens")
-	fs.IntVar(&c.kvBlocks, "num-kv-blocks", 0, "KV cache blocks per replica (default: max-num-seqs full contexts, at most 4 GiB)")
+	fs.IntVar(&c.kvBlocks, "num-kv-blocks", 0, "KV cache blocks per replica (default: on the CPU max-num-seqs full contexts, at most 4 GiB; on a GPU what --gpu-memory-utilization leaves)")
 	fs.BoolVar(&c.prefixCaching, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&c.noPrefixCache, "no-enable-prefix-caching", false, "vLLM's spelling of --enable-prefix-caching=false")
-	fs.IntVar(&c.threads, "threads", 0, "CPU threads for the kernels (default: all cores)")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
 	c.par = addParallelFlags(fs)
+	c.dev = addDeviceFlags(fs, "auto")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,28 +110,25 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		}
 		maxLen = c.maxModelLen
 	}
-	blocks := c.kvBlocks
-	if blocks == 0 {
-		perBlock := int64(m.Config.KVBytesPerToken(4)) * int64(c.blockSize)
-		blocks = int(min(int64(c.maxSeqs)*int64((maxLen+c.blockSize-1)/c.blockSize), (4<<30)/perBlock))
-	}
-	pool := tensor.NewPool(c.threads)
 	_, shift := pol.(policy.Shift)
-	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: c.blockSize, NumBlocks: blocks, Pool: pool})
+	run, err := c.dev.newRunner(m, runnerSpec{
+		plan: plan, shift: shift, blockSize: c.blockSize, numBlocks: c.kvBlocks,
+		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen,
+	}, logger)
 	if err != nil {
-		pool.Close()
 		return nil, nil, nil, err
 	}
+	logger.Info("device", "choice", run.device)
 	metrics := server.NewMetrics(plan.String(), pol.String())
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics,
+		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics,
 		Sched: sched.Config{
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,
 		},
 	})
 	if err != nil {
-		pool.Close()
+		run.close()
 		return nil, nil, nil, err
 	}
 	metrics.Watch(eng.Stats)
@@ -148,7 +144,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if templateFile != "" {
 		data, err := os.ReadFile(templateFile)
 		if err != nil {
-			pool.Close()
+			run.close()
 			return nil, nil, nil, err
 		}
 		source = string(data)
@@ -156,7 +152,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	var tmpl *chat.Template
 	if source != "" {
 		if tmpl, err = chat.Parse(source); err != nil {
-			pool.Close()
+			run.close()
 			return nil, nil, nil, fmt.Errorf("chat template: %w", err)
 		}
 	}
@@ -190,7 +186,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	cleanup := func() {
 		stop()
 		<-done
-		pool.Close()
+		run.close()
 	}
 	return &builtServer{api: api, name: name}, eng, cleanup, nil
 }

@@ -92,8 +92,17 @@ func TestReproduceShift(t *testing.T) {
 // simulates ranks sharing this machine.
 func TestSimulateOnCPUProfile(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu.json")
-	if _, _, err := runCLI(t, "calibrate", "--quick", "--out", prof); err != nil {
-		t.Fatal(err)
+	// A quick calibration on a machine busy with other test packages can
+	// measure collective times too noisy to fit; measure again then.
+	for try := 1; ; try++ {
+		_, _, err := runCLI(t, "calibrate", "--quick", "--out", prof)
+		if err == nil {
+			break
+		}
+		if try == 3 || !strings.Contains(err.Error(), "do not grow with size") {
+			t.Fatal(err)
+		}
+		t.Logf("calibration %d: %v; measuring again", try, err)
 	}
 	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Hidden: 128, Heads: 8, KVHeads: 4, Layers: 2, Seed: 3})
 	if err != nil {

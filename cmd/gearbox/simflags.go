@@ -132,6 +132,9 @@ func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	if err != nil {
 		return sim.Node{}, sim.Precision{}, err
 	}
+	if p.IsGPU() {
+		return sim.Node{}, sim.Precision{}, fmt.Errorf("--profile %s describes a GPU (%s), not this CPU; --hardware cpu takes a profile from gearbox calibrate --device cpu", f.profile, p.Name)
+	}
 	node, err := calibrate.Node(p, count)
 	return node, sim.CPUPrecision, err
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/gpu"
+	"github.com/gearboxlm/gearbox/gpu/cudaexec"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// deviceFlags choose where and in what precision the model runs; generate,
+// serve and calibrate share them, with vLLM's names and defaults.
+type deviceFlags struct {
+	device  string
+	dtype   string
+	memUtil float64
+	eager   bool
+	threads int
+}
+
+func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
+	d := &deviceFlags{}
+	fs.StringVar(&d.device, "device", defaultDevice, "where the model runs: auto (a CUDA GPU when one is found, else the CPU), cpu, cuda or cuda:N")
+	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU computes in float32 and rounds the weights to bfloat16/float16 when asked)")
+	fs.Float64Var(&d.memUtil, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and the KV cache")
+	fs.BoolVar(&d.eager, "enforce-eager", false, "GPU: run every step as plain kernel launches, without CUDA graphs")
+	fs.IntVar(&d.threads, "threads", 0, "CPU threads for the kernels (default: all cores)")
+	return d
+}
+
+// runnerSpec is what a command asks of the executor, whichever device runs
+// it.
+type runnerSpec struct {
+	plan        parallel.Plan
+	shift       bool // hold the plan's shift layout too
+	blockSize   int
+	numBlocks   int // 0: the device's default
+	maxTokens   int // largest step in tokens
+	maxSeqs     int // most sequences at once
+	maxModelLen int
+}
+
+// built is an executor ready for an engine, with what to log about it and
+// how to release it.
+type built struct {
+	runner engine.Runner
+	device string // one line for the start-up log
+	close  func()
+}
+
+// newRunner resolves --device and builds the executor there. On the CPU the
+// default KV pool holds maxSeqs full contexts, at most 4 GiB; on a GPU it
+// is sized from --gpu-memory-utilization.
+func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Logger) (*built, error) {
+	dt, err := model.ParseDType(d.dtype)
+	if err != nil {
+		return nil, err
+	}
+	want, err := gpu.ParseDevice(d.device)
+	if err != nil {
+		return nil, err
+	}
+	choice, err := gpu.Resolve(want, gpu.NewSystemProber())
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Config
+	if spec.maxModelLen == 0 {
+		spec.maxModelLen = cfg.MaxPositions
+	}
+	if choice.Device.Kind == gpu.CUDA {
+		cache, err := kernelCache()
+		if err != nil {
+			logger.Warn("kernel cache disabled", "err", err)
+		}
+		x, err := cudaexec.New(cfg, m.Weights, cudaexec.Options{
+			Device: choice.Device.Index, DType: dt, Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
+			MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
+			MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		info := x.Info()
+		line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,
+			float64(info.WeightBytes)/(1<<30), info.KVTokens)
+		return &built{runner: x, device: line, close: func() { _ = x.Close() }}, nil
+	}
+
+	switch dt {
+	case model.BFloat16, model.Float16:
+		for _, t := range m.Weights.Tensors() {
+			dt.Round(t)
+		}
+	}
+	blocks := spec.numBlocks
+	if blocks == 0 {
+		perBlock := int64(cfg.KVBytesPerToken(4)) * int64(spec.blockSize)
+		perSeq := int64((spec.maxModelLen + spec.blockSize - 1) / spec.blockSize)
+		blocks = int(max(perSeq, min(int64(max(spec.maxSeqs, 1))*perSeq, (4<<30)/perBlock)))
+	}
+	pool := tensor.NewPool(d.threads)
+	x, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	precision := "float32"
+	if dt == model.BFloat16 || dt == model.Float16 {
+		precision = "float32 with weights rounded to " + dt.String()
+	}
+	line := fmt.Sprintf("%s: %d threads, %s", choice.Reason, pool.Threads(), precision)
+	return &built{runner: x, device: line, close: pool.Close}, nil
+}
+
+// kernelCache is the on-disk cache of compiled GPU kernels.
+func kernelCache() (*gpu.KernelCache, error) {
+	dir, err := gpu.DefaultKernelCacheDir(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return &gpu.KernelCache{Dir: dir}, nil
+}
+
+// commStats is the executor's collective traffic.
+func (b *built) commStats() comm.Stats {
+	if x, ok := b.runner.(interface{ CommStats() comm.Stats }); ok {
+		return x.CommStats()
+	}
+	return comm.Stats{}
+}

@@ -1,0 +1,677 @@
+package cudaexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/gpu"
+	"github.com/gearboxlm/gearbox/gpu/cuda"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// Options configure an Executor.
+type Options struct {
+	Device int         // CUDA device ordinal
+	DType  model.DType // weights and activations; DTypeAuto resolves with Config.ResolveDType
+	// Plan is the base plan; its ranks share the one device. The zero value
+	// is one rank. DP is not supported.
+	Plan      parallel.Plan
+	Shift     bool // also hold the shift plan (full TP over SP·TP ranks)
+	BlockSize int  // KV block size in tokens; default 16
+	// NumBlocks is the KV block count; 0 sizes the pool from
+	// MemoryUtilization.
+	NumBlocks int
+	// MemoryUtilization is the fraction of the device's memory the
+	// executor may use in all (vLLM's --gpu-memory-utilization); default 0.9.
+	MemoryUtilization float64
+	MaxNumTokens      int // most tokens in one step (--max-num-batched-tokens); default 8192
+	MaxNumSeqs        int // most sequences in one step; default 256
+	MaxModelLen       int // longest sequence; default the model's context length
+	// EnforceEager disables CUDA graphs (vLLM's --enforce-eager).
+	EnforceEager bool
+	// KernelCache holds compiled kernels; nil compiles at every start.
+	KernelCache *gpu.KernelCache
+	Logger      *slog.Logger // default slog.Default()
+}
+
+// Info describes a loaded executor for logs and `gearbox inspect`.
+type Info struct {
+	Device       string // e.g. "NVIDIA H100 80GB HBM3 (sm_90, driver 13000)"
+	DType        model.DType
+	TotalMemory  int64
+	WeightBytes  int64 // all ranks and layouts
+	KVBytes      int64 // all ranks
+	KVBlocks     int
+	KVTokens     int // KVBlocks · BlockSize
+	Buckets      gpu.Buckets
+	MaxNumTokens int
+}
+
+// Executor runs steps of a Llama-family model on one CUDA device: weights
+// resident in the chosen dtype, GEMMs through cuBLAS with FP32
+// accumulation, fused kernels for the rest, attention over a paged KV
+// cache with the CPU engine's block layout, and decode steps replayed from
+// CUDA graphs captured per batch-size bucket.
+//
+// A multi-rank plan runs its ranks on the one device, each with its own
+// weight shard, KV cache and buffers, exactly as the CPU executor shards
+// them (parallel.NewShard); collectives become device copies and a
+// reduction kernel on one stream, and are counted with the CPU's byte
+// accounting. That makes every plan and Shift switch testable on a single
+// GPU. Every device call runs on the context's pinned worker thread
+// (cuda.Context.Do). An Executor is not safe for concurrent use.
+type Executor struct {
+	cfg  *model.Config
+	opts Options
+	log  *slog.Logger
+	ctx  *cuda.Context
+	blas *cuda.BLAS
+	k    *Kernels // dtype kernels
+	k32  *Kernels // float32 kernels, for the float32 residual's reductions
+	dt   model.DType
+	s    cuda.Stream
+
+	base    parallel.Layout
+	layouts map[parallel.Plan]*devLayout
+	ranks   []*devRank
+	kv      kvcache.Layout // rank 0's; every rank has the same block count
+	cos     cuda.DevicePtr // float32 [maxModelLen, headDim/2]
+	sin     cuda.DevicePtr
+	cap     capacity
+	meta    cuda.DevicePtr // int32 tables, laid out by metaLayout
+	work    cuda.DevicePtr // attention workspace, shared by the ranks
+	bwork   cuda.DevicePtr // cuBLAS workspace
+
+	buckets gpu.Buckets
+	graphs  map[graphKey]cuda.GraphExec
+	// graphStats is the collective traffic one replay of a graph stands
+	// for, counted when it was captured.
+	graphStats map[graphKey]comm.Stats
+	info       Info
+	steps      map[string]int
+	stats      comm.Stats
+	out        []float32 // [rows, vocab] host logits of the last step
+	part       []float32 // host staging of one rank's logits slice
+	tokens     []int     // [rows] argmax of the last greedy step
+	ids        []int32   // host staging of one rank's argmax rows
+	host       []int32   // host staging of the step's int32 tables
+	allocs     map[cuda.DevicePtr]bool
+	closed     bool
+}
+
+var _ engine.GreedyRunner = (*Executor)(nil)
+
+// devLayout is one layout's device shards, by global rank.
+type devLayout struct {
+	layout parallel.Layout
+	shards []*devShard
+}
+
+// devShard is one rank's weights on the device under one layout. q/k/v and
+// gate/up are fused into one matrix each (rows concatenated) so each runs
+// as one GEMM; absent optional tensors are 0.
+type devShard struct {
+	spans                 *parallel.Shard // heads, columns, vocabulary and layers
+	embed, norm, lmHead   cuda.DevicePtr
+	layers                []layerWeights
+	sliceW, chunkW        int // fused q|k|v widths of the slice and of the chunk, in elements
+	qs, ks, qc, kc, inter int // slice and chunk q and kv widths; MLP columns
+}
+
+type layerWeights struct {
+	attnNorm, mlpNorm cuda.DevicePtr
+	qkv               cuda.DevicePtr // [slice q|k|v rows, hidden]
+	qkvBias           cuda.DevicePtr // [chunk q|k|v], laid out as the attention input after the SP all-to-all
+	qNorm, kNorm      cuda.DevicePtr
+	o, oBias          cuda.DevicePtr // [hidden, slice q], [hidden]
+	gateUp, guBias    cuda.DevicePtr // [2·inter, hidden], [2·inter]
+	down, downBias    cuda.DevicePtr // [hidden, inter], [hidden]
+}
+
+// devRank is one rank's KV cache and step buffers. Buffers are sized for
+// the whole model so any layout's shard fits; their addresses are fixed
+// so CUDA graphs can replay them.
+type devRank struct {
+	id             int
+	kCache, vCache cuda.DevicePtr // [stage layers][blocks, kv heads, block size, head dim]
+	layerKV        int64          // bytes of one layer of kCache
+	x              cuda.DevicePtr // float32 [tokens, hidden] residual stream
+	xn             cuda.DevicePtr // [tokens, hidden] normalised
+	qkv            cuda.DevicePtr // [tokens, q|k|v] projections of this rank's rows
+	recv           cuda.DevicePtr // [tokens, chunk q|k|v] every token's chunk heads (SP); qkv without SP
+	q, attnC       cuda.DevicePtr // [tokens, chunk q] rotated queries, attention output
+	attn           cuda.DevicePtr // [tokens, slice q] this rank's rows' attention (SP); attnC without SP
+	delta          cuda.DevicePtr // [tokens, hidden] o_proj / down_proj output
+	gateUp, mlp    cuda.DevicePtr // [tokens, 2·inter], [tokens, inter]
+	hl             cuda.DevicePtr // [logit rows, hidden]
+	logits         cuda.DevicePtr // float32 [logit rows, vocab]
+	argmax         cuda.DevicePtr // int32 [logit rows]
+}
+
+// capacity is what the step buffers hold.
+type capacity struct {
+	tokens, seqs, logitRows int
+	maxBlocks               int // block-table row stride of graph steps
+}
+
+type graphKey struct {
+	plan   parallel.Plan
+	bucket int
+}
+
+const blasWorkspace = 32 << 20 // set explicitly so graph capture works
+
+// New opens the device, compiles the kernels, uploads w in the chosen dtype
+// for every rank of the plan (and its shift plan), allocates the buffers
+// and sizes the KV pool. The caller must Close the executor.
+func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
+	if err := fillDefaults(cfg, &opts); err != nil {
+		return nil, err
+	}
+	nv, err := cuda.LoadNVRTC()
+	if err != nil {
+		return nil, fmt.Errorf("cudaexec: %w", err)
+	}
+	dctx, err := cuda.Open(opts.Device)
+	if err != nil {
+		return nil, fmt.Errorf("cudaexec: %w", err)
+	}
+	e := &Executor{
+		cfg: cfg, opts: opts, log: opts.Logger, ctx: dctx, dt: cfg.ResolveDType(opts.DType),
+		base: parallel.Standard(opts.Plan), layouts: map[parallel.Plan]*devLayout{},
+		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, stats: comm.Stats{},
+		allocs: map[cuda.DevicePtr]bool{},
+	}
+	if !opts.EnforceEager {
+		e.buckets = gpu.VLLMBuckets(min(2*opts.MaxNumSeqs, gpu.DefaultMaxGraphBatch, opts.MaxNumTokens))
+	}
+	if err := dctx.Do(func() error { return e.load(w, nv) }); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "plan", opts.Plan.String(),
+		"weights_gib", float64(e.info.WeightBytes)/(1<<30), "kv_blocks", e.info.KVBlocks,
+		"kv_tokens", e.info.KVTokens, "graph_buckets", len(e.buckets))
+	return e, nil
+}
+
+func fillDefaults(cfg *model.Config, o *Options) error {
+	if o.Plan == (parallel.Plan{}) {
+		o.Plan = parallel.Single
+	}
+	if err := o.Plan.Validate(cfg); err != nil {
+		return err
+	}
+	if o.Plan.DP > 1 {
+		return fmt.Errorf("cudaexec: plan %s: data parallelism on one GPU is not supported (run one server per replica)", o.Plan)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 16
+	}
+	if o.BlockSize <= 0 || o.BlockSize > kvcache.MaxBlockSize {
+		return fmt.Errorf("cudaexec: block size %d outside [1, %d]", o.BlockSize, kvcache.MaxBlockSize)
+	}
+	if o.MemoryUtilization == 0 {
+		o.MemoryUtilization = 0.9
+	}
+	if o.MemoryUtilization <= 0 || o.MemoryUtilization > 1 {
+		return fmt.Errorf("cudaexec: gpu memory utilization %g outside (0, 1]", o.MemoryUtilization)
+	}
+	if o.MaxNumTokens == 0 {
+		o.MaxNumTokens = 8192
+	}
+	if o.MaxNumSeqs == 0 {
+		o.MaxNumSeqs = 256
+	}
+	if o.MaxModelLen == 0 || o.MaxModelLen > cfg.MaxPositions {
+		o.MaxModelLen = cfg.MaxPositions
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if cfg.HeadDim%2 != 0 || cfg.HeadDim > 256 {
+		return fmt.Errorf("cudaexec: head_dim %d unsupported (want even, at most 256)", cfg.HeadDim)
+	}
+	return nil
+}
+
+// load runs on the device thread.
+func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
+	c, cfg := e.ctx, e.cfg
+	var err error
+	if e.s, err = c.NewStream(); err != nil {
+		return err
+	}
+	if e.blas, err = c.NewBLAS(); err != nil {
+		return err
+	}
+	if err := e.blas.SetStream(e.s); err != nil {
+		return err
+	}
+	if e.k, err = LoadKernels(c, nv, e.opts.KernelCache, e.dt); err != nil {
+		return err
+	}
+	e.k32 = e.k
+	if e.dt != model.Float32 {
+		if e.k32, err = LoadKernels(c, nv, e.opts.KernelCache, model.Float32); err != nil {
+			return err
+		}
+	}
+	layouts := []parallel.Layout{e.base}
+	if e.opts.Shift {
+		shift := e.opts.Plan.Shift()
+		if err := shift.Validate(cfg); err != nil {
+			return fmt.Errorf("shift plan of %s: %w", e.opts.Plan, err)
+		}
+		if sl := parallel.ShiftLayout(e.opts.Plan); shift != e.opts.Plan {
+			if !sl.KVCompatible(e.base) {
+				return fmt.Errorf("cudaexec: shift layout %s does not keep the KV layout of %s", sl, e.base)
+			}
+			layouts = append(layouts, sl)
+		}
+	}
+	up := &uploader{e: e}
+	for _, l := range layouts {
+		dl := &devLayout{layout: l}
+		for r := range l.Coords {
+			dl.shards = append(dl.shards, up.shard(parallel.NewShard(cfg, w, l, r)))
+			if up.err != nil {
+				return fmt.Errorf("cudaexec: weights of rank %d under %s: %w", r, l, up.err)
+			}
+		}
+		e.layouts[l.Plan] = dl
+	}
+	if err := e.free(up.stage); err != nil {
+		return err
+	}
+	if err := e.ropeTables(); err != nil {
+		return err
+	}
+	for r := range e.base.Coords {
+		e.ranks = append(e.ranks, &devRank{id: r})
+	}
+	if e.bwork, err = e.alloc(blasWorkspace); err != nil {
+		return err
+	}
+	if err := e.blas.SetWorkspace(e.bwork, blasWorkspace); err != nil {
+		return err
+	}
+	if err := e.allocBuffers(capacity{tokens: e.opts.MaxNumTokens, seqs: e.opts.MaxNumSeqs, logitRows: e.opts.MaxNumSeqs,
+		maxBlocks: ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize)}); err != nil {
+		return err
+	}
+
+	// KV pool: what the utilization budget leaves after everything above,
+	// less a reserve for CUDA graphs and the driver's own allocations.
+	free, total, err := c.MemInfo()
+	if err != nil {
+		return err
+	}
+	elem := int64(e.dt.Size())
+	var perBlock int64 // bytes of one block over every rank and layer, K and V
+	base := e.layouts[e.opts.Plan]
+	for r := range e.ranks {
+		sh := base.shards[r].spans
+		perBlock += 2 * int64(sh.Stage.Len()) * int64(sh.Chunk.KVHi-sh.Chunk.KVLo) * int64(e.opts.BlockSize) * int64(cfg.HeadDim) * elem
+	}
+	blocks := e.opts.NumBlocks
+	if blocks == 0 {
+		const reserve = 512 << 20
+		budget := int64(e.opts.MemoryUtilization*float64(total)) - (total - free) - reserve
+		blocks = int(budget / perBlock)
+		if need := ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize); blocks < need {
+			return fmt.Errorf("cudaexec: %.2f GiB left for the KV cache under --gpu-memory-utilization %g holds %d blocks of %d tokens, fewer than one %d-token sequence needs (%d); raise the utilization or lower --max-model-len",
+				float64(max(budget, 0))/(1<<30), e.opts.MemoryUtilization, max(blocks, 0), e.opts.BlockSize, e.opts.MaxModelLen, need)
+		}
+	}
+	for r, rk := range e.ranks {
+		sh := base.shards[r].spans
+		kvHeads := sh.Chunk.KVHi - sh.Chunk.KVLo
+		rk.layerKV = int64(blocks) * int64(kvHeads) * int64(e.opts.BlockSize) * int64(cfg.HeadDim) * elem
+		if rk.kCache, err = e.alloc(rk.layerKV * int64(sh.Stage.Len())); err != nil {
+			return fmt.Errorf("cudaexec: KV cache of %d blocks: %w", blocks, err)
+		}
+		if rk.vCache, err = e.alloc(rk.layerKV * int64(sh.Stage.Len())); err != nil {
+			return fmt.Errorf("cudaexec: KV cache of %d blocks: %w", blocks, err)
+		}
+		if r == 0 {
+			e.kv = kvcache.Layout{Layers: sh.Stage.Len(), KVHeads: kvHeads, HeadDim: cfg.HeadDim, BlockSize: e.opts.BlockSize, NumBlocks: blocks}
+		}
+	}
+	e.info = Info{
+		Device: fmt.Sprintf("%s (%s, driver %d)", c.Name(), c.Capability().Arch(), c.DriverVersion()),
+		DType:  e.dt, TotalMemory: total, WeightBytes: up.bytes, KVBytes: perBlock * int64(blocks),
+		KVBlocks: blocks, KVTokens: blocks * e.opts.BlockSize, Buckets: e.buckets, MaxNumTokens: e.opts.MaxNumTokens,
+	}
+	return nil
+}
+
+func (e *Executor) alloc(bytes int64) (cuda.DevicePtr, error) {
+	p, err := e.ctx.Alloc(max(bytes, 256))
+	if err != nil {
+		return 0, err
+	}
+	e.allocs[p] = true
+	return p, nil
+}
+
+func (e *Executor) free(p cuda.DevicePtr) error {
+	if p == 0 || !e.allocs[p] {
+		return nil
+	}
+	delete(e.allocs, p)
+	return e.ctx.Free(p)
+}
+
+// shard copies one rank's weights to the device in the executor's dtype.
+func (up *uploader) shard(sh *parallel.Shard) *devShard {
+	d := up.e.cfg.HeadDim
+	ds := &devShard{spans: sh}
+	ds.qs, ds.ks = (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
+	ds.qc, ds.kc = (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
+	ds.sliceW, ds.chunkW, ds.inter = ds.qs+2*ds.ks, ds.qc+2*ds.kc, sh.Inter.Len()
+	ds.embed = up.put(sh.Embed)
+	ds.norm = up.put(sh.Norm)
+	ds.lmHead = ds.embed
+	if len(sh.LMHead) > 0 && (len(sh.Embed) == 0 || &sh.LMHead[0] != &sh.Embed[0]) {
+		ds.lmHead = up.put(sh.LMHead)
+	}
+	// The chunk's part of the slice's q, k and v biases, in the order the
+	// chunk's heads sit after the all-to-all.
+	qo, ko := (sh.Chunk.QLo-sh.Slice.QLo)*d, (sh.Chunk.KVLo-sh.Slice.KVLo)*d
+	part := func(b []float32, off, n int) []float32 {
+		if b == nil {
+			return nil
+		}
+		return b[off : off+n]
+	}
+	for _, l := range sh.Layers {
+		ds.layers = append(ds.layers, layerWeights{
+			attnNorm: up.put(l.AttnNorm), mlpNorm: up.put(l.MLPNorm),
+			qkv:     up.put(l.WQ, l.WK, l.WV),
+			qkvBias: up.put(part(l.BQ, qo, ds.qc), part(l.BK, ko, ds.kc), part(l.BV, ko, ds.kc)),
+			qNorm:   up.put(l.QNorm), kNorm: up.put(l.KNorm),
+			o: up.put(l.WO), oBias: up.put(l.BO),
+			gateUp: up.put(l.WGate, l.WUp), guBias: up.put(l.BGate, l.BUp),
+			down: up.put(l.WDown), downBias: up.put(l.BDown),
+		})
+		if up.err != nil {
+			break
+		}
+	}
+	return ds
+}
+
+// uploader writes host tensors to new device tensors in the executor's
+// dtype, converting on the device through a float32 staging buffer. It
+// counts the bytes written and keeps the first error.
+type uploader struct {
+	e     *Executor
+	stage cuda.DevicePtr // float32 [stageElems], allocated on first use
+	bytes int64
+	err   error
+}
+
+const stageElems = 32 << 20
+
+// put writes parts back to back into one new device tensor; 0 when the
+// parts are empty.
+func (u *uploader) put(parts ...[]float32) cuda.DevicePtr {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n == 0 || u.err != nil {
+		return 0
+	}
+	e := u.e
+	elem := int64(e.dt.Size())
+	dst, err := e.alloc(int64(n) * elem)
+	if err != nil {
+		u.err = err
+		return 0
+	}
+	u.bytes += int64(n) * elem
+	if e.dt != model.Float32 && u.stage == 0 {
+		if u.stage, u.err = e.alloc(4 * stageElems); u.err != nil {
+			return 0
+		}
+	}
+	off := int64(0)
+	for _, p := range parts {
+		for lo := 0; lo < len(p) && u.err == nil; lo += stageElems {
+			chunk := p[lo:min(len(p), lo+stageElems)]
+			to := dst + cuda.DevicePtr(off*elem)
+			bytes := 4 * int64(len(chunk))
+			if e.dt == model.Float32 {
+				u.err = e.ctx.CopyHtoD(to, unsafe.Pointer(&chunk[0]), bytes)
+			} else if u.err = e.ctx.CopyHtoD(u.stage, unsafe.Pointer(&chunk[0]), bytes); u.err == nil {
+				if u.err = e.k.Convert(e.s, to, u.stage, int64(len(chunk))); u.err == nil {
+					u.err = e.ctx.SyncStream(e.s) // the stage is overwritten next
+				}
+			}
+			off += int64(len(chunk))
+		}
+	}
+	return dst
+}
+
+// ropeTables uploads cos and sin of every position and rotary pair,
+// computed in float64 from the model's (scaled) inverse frequencies as the
+// CPU engine does.
+func (e *Executor) ropeTables() error {
+	inv := e.cfg.InvFreq()
+	half, n := len(inv), e.opts.MaxModelLen
+	cos, sin := make([]float32, n*half), make([]float32, n*half)
+	for p := 0; p < n; p++ {
+		for j, f := range inv {
+			s, c := math.Sincos(float64(p) * f)
+			cos[p*half+j], sin[p*half+j] = float32(c), float32(s)
+		}
+	}
+	var err error
+	if e.cos, err = e.alloc(4 * int64(len(cos))); err != nil {
+		return err
+	}
+	if e.sin, err = e.alloc(4 * int64(len(sin))); err != nil {
+		return err
+	}
+	if err := e.ctx.CopyHtoD(e.cos, unsafe.Pointer(&cos[0]), 4*int64(len(cos))); err != nil {
+		return err
+	}
+	return e.ctx.CopyHtoD(e.sin, unsafe.Pointer(&sin[0]), 4*int64(len(sin)))
+}
+
+// allocBuffers (re)sizes every rank's step buffers and the shared tables
+// for c, dropping captured graphs (they point at the old buffers).
+func (e *Executor) allocBuffers(c capacity) error {
+	if err := e.dropGraphs(); err != nil {
+		return err
+	}
+	cfg, elem := e.cfg, int64(e.dt.Size())
+	sp := e.opts.Plan.SP
+	t := int64(c.tokens + sp) // SP pads the micro-batch to a multiple of SP
+	h, qd := int64(cfg.Hidden), int64(cfg.QDim())
+	wqkv, inter := int64(cfg.QDim()+2*cfg.KVDim()), int64(cfg.Intermediate)
+	rows := int64(c.logitRows)
+	for _, rk := range e.ranks {
+		bufs := []struct {
+			dst   *cuda.DevicePtr
+			bytes int64
+		}{
+			{&rk.x, 4 * t * h}, {&rk.xn, elem * t * h}, {&rk.qkv, elem * t * wqkv}, {&rk.q, elem * t * qd},
+			{&rk.attnC, elem * t * qd}, {&rk.delta, elem * t * h}, {&rk.gateUp, elem * t * 2 * inter},
+			{&rk.mlp, elem * t * inter}, {&rk.hl, elem * rows * h}, {&rk.logits, 4 * rows * int64(cfg.Vocab)},
+			{&rk.argmax, 4 * rows},
+		}
+		if sp > 1 {
+			bufs = append(bufs, struct {
+				dst   *cuda.DevicePtr
+				bytes int64
+			}{&rk.recv, elem * t * wqkv}, struct {
+				dst   *cuda.DevicePtr
+				bytes int64
+			}{&rk.attn, elem * t * qd})
+		}
+		for _, b := range bufs {
+			if err := e.free(*b.dst); err != nil {
+				return err
+			}
+			p, err := e.alloc(b.bytes)
+			if err != nil {
+				return fmt.Errorf("cudaexec: buffers for %d tokens: %w", c.tokens, err)
+			}
+			*b.dst = p
+		}
+		if sp == 1 {
+			rk.recv, rk.attn = rk.qkv, rk.attnC
+		}
+	}
+	for _, p := range []*cuda.DevicePtr{&e.meta, &e.work} {
+		if err := e.free(*p); err != nil {
+			return err
+		}
+	}
+	var err error
+	if e.meta, err = e.alloc(4 * int64(newMetaLayout(c, sp).size)); err != nil {
+		return err
+	}
+	if e.work, err = e.alloc(AttnWorkspaceBytes(c.seqs+sp, cfg.Heads, cfg.HeadDim)); err != nil {
+		return err
+	}
+	e.cap = c
+	return nil
+}
+
+func (e *Executor) dropGraphs() error {
+	var errs []error
+	for key, g := range e.graphs {
+		errs = append(errs, e.ctx.DestroyGraphExec(g))
+		delete(e.graphs, key)
+	}
+	return errors.Join(errs...)
+}
+
+// Close frees the device memory, graphs and handles and releases the
+// context. It is safe to call more than once.
+func (e *Executor) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	err := e.ctx.Do(func() error {
+		errs := []error{e.dropGraphs()}
+		if e.blas != nil {
+			errs = append(errs, e.blas.Close())
+		}
+		for p := range e.allocs {
+			errs = append(errs, e.ctx.Free(p))
+		}
+		clear(e.allocs)
+		if e.s != 0 {
+			errs = append(errs, e.ctx.DestroyStream(e.s))
+		}
+		return errors.Join(errs...)
+	})
+	return errors.Join(err, e.ctx.Close())
+}
+
+// Info describes the loaded executor.
+func (e *Executor) Info() Info { return e.info }
+
+// Config implements engine.Runner.
+func (e *Executor) Config() *model.Config { return e.cfg }
+
+// Plan implements engine.Runner.
+func (e *Executor) Plan() parallel.Plan { return e.opts.Plan }
+
+// Plans implements engine.Runner: the base plan, then its shift.
+func (e *Executor) Plans() []parallel.Plan {
+	out := []parallel.Plan{e.opts.Plan}
+	for p := range e.layouts {
+		if p != e.opts.Plan {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// KVLayout implements engine.Runner.
+func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
+
+// PlanSteps implements engine.Runner.
+func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
+
+// CommStats is the collective traffic of every step so far, counted as
+// the CPU executor counts it (comm's ring and pairwise formulas), in bytes
+// of the executor's dtype.
+func (e *Executor) CommStats() comm.Stats { return maps.Clone(e.stats) }
+
+// Step implements engine.Runner: it runs b under plan (the base plan or
+// its shift) and returns the requested logits, float32 [NumLogits, vocab],
+// valid until the next call.
+func (e *Executor) Step(ctx context.Context, b *engine.Batch, plan parallel.Plan) ([]float32, error) {
+	if err := e.run(ctx, b, plan, false); err != nil {
+		return nil, err
+	}
+	return e.out, nil
+}
+
+// StepGreedy implements engine.GreedyRunner: it runs b like Step and
+// returns each logits row's argmax (the lowest id on ties), taken on the
+// device, so only the token ids cross to the host. Under TP the vocabulary
+// is split across ranks and the argmax is taken on the host instead.
+func (e *Executor) StepGreedy(ctx context.Context, b *engine.Batch, plan parallel.Plan) ([]int, error) {
+	if err := e.run(ctx, b, plan, true); err != nil {
+		return nil, err
+	}
+	return e.tokens, nil
+}
+
+// run validates b and runs it on the device thread; greedy fills e.tokens
+// instead of e.out.
+func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan, greedy bool) error {
+	dl, ok := e.layouts[plan]
+	if !ok {
+		return fmt.Errorf("cudaexec: plan %s is not loaded (this executor holds %v)", plan, e.Plans())
+	}
+	cfg := e.cfg
+	if err := b.Validate(cfg.Vocab, e.opts.MaxModelLen, e.kv.BlockSize, e.kv.NumBlocks, 1); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rows := b.NumLogits()
+	e.tokens = e.tokens[:0]
+	if greedy && plan.TP == 1 {
+		e.tokens = slices.Grow(e.tokens, rows)[:rows]
+	} else {
+		if n := rows * cfg.Vocab; cap(e.out) < n {
+			e.out = make([]float32, n)
+		}
+		e.out = e.out[:rows*cfg.Vocab]
+	}
+	if err := e.ctx.Do(func() error { return e.step(dl, b, rows, greedy && plan.TP == 1) }); err != nil {
+		return fmt.Errorf("cudaexec: step under %s: %w", plan, err)
+	}
+	if greedy && plan.TP > 1 {
+		for i := 0; i < rows; i++ {
+			e.tokens = append(e.tokens, tensor.MaxIndex(e.out[i*cfg.Vocab:(i+1)*cfg.Vocab]))
+		}
+	}
+	e.steps[plan.String()]++
+	return nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

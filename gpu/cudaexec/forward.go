@@ -1,0 +1,602 @@
+package cudaexec
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/gpu/cuda"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// metaLayout is where each int32 table sits in the metadata buffer, in
+// elements: fixed offsets for a capacity, so graph replays find them.
+type metaLayout struct {
+	ids, pos, slot int // [tokens]
+	qStart, seqPos int // [seqs+1], [seqs]
+	tables         int // [seqs, stride]
+	rows           int // [SP][rowsCap]: each SP member's logits rows, local to its token rows
+	rowsCap        int
+	size           int
+}
+
+func newMetaLayout(c capacity, sp int) metaLayout {
+	var m metaLayout
+	next := func(n int) int { off := m.size; m.size += n; return off }
+	t := c.tokens + sp
+	m.ids, m.pos, m.slot = next(t), next(t), next(t)
+	m.qStart, m.seqPos = next(c.seqs+1), next(c.seqs)
+	m.rowsCap = c.logitRows
+	m.rows = next(sp * c.logitRows)
+	m.tables = next(c.seqs * c.maxBlocks)
+	return m
+}
+
+// stepShape is what one launch sequence is specialised on; a CUDA graph
+// replays one shape.
+type stepShape struct {
+	tokens    int   // tokens in sequences (a graph step counts its padding sequences)
+	seqs      int   // sequences, padding included
+	maxQLen   int   // longest query run of one sequence
+	decodes   int   // leading sequences with one query each (the scheduler puts decodes first)
+	stride    int   // block-table row stride
+	nl        int   // token rows per SP member: ceil(tokens/SP)
+	rows      []int // logits rows per SP member
+	logitRows int   // all of them
+}
+
+// rowOut maps, per SP member, its local logits rows to the step's output
+// rows; filled by uploadMeta.
+type rowOut [][]int
+
+// step runs on the device thread. With argmax, each logits row's argmax
+// goes to e.tokens instead of the row to e.out.
+func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) error {
+	n, seqs := b.NumTokens(), len(b.Seqs)
+	if n > e.cap.tokens || seqs > e.cap.seqs || rows > e.cap.logitRows {
+		c := e.cap
+		c.tokens, c.seqs, c.logitRows = max(n, c.tokens), max(seqs, c.seqs), max(rows, c.logitRows)
+		if err := e.allocBuffers(c); err != nil {
+			return err
+		}
+	}
+	sp := dl.layout.Plan.SP
+	lay := newMetaLayout(e.cap, e.opts.Plan.SP)
+	sh := stepShape{tokens: n, seqs: seqs, logitRows: rows}
+	for i, s := range b.Seqs {
+		if len(s.Tokens) == 1 && sh.decodes == i {
+			sh.decodes++
+		}
+		sh.maxQLen = max(sh.maxQLen, len(s.Tokens))
+		sh.stride = max(sh.stride, e.kv.BlocksFor(s.Pos+len(s.Tokens)))
+	}
+	bucket, graph := 0, false
+	if rows == seqs && n == seqs { // a decode step: one token and one logits row per sequence
+		bucket, graph = e.buckets.Bucket(seqs)
+		graph = graph && bucket <= e.cap.seqs && bucket <= e.cap.logitRows && bucket <= e.cap.tokens
+	}
+	if graph {
+		sh = stepShape{tokens: bucket, seqs: bucket, maxQLen: 1, decodes: bucket, stride: e.cap.maxBlocks, logitRows: bucket}
+	}
+	sh.nl = ceilDiv(sh.tokens, sp)
+	for j := 0; j < sp; j++ {
+		sh.rows = append(sh.rows, 0)
+	}
+	outRows := e.uploadMeta(b, lay, &sh, sp)
+	if err := e.ctx.CopyHtoD(e.meta, unsafe.Pointer(&e.host[0]), 4*int64(len(e.host))); err != nil {
+		return err
+	}
+	if graph {
+		key := graphKey{plan: dl.layout.Plan, bucket: bucket}
+		g, ok := e.graphs[key]
+		if !ok {
+			var err error
+			if g, err = e.capture(dl, sh, lay); err != nil {
+				return fmt.Errorf("capture graph for batch %d: %w", bucket, err)
+			}
+			e.graphs[key] = g
+		} else {
+			e.addStats(e.graphStats[key])
+		}
+		if err := e.ctx.LaunchGraph(g, e.s); err != nil {
+			return err
+		}
+	} else if err := e.forward(dl, sh, lay); err != nil {
+		return err
+	}
+	if argmax {
+		return e.readArgmax(dl, sh, outRows)
+	}
+	return e.readLogits(dl, sh, outRows)
+}
+
+// readArgmax takes the argmax of each last-stage rank's logits rows on the
+// device (TP = 1: each rank holds the whole vocabulary) and places the ids
+// in e.tokens.
+func (e *Executor) readArgmax(dl *devLayout, sh stepShape, out rowOut) error {
+	l, vocab := dl.layout, e.cfg.Vocab
+	for r, c := range l.Coords {
+		m := sh.rows[c.SP]
+		if c.PP != l.Plan.PP-1 || m == 0 {
+			continue
+		}
+		rk := e.ranks[r]
+		if err := e.k.Argmax(e.s, rk.argmax, rk.logits, m, vocab); err != nil {
+			return err
+		}
+		if cap(e.ids) < m {
+			e.ids = make([]int32, m)
+		}
+		ids := e.ids[:m]
+		if err := e.ctx.CopyDtoHAsync(unsafe.Pointer(&ids[0]), rk.argmax, 4*int64(m), e.s); err != nil {
+			return err
+		}
+		if err := e.ctx.SyncStream(e.s); err != nil {
+			return err
+		}
+		for i, row := range out[c.SP] {
+			if row < 0 {
+				continue
+			}
+			if id := int(ids[i]); id < 0 || id >= vocab {
+				return fmt.Errorf("argmax of row %d is %d, outside the vocabulary [0, %d)", row, id, vocab)
+			}
+			e.tokens[row] = int(ids[i])
+		}
+	}
+	return e.ctx.SyncStream(e.s)
+}
+
+// uploadMeta fills the host copy of the step's int32 tables — token ids,
+// positions and cache slots of every token, sequence starts, cached
+// lengths and block tables, and each SP member's logits rows — and returns
+// where each SP member's logits rows go in the output. Padding tokens (up
+// to a multiple of SP, and the idle sequences of a graph bucket) get token
+// 0 at position 0 and no cache slot (slot −1), so they write nothing.
+func (e *Executor) uploadMeta(b *engine.Batch, lay metaLayout, sh *stepShape, sp int) rowOut {
+	used := lay.tables + sh.seqs*sh.stride // the rest of the buffer is not read this step
+	if cap(e.host) < used {
+		e.host = make([]int32, used)
+	}
+	e.host = e.host[:used]
+	m := e.host
+	clear(m)
+	for i := sp * sh.nl; i > sh.tokens; i-- {
+		m[lay.slot+i-1] = -1
+	}
+	out := make(rowOut, sp)
+	bs := e.kv.BlockSize
+	t, row := 0, 0
+	addRow := func(tok, to int) {
+		j := tok / sh.nl
+		m[lay.rows+j*lay.rowsCap+sh.rows[j]] = int32(tok - j*sh.nl)
+		sh.rows[j]++
+		out[j] = append(out[j], to)
+	}
+	for i, s := range b.Seqs {
+		m[lay.qStart+i] = int32(t)
+		m[lay.seqPos+i] = int32(s.Pos)
+		for j, blk := range s.Blocks[:e.kv.BlocksFor(s.Pos+len(s.Tokens))] {
+			m[lay.tables+i*sh.stride+j] = int32(blk)
+		}
+		first := len(s.Tokens) - s.NumLogits
+		for j, id := range s.Tokens {
+			p := s.Pos + j
+			m[lay.ids+t] = int32(id)
+			m[lay.pos+t] = int32(p)
+			m[lay.slot+t] = int32(s.Blocks[p/bs]*bs + p%bs)
+			if j >= first {
+				addRow(t, row)
+				row++
+			}
+			t++
+		}
+	}
+	for i := len(b.Seqs); i < sh.seqs; i++ { // graph padding: one idle token per sequence
+		m[lay.qStart+i] = int32(t)
+		m[lay.slot+t] = -1
+		addRow(t, -1)
+		t++
+	}
+	m[lay.qStart+sh.seqs] = int32(t)
+	return out
+}
+
+// capture records the forward pass of shape sh under dl as a CUDA graph
+// and remembers the collective traffic one replay stands for.
+func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.GraphExec, error) {
+	before := e.CommStats()
+	if err := e.ctx.BeginCapture(e.s); err != nil {
+		return 0, err
+	}
+	fwdErr := e.forward(dl, sh, lay)
+	g, err := e.ctx.EndCapture(e.s)
+	if fwdErr != nil || err != nil {
+		if g != 0 {
+			_ = e.ctx.DestroyGraph(g)
+		}
+		return 0, errors.Join(fwdErr, err)
+	}
+	defer e.ctx.DestroyGraph(g)
+	exec, err := e.ctx.Instantiate(g)
+	if err != nil {
+		return 0, err
+	}
+	if e.graphStats == nil {
+		e.graphStats = map[graphKey]comm.Stats{}
+	}
+	e.graphStats[graphKey{plan: dl.layout.Plan, bucket: sh.seqs}] = e.CommStats().Sub(before)
+	return exec, nil
+}
+
+func (e *Executor) addStats(d comm.Stats) {
+	for k, v := range d {
+		e.stats[k] = e.stats[k].Add(v)
+	}
+}
+
+// readLogits copies each last-stage rank's logits slice to the host and
+// places its rows and vocabulary columns in e.out, then waits for the
+// stream.
+func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
+	if sh.logitRows == 0 {
+		return e.ctx.SyncStream(e.s)
+	}
+	l, vocab := dl.layout, e.cfg.Vocab
+	for r, c := range l.Coords {
+		if c.PP != l.Plan.PP-1 {
+			continue
+		}
+		m, span := sh.rows[c.SP], dl.shards[r].spans.Vocab
+		if m == 0 {
+			continue
+		}
+		n := m * span.Len()
+		if cap(e.part) < n {
+			e.part = make([]float32, n)
+		}
+		part := e.part[:n]
+		if err := e.ctx.CopyDtoHAsync(unsafe.Pointer(&part[0]), e.ranks[r].logits, 4*int64(n), e.s); err != nil {
+			return err
+		}
+		if err := e.ctx.SyncStream(e.s); err != nil {
+			return err
+		}
+		for i, row := range out[c.SP] {
+			if row >= 0 {
+				copy(e.out[row*vocab+span.Lo:row*vocab+span.Hi], part[i*span.Len():(i+1)*span.Len()])
+			}
+		}
+	}
+	return e.ctx.SyncStream(e.s)
+}
+
+// forward enqueues one step of shape sh under dl on the stream: for each
+// pipeline stage in turn, the embedding (first stage) or the previous
+// stage's residual, every layer of the stage (Algorithm 1 of the Shift
+// Parallelism paper: plain TP when SP = 1, plain Ulysses when TP = 1), and
+// the final norm and LM head (last stage). Collectives run as device
+// copies and reductions among the ranks' buffers and are counted in
+// e.stats.
+func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
+	cfg, k, s := e.cfg, e.k, e.s
+	l := dl.layout
+	p := l.Plan
+	h, nl := cfg.Hidden, sh.nl
+	eps := float32(cfg.RMSNormEps)
+	meta := func(off int) cuda.DevicePtr { return e.meta + cuda.DevicePtr(4*off) }
+	elem := e.dt.Size()
+	type pending struct{ delta, bias cuda.DevicePtr }
+	last := make([]pending, len(e.ranks)) // each rank's MLP output not yet in its residual
+
+	for stage := 0; stage < p.PP; stage++ {
+		var ranks []int
+		for r, c := range l.Coords {
+			if c.PP == stage {
+				ranks = append(ranks, r)
+			}
+		}
+		if stage == 0 {
+			for _, r := range ranks {
+				ds, first := dl.shards[r], l.Coords[r].SP*nl
+				if err := k.Embed(s, e.ranks[r].x, ds.embed, meta(lay.ids+first), nl, h, ds.spans.Vocab.Lo, ds.spans.Vocab.Hi); err != nil {
+					return err
+				}
+			}
+			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.x }, nl*h, e.k32, 4); err != nil {
+				return err
+			}
+		}
+		for li := range dl.shards[ranks[0]].layers {
+			for _, r := range ranks {
+				rk, ds := e.ranks[r], dl.shards[r]
+				w := &ds.layers[li]
+				if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, w.attnNorm, nl, h, eps); err != nil {
+					return err
+				}
+				if err := e.linear(rk.qkv, rk.xn, w.qkv, nl, h, ds.sliceW, e.dt); err != nil {
+					return err
+				}
+			}
+			if p.SP > 1 {
+				if err := e.scatterHeads(dl, ranks, nl); err != nil {
+					return err
+				}
+			}
+			rowsAttn := nl // rows each rank attends for: its own without SP, every token with SP
+			if p.SP > 1 {
+				rowsAttn = p.SP * nl
+			}
+			for _, r := range ranks {
+				rk, ds := e.ranks[r], dl.shards[r]
+				w := &ds.layers[li]
+				kc := rk.kCache + cuda.DevicePtr(int64(li)*rk.layerKV)
+				vc := rk.vCache + cuda.DevicePtr(int64(li)*rk.layerKV)
+				hq, hkv := ds.spans.Chunk.QHi-ds.spans.Chunk.QLo, ds.spans.Chunk.KVHi-ds.spans.Chunk.KVLo
+				if err := k.QKVRope(s, QKVArgs{
+					Q: rk.q, KCache: kc, VCache: vc, QKV: rk.recv, Bias: w.qkvBias, QNorm: w.qNorm, KNorm: w.kNorm,
+					Cos: e.cos, Sin: e.sin, Pos: meta(lay.pos), Slot: meta(lay.slot),
+					N: rowsAttn, Heads: hq, KVHeads: hkv, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize, Eps: eps,
+				}); err != nil {
+					return err
+				}
+				if err := k.Attention(s, AttnArgs{
+					Out: rk.attnC, Q: rk.q, KCache: kc, VCache: vc, BlockTables: meta(lay.tables),
+					QStart: meta(lay.qStart), SeqPos: meta(lay.seqPos),
+					NumSeqs: sh.seqs, NumTokens: sh.tokens, MaxQLen: sh.maxQLen, DecodeSeqs: sh.decodes, MaxBlocks: sh.stride,
+					Heads: hq, KVHeads: hkv, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize,
+					Window: cfg.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(cfg.HeadDim))), Workspace: e.work,
+				}); err != nil {
+					return err
+				}
+			}
+			if p.SP > 1 {
+				if err := e.gatherHeads(dl, ranks, nl); err != nil {
+					return err
+				}
+			}
+			for _, r := range ranks {
+				rk, ds := e.ranks[r], dl.shards[r]
+				if err := e.linear(rk.delta, rk.attn, ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
+					return err
+				}
+			}
+			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.delta }, nl*h, k, elem); err != nil {
+				return err
+			}
+			for _, r := range ranks {
+				rk, ds := e.ranks[r], dl.shards[r]
+				w := &ds.layers[li]
+				if err := k.AddRMSNorm(s, rk.xn, rk.x, rk.delta, w.oBias, w.mlpNorm, nl, h, eps); err != nil {
+					return err
+				}
+				if err := e.linear(rk.gateUp, rk.xn, w.gateUp, nl, h, 2*ds.inter, e.dt); err != nil {
+					return err
+				}
+				if err := k.SiLUMul(s, rk.mlp, rk.gateUp, w.guBias, nl, ds.inter); err != nil {
+					return err
+				}
+				if err := e.linear(rk.delta, rk.mlp, w.down, nl, ds.inter, h, e.dt); err != nil {
+					return err
+				}
+				last[r] = pending{rk.delta, w.downBias}
+			}
+			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.delta }, nl*h, k, elem); err != nil {
+				return err
+			}
+		}
+		if stage < p.PP-1 {
+			// Fold the last MLP output into the residual (the norm's output
+			// is not used) and hand the residual to the next stage.
+			for _, r := range ranks {
+				rk, ds := e.ranks[r], dl.shards[r]
+				w := &ds.layers[len(ds.layers)-1]
+				if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, w.mlpNorm, nl, h, eps); err != nil {
+					return err
+				}
+				next := l.Peer(r, stage+1)
+				if err := e.ctx.CopyDtoDAsync(e.ranks[next].x, rk.x, 4*int64(nl*h), s); err != nil {
+					return err
+				}
+				last[r], last[next] = pending{}, pending{}
+				e.countSendRecv(l, r, next, nl*h)
+			}
+			continue
+		}
+		for _, r := range ranks {
+			rk, ds := e.ranks[r], dl.shards[r]
+			j := l.Coords[r].SP
+			m := sh.rows[j]
+			if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, ds.norm, nl, h, eps); err != nil {
+				return err
+			}
+			if m == 0 {
+				continue
+			}
+			if err := k.GatherRows(s, rk.hl, rk.xn, meta(lay.rows+j*lay.rowsCap), m, h); err != nil {
+				return err
+			}
+			if err := e.linear(rk.logits, rk.hl, ds.lmHead, m, h, ds.spans.Vocab.Len(), model.Float32); err != nil {
+				return err
+			}
+		}
+		e.countLogitsGather(dl, ranks, sh)
+	}
+	return nil
+}
+
+// linear computes y[n, out] = x[n, in]·wᵀ for a row-major weight w[out, in]
+// in the executor's dtype, writing y in outType. In cuBLAS's column-major
+// terms that is yᵀ[out, n] = w·xᵀ: op(A) = Aᵀ with A the [in, out]
+// column-major view of w.
+func (e *Executor) linear(y, x, w cuda.DevicePtr, n, in, out int, outType model.DType) error {
+	if n == 0 {
+		return nil
+	}
+	t := cudaType(e.dt)
+	return e.blas.Gemm(true, false, out, n, in, 1, w, t, in, x, t, in, 0, y, cudaType(outType), out)
+}
+
+func cudaType(d model.DType) cuda.DataType {
+	switch d {
+	case model.Float16:
+		return cuda.R16F
+	case model.BFloat16:
+		return cuda.R16BF
+	}
+	return cuda.R32F
+}
+
+// allReduce sums buf(rank) over each TP group among ranks, n elements of
+// elemBytes each, with kern's Add: member 0 accumulates the others, then
+// its sum is copied back to them.
+func (e *Executor) allReduce(l parallel.Layout, ranks []int, buf func(*devRank) cuda.DevicePtr, n int, kern *Kernels, elemBytes int) error {
+	if l.Plan.TP == 1 {
+		return nil
+	}
+	for _, r := range ranks {
+		g := l.TPGroup(r)
+		if g[0] != r {
+			continue // each group once, from its member 0
+		}
+		sum := buf(e.ranks[g[0]])
+		for _, m := range g[1:] {
+			if err := kern.Add(e.s, sum, buf(e.ranks[m]), int64(n)); err != nil {
+				return err
+			}
+		}
+		for _, m := range g[1:] {
+			if err := e.ctx.CopyDtoDAsync(buf(e.ranks[m]), sum, int64(n*elemBytes), e.s); err != nil {
+				return err
+			}
+		}
+		label := g.Label("tp")
+		for i, m := range g {
+			sent, recv := comm.AllReduceBytes(n, len(g), i, elemBytes)
+			e.count(label, m, comm.KindAllReduce, sent, recv)
+		}
+	}
+	return nil
+}
+
+// scatterHeads is the SP all-to-all before attention: member i of every SP
+// group receives, from every member j, j's token rows of the q, k and v
+// heads of chunk i, laid out [q | k | v] as rows j·nl … of its recv.
+func (e *Executor) scatterHeads(dl *devLayout, ranks []int, nl int) error {
+	l, d := dl.layout, e.cfg.HeadDim
+	for _, r := range ranks {
+		g := l.SPGroup(r)
+		if g[0] != r {
+			continue
+		}
+		for i, dst := range g {
+			di := dl.shards[dst]
+			for j, src := range g {
+				sj := dl.shards[src]
+				ch := sj.spans.Chunks[i]
+				qo, ko := (ch.QLo-sj.spans.Slice.QLo)*d, (ch.KVLo-sj.spans.Slice.KVLo)*d
+				rowOff := int64(j*nl*di.chunkW) * int64(e.dt.Size())
+				for _, c := range []struct{ dstCol, srcCol, cols int }{
+					{0, qo, di.qc}, {di.qc, sj.qs + ko, di.kc}, {di.qc + di.kc, sj.qs + sj.ks + ko, di.kc},
+				} {
+					if err := e.k.Copy2D(e.s, e.ranks[dst].recv+cuda.DevicePtr(rowOff+int64(c.dstCol*e.dt.Size())), di.chunkW,
+						e.ranks[src].qkv+cuda.DevicePtr(c.srcCol*e.dt.Size()), sj.sliceW, nl, c.cols); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		e.countAllToAll(g.Label("sp"), g, nl*dl.shards[g[0]].chunkW)
+	}
+	return nil
+}
+
+// gatherHeads is the SP all-to-all after attention: member j of every SP
+// group receives, from every member i, the attention output of chunk i's
+// heads for j's token rows, into chunk i's columns of its attn.
+func (e *Executor) gatherHeads(dl *devLayout, ranks []int, nl int) error {
+	l, d, elem := dl.layout, e.cfg.HeadDim, e.dt.Size()
+	for _, r := range ranks {
+		g := l.SPGroup(r)
+		if g[0] != r {
+			continue
+		}
+		for i, src := range g {
+			si := dl.shards[src]
+			for j, dst := range g {
+				dj := dl.shards[dst]
+				col := (dj.spans.Chunks[i].QLo - dj.spans.Slice.QLo) * d
+				if err := e.k.Copy2D(e.s, e.ranks[dst].attn+cuda.DevicePtr(col*elem), dj.qs,
+					e.ranks[src].attnC+cuda.DevicePtr(j*nl*si.qc*elem), si.qc, nl, si.qc); err != nil {
+					return err
+				}
+			}
+		}
+		e.countAllToAll(g.Label("sp"), g, nl*dl.shards[g[0]].qc)
+	}
+	return nil
+}
+
+func (e *Executor) count(label string, rank int, kind comm.Kind, sent, recv int64) {
+	key := comm.Key{Group: label, Rank: rank, Kind: kind}
+	c := e.stats[key]
+	c.Calls++
+	c.SentBytes += sent
+	c.RecvBytes += recv
+	e.stats[key] = c
+}
+
+// countAllToAll counts an all-to-all in which every member sends per
+// elements to each member, as the CPU's AllToAll of a [SP·per] buffer.
+func (e *Executor) countAllToAll(label string, g parallel.Group, per int) {
+	counts := make([]int, len(g))
+	for i := range counts {
+		counts[i] = per
+	}
+	for i, m := range g {
+		sent, recv := comm.AllToAllBytes(counts, counts, i, e.dt.Size())
+		e.count(label, m, comm.KindAllToAll, sent, recv)
+	}
+}
+
+// countSendRecv counts a pipeline hand-off of n float32 residual elements
+// from rank r to rank next, in the group of r's pipeline peers.
+func (e *Executor) countSendRecv(l parallel.Layout, r, next, n int) {
+	var peers parallel.Group
+	for s := 0; s < l.Plan.PP; s++ {
+		peers = append(peers, l.Peer(r, s))
+	}
+	label := peers.Label("pp")
+	e.count(label, r, comm.KindSend, 4*int64(n), 0)
+	e.count(label, next, comm.KindRecv, 0, 4*int64(n))
+}
+
+// countLogitsGather counts the all-gather of the LM head's vocabulary
+// slices in each TP group of the last stage (the host reads every slice
+// directly, which moves the same bytes).
+func (e *Executor) countLogitsGather(dl *devLayout, ranks []int, sh stepShape) {
+	l := dl.layout
+	if l.Plan.TP == 1 {
+		return
+	}
+	for _, r := range ranks {
+		g := l.TPGroup(r)
+		m := sh.rows[l.Coords[r].SP]
+		if g[0] != r || m == 0 {
+			continue
+		}
+		counts := make([]int, len(g))
+		for i, mem := range g {
+			counts[i] = m * dl.shards[mem].spans.Vocab.Len()
+		}
+		label := g.Label("tp")
+		for i, mem := range g {
+			sent, recv := comm.AllGatherBytes(counts, i, 4)
+			e.count(label, mem, comm.KindAllGather, sent, recv)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package model
+
+import "testing"
+
+func TestParseDType(t *testing.T) {
+	for in, want := range map[string]DType{
+		"auto": DTypeAuto, "": DTypeAuto, "float32": Float32, "float": Float32,
+		"float16": Float16, "half": Float16, "bfloat16": BFloat16, "BFloat16": BFloat16,
+	} {
+		got, err := ParseDType(in)
+		if err != nil || got != want {
+			t.Errorf("ParseDType(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseDType("fp8"); err == nil {
+		t.Error("ParseDType(fp8) succeeded")
+	}
+	for d, size := range map[DType]int{DTypeAuto: 0, Float32: 4, Float16: 2, BFloat16: 2} {
+		if d.Size() != size {
+			t.Errorf("%v.Size() = %d, want %d", d, d.Size(), size)
+		}
+		if back, err := ParseDType(d.String()); err != nil || back != d {
+			t.Errorf("ParseDType(%q) = %v, %v", d.String(), back, err)
+		}
+	}
+}
+
+func TestResolveDType(t *testing.T) {
+	for torch, want := range map[string]DType{"bfloat16": BFloat16, "float16": Float16, "float32": Float16, "": Float16} {
+		c := &Config{TorchDtype: torch}
+		if got := c.ResolveDType(DTypeAuto); got != want {
+			t.Errorf("torch_dtype %q: auto = %v, want %v", torch, got, want)
+		}
+		if got := c.ResolveDType(Float32); got != Float32 {
+			t.Errorf("torch_dtype %q: float32 resolved to %v", torch, got)
+		}
+	}
+}
+
+func TestRoundAndTensors(t *testing.T) {
+	v := []float32{1, 1 + 1.0/256, 1 + 3.0/512, 65519, 1e-8}
+	BFloat16.Round(v)
+	if v[0] != 1 || v[1] != 1+1.0/128 && v[1] != 1 || v[2] != 1+1.0/128 {
+		t.Errorf("bfloat16 rounding: %v", v)
+	}
+	h := []float32{1 + 1.0/4096, 65519, 2049}
+	Float16.Round(h)
+	if h[0] != 1 || h[2] != 2048 {
+		t.Errorf("float16 rounding: %v", h)
+	}
+	f := []float32{1 + 1.0/4096}
+	Float32.Round(f)
+	if f[0] != 1+1.0/4096 {
+		t.Errorf("float32 rounding changed %v", f)
+	}
+
+	c := &Config{Hidden: 4, Intermediate: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 2, Vocab: 10, TieWordEmbeddings: true}
+	w := &Weights{}
+	n := 0
+	for _, b := range Bindings(c, w) {
+		size := 1
+		for _, d := range b.Shape {
+			size *= d
+		}
+		*b.Dst = make([]float32, size)
+		n += size
+	}
+	w.LMHead = w.Embed
+	got := 0
+	for _, t := range w.Tensors() {
+		got += len(t)
+	}
+	if got != n || int64(n) != c.NumParams() {
+		t.Errorf("Tensors cover %d elements, bindings %d, NumParams %d", got, n, c.NumParams())
+	}
+}
