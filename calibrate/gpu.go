@@ -274,7 +274,7 @@ func (b *gpuBench) allocRandom(bytes int64) (cuda.DevicePtr, error) {
 		bf[i] = uint16(math.Float32bits(v) >> 16)
 	}
 	first := min(bytes, chunk)
-	if err := b.dev.CopyHtoD(p, unsafe.Pointer(&bf[0]), first); err != nil {
+	if err := b.dev.CopyHtoDAsync(p, unsafe.Pointer(&bf[0]), first, b.s); err != nil {
 		return 0, err
 	}
 	for off := first; off < bytes; off += chunk {

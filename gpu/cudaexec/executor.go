@@ -414,7 +414,9 @@ func (up *uploader) shard(sh *parallel.Shard) *devShard {
 
 // uploader writes host tensors to new device tensors in the executor's
 // dtype, converting on the device through a float32 staging buffer. It
-// counts the bytes written and keeps the first error.
+// counts the bytes written and keeps the first error. Copies go on the
+// executor's stream: a "synchronous" copy from pageable memory may return
+// before its DMA lands, and the non-blocking stream would not wait for it.
 type uploader struct {
 	e     *Executor
 	stage cuda.DevicePtr // float32 [stageElems], allocated on first use
@@ -454,8 +456,8 @@ func (u *uploader) put(parts ...[]float32) cuda.DevicePtr {
 			to := dst + cuda.DevicePtr(off*elem)
 			bytes := 4 * int64(len(chunk))
 			if e.dt == model.Float32 {
-				u.err = e.ctx.CopyHtoD(to, unsafe.Pointer(&chunk[0]), bytes)
-			} else if u.err = e.ctx.CopyHtoD(u.stage, unsafe.Pointer(&chunk[0]), bytes); u.err == nil {
+				u.err = e.ctx.CopyHtoDAsync(to, unsafe.Pointer(&chunk[0]), bytes, e.s)
+			} else if u.err = e.ctx.CopyHtoDAsync(u.stage, unsafe.Pointer(&chunk[0]), bytes, e.s); u.err == nil {
 				if u.err = e.k.Convert(e.s, to, u.stage, int64(len(chunk))); u.err == nil {
 					u.err = e.ctx.SyncStream(e.s) // the stage is overwritten next
 				}
@@ -486,10 +488,13 @@ func (e *Executor) ropeTables() error {
 	if e.sin, err = e.alloc(4 * int64(len(sin))); err != nil {
 		return err
 	}
-	if err := e.ctx.CopyHtoD(e.cos, unsafe.Pointer(&cos[0]), 4*int64(len(cos))); err != nil {
+	if err := e.ctx.CopyHtoDAsync(e.cos, unsafe.Pointer(&cos[0]), 4*int64(len(cos)), e.s); err != nil {
 		return err
 	}
-	return e.ctx.CopyHtoD(e.sin, unsafe.Pointer(&sin[0]), 4*int64(len(sin)))
+	if err := e.ctx.CopyHtoDAsync(e.sin, unsafe.Pointer(&sin[0]), 4*int64(len(sin)), e.s); err != nil {
+		return err
+	}
+	return e.ctx.SyncStream(e.s)
 }
 
 // allocBuffers (re)sizes every rank's step buffers and the shared tables
@@ -573,6 +578,12 @@ func (e *Executor) Close() error {
 		errs := []error{e.dropGraphs()}
 		if e.blas != nil {
 			errs = append(errs, e.blas.Close())
+		}
+		if e.k32 != nil && e.k32 != e.k {
+			errs = append(errs, e.k32.Close())
+		}
+		if e.k != nil {
+			errs = append(errs, e.k.Close())
 		}
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))

@@ -87,7 +87,9 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 		sh.rows = append(sh.rows, 0)
 	}
 	outRows := e.uploadMeta(b, lay, &sh, sp)
-	if err := e.ctx.CopyHtoD(e.meta, unsafe.Pointer(&e.host[0]), 4*int64(len(e.host))); err != nil {
+	// On the stream, so the step's kernels (or graph) see the tables: a
+	// copy from pageable memory is staged at once, so e.host is free again.
+	if err := e.ctx.CopyHtoDAsync(e.meta, unsafe.Pointer(&e.host[0]), 4*int64(len(e.host)), e.s); err != nil {
 		return err
 	}
 	if graph {
@@ -338,7 +340,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 				vc := rk.vCache + cuda.DevicePtr(int64(li)*rk.layerKV)
 				hq, hkv := ds.spans.Chunk.QHi-ds.spans.Chunk.QLo, ds.spans.Chunk.KVHi-ds.spans.Chunk.KVLo
 				if err := k.QKVRope(s, QKVArgs{
-					Q: rk.q, KCache: kc, VCache: vc, QKV: rk.recv, Bias: w.qkvBias, QNorm: w.qNorm, KNorm: w.kNorm,
+					Q: rk.q, KCache: kc, VCache: vc, QKV: headsIn(rk, p), Bias: w.qkvBias, QNorm: w.qNorm, KNorm: w.kNorm,
 					Cos: e.cos, Sin: e.sin, Pos: meta(lay.pos), Slot: meta(lay.slot),
 					N: rowsAttn, Heads: hq, KVHeads: hkv, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize, Eps: eps,
 				}); err != nil {
@@ -361,7 +363,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 			}
 			for _, r := range ranks {
 				rk, ds := e.ranks[r], dl.shards[r]
-				if err := e.linear(rk.delta, rk.attn, ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
+				if err := e.linear(rk.delta, headsOut(rk, p), ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
 					return err
 				}
 			}
@@ -427,6 +429,27 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 		e.countLogitsGather(dl, ranks, sh)
 	}
 	return nil
+}
+
+// headsIn is where a rank's attention input rows are under plan p: its own
+// q|k|v projections without SP, every token's chunk heads after the SP
+// all-to-all with it. (A shift plan has no SP while its base has: the
+// buffers differ then.)
+func headsIn(rk *devRank, p parallel.Plan) cuda.DevicePtr {
+	if p.SP == 1 {
+		return rk.qkv
+	}
+	return rk.recv
+}
+
+// headsOut is where a rank's attention output for its own rows is under
+// plan p: the attention kernel's output without SP, the second all-to-all's
+// with it.
+func headsOut(rk *devRank, p parallel.Plan) cuda.DevicePtr {
+	if p.SP == 1 {
+		return rk.attnC
+	}
+	return rk.attn
 }
 
 // linear computes y[n, out] = x[n, in]·wᵀ for a row-major weight w[out, in]

@@ -56,7 +56,12 @@ func (e *kbench) alloc(n int64) cuda.DevicePtr {
 // upload allocates and fills a buffer with b.
 func (e *kbench) upload(b []byte) cuda.DevicePtr {
 	p := e.alloc(int64(len(b)))
-	e.do(func() error { return e.ctx.CopyHtoD(p, unsafePointer(b), int64(len(b))) })
+	e.do(func() error {
+		if err := e.ctx.CopyHtoD(p, unsafePointer(b), int64(len(b))); err != nil {
+			return err
+		}
+		return e.ctx.Synchronize() // the benchmark's stream does not wait for the default one
+	})
 	return p
 }
 
