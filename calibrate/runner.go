@@ -60,31 +60,11 @@ func GPURunners(device int, cache *gpu.KernelCache) Runners {
 		if err != nil {
 			return nil, nil, fmt.Errorf("calibrate: %w", err)
 		}
-		if err := captureGraphs(x, spec); err != nil {
-			return nil, nil, errors.Join(err, x.Close())
+		if err := x.CaptureGraphs(); err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("calibrate: %w", err), x.Close())
 		}
 		return x, x.Close, nil
 	}
-}
-
-// captureGraphs runs one decode step of every graph bucket of x up to
-// spec.MaxSeqs sequences, which captures the bucket's graph. The steps'
-// sequences share KV block 0: what they write there does not matter.
-func captureGraphs(x *cudaexec.Executor, spec RunnerSpec) error {
-	vocab := x.Config().Vocab
-	for _, n := range x.Info().Buckets {
-		if n > spec.MaxSeqs {
-			break
-		}
-		b := &engine.Batch{Seqs: make([]engine.SeqBatch, n)}
-		for i := range b.Seqs {
-			b.Seqs[i] = engine.SeqBatch{Tokens: []int{3 + i%(vocab-3)}, Blocks: []int{0}, NumLogits: 1}
-		}
-		if _, err := x.Step(context.Background(), b, spec.Plan); err != nil {
-			return fmt.Errorf("calibrate: capturing the graph of %d decodes: %w", n, err)
-		}
-	}
-	return nil
 }
 
 // timeStep is the wall-clock seconds of one step of b under plan (Step

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/engine"
@@ -87,6 +89,13 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		})
 		if err != nil {
 			return nil, err
+		}
+		start := time.Now()
+		if err := x.CaptureGraphs(); err != nil {
+			return nil, errors.Join(err, x.Close())
+		}
+		if len(x.Info().Buckets) > 0 {
+			logger.Info("captured CUDA graphs", "buckets", len(x.Info().Buckets), "seconds", time.Since(start).Seconds())
 		}
 		info := x.Info()
 		line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,

@@ -212,6 +212,12 @@ func TestGraphsMatchEager(t *testing.T) {
 	cfg := m.Config
 	graphs := newExec(t, cfg, m.Weights, Options{DType: model.Float32, BlockSize: 4, NumBlocks: 256, MaxNumSeqs: 8})
 	eager := newExec(t, cfg, m.Weights, Options{DType: model.Float32, BlockSize: 4, NumBlocks: 256, MaxNumSeqs: 8, EnforceEager: true})
+	if err := graphs.CaptureGraphs(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(graphs.graphs); n != 4 { // buckets 1, 2, 4, 8
+		t.Fatalf("CaptureGraphs captured %d graphs, want 4", n)
+	}
 	ctx := context.Background()
 	for _, n := range []int{1, 3, 5} {
 		var prefill, decode engine.Batch
@@ -238,8 +244,8 @@ func TestGraphsMatchEager(t *testing.T) {
 			}
 		}
 	}
-	if len(graphs.graphs) == 0 {
-		t.Fatal("no CUDA graph was captured")
+	if len(graphs.graphs) != 4 {
+		t.Fatalf("%d graphs after the steps, want the 4 captured at start", len(graphs.graphs))
 	}
 }
 

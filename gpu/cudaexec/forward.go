@@ -80,11 +80,9 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 		graph = graph && bucket <= e.cap.seqs && bucket <= e.cap.logitRows && bucket <= e.cap.tokens
 	}
 	if graph {
-		sh = stepShape{tokens: bucket, seqs: bucket, maxQLen: 1, decodes: bucket, stride: e.cap.maxBlocks, logitRows: bucket}
-	}
-	sh.nl = ceilDiv(sh.tokens, sp)
-	for j := 0; j < sp; j++ {
-		sh.rows = append(sh.rows, 0)
+		sh = e.graphShape(bucket, sp)
+	} else {
+		sh.nl, sh.rows = ceilDiv(sh.tokens, sp), make([]int, sp)
 	}
 	outRows := e.uploadMeta(b, lay, &sh, sp)
 	// On the stream, so the step's kernels (or graph) see the tables: a
@@ -98,15 +96,13 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 		if !ok {
 			var err error
 			if g, err = e.capture(dl, sh, lay); err != nil {
-				return fmt.Errorf("capture graph for batch %d: %w", bucket, err)
+				return err
 			}
-			e.graphs[key] = g
-		} else {
-			e.addStats(e.graphStats[key])
 		}
 		if err := e.ctx.LaunchGraph(g, e.s); err != nil {
 			return err
 		}
+		e.addStats(e.graphStats[key])
 	} else if err := e.forward(dl, sh, lay); err != nil {
 		return err
 	}
@@ -208,12 +204,14 @@ func (e *Executor) uploadMeta(b *engine.Batch, lay metaLayout, sh *stepShape, sp
 	return out
 }
 
-// capture records the forward pass of shape sh under dl as a CUDA graph
-// and remembers the collective traffic one replay stands for.
+// capture records the forward pass of shape sh under dl as a CUDA graph,
+// keeps it in e.graphs and remembers the collective traffic one replay
+// stands for (counted on each launch, not here).
 func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.GraphExec, error) {
 	before := e.CommStats()
+	defer func() { e.stats = before }()
 	if err := e.ctx.BeginCapture(e.s); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("capture graph for batch %d: %w", sh.seqs, err)
 	}
 	fwdErr := e.forward(dl, sh, lay)
 	g, err := e.ctx.EndCapture(e.s)
@@ -221,18 +219,53 @@ func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.Gr
 		if g != 0 {
 			_ = e.ctx.DestroyGraph(g)
 		}
-		return 0, errors.Join(fwdErr, err)
+		return 0, fmt.Errorf("capture graph for batch %d: %w", sh.seqs, errors.Join(fwdErr, err))
 	}
 	defer e.ctx.DestroyGraph(g)
 	exec, err := e.ctx.Instantiate(g)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("instantiate graph for batch %d: %w", sh.seqs, err)
 	}
+	key := graphKey{plan: dl.layout.Plan, bucket: sh.seqs}
+	e.graphs[key] = exec
 	if e.graphStats == nil {
 		e.graphStats = map[graphKey]comm.Stats{}
 	}
-	e.graphStats[graphKey{plan: dl.layout.Plan, bucket: sh.seqs}] = e.CommStats().Sub(before)
+	e.graphStats[key] = e.stats.Sub(before)
 	return exec, nil
+}
+
+// graphShape is the shape of a decode step run as the graph of bucket:
+// bucket sequences of one token, each with a logits row.
+func (e *Executor) graphShape(bucket, sp int) stepShape {
+	return stepShape{tokens: bucket, seqs: bucket, maxQLen: 1, decodes: bucket, stride: e.cap.maxBlocks,
+		logitRows: bucket, nl: ceilDiv(bucket, sp), rows: make([]int, sp)}
+}
+
+// CaptureGraphs captures, under every plan the executor holds, the decode
+// graph of every bucket up to MaxNumSeqs sequences, as vLLM does at
+// start-up, so that no step pays for a capture. It runs nothing on the
+// device and writes no KV. It is a no-op with EnforceEager.
+func (e *Executor) CaptureGraphs() error {
+	return e.ctx.Do(func() error {
+		lay := newMetaLayout(e.cap, e.opts.Plan.SP)
+		for plan, dl := range e.layouts {
+			for _, bucket := range e.buckets {
+				if bucket > e.cap.seqs || bucket > e.cap.logitRows || bucket > e.cap.tokens {
+					break
+				}
+				if _, ok := e.graphs[graphKey{plan: plan, bucket: bucket}]; ok {
+					continue
+				}
+				sh := e.graphShape(bucket, plan.SP)
+				e.uploadMeta(&engine.Batch{}, lay, &sh, plan.SP) // fills sh.rows; the tables are not copied
+				if _, err := e.capture(dl, sh, lay); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 func (e *Executor) addStats(d comm.Stats) {
