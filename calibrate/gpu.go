@@ -115,24 +115,8 @@ func MeasureGPU(ctx context.Context, opts GPUOptions) (*sim.Profile, error) {
 	}
 	pool := tensor.NewPool(0) // random weights for the executors
 	defer pool.Close()
-	runners := GPURunners(opts.Device, opts.KernelCache)
-	att, err := measureAttention(ctx, runners, pool, g.engineGrid, 2)
-	if err != nil {
+	if err := measureEngine(ctx, p, GPURunners(opts.Device, opts.KernelCache), pool, g.engineGrid, 2, logf); err != nil {
 		return nil, err
-	}
-	p.AttentionGFLOPS, p.AttentionDecodeGFLOPS = att.Prefill, att.Decode
-	logf("attention: %.1f TFLOP/s; decode attention %.1f TFLOP/s, streaming its KV cache at %.1f GB/s", att.Prefill/1e3, att.Decode/1e3, att.DecodeKVBytesPerS/1e9)
-	// The overhead is what the cost model does not already predict, so it
-	// is measured last, against the rest of the profile.
-	p.StepOverheadS = 0
-	host, err := measureStepOverhead(ctx, runners, pool, p, g.engineGrid)
-	if err != nil {
-		return nil, err
-	}
-	p.StepOverheadS = host.Step
-	logf("engine step overhead: %.1f µs, and %.1f µs per running sequence (not in the cost model)", host.Step*1e6, host.PerSeq*1e6)
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	logf("measured in %.1f s", time.Since(start).Seconds())
 	return p, nil

@@ -129,27 +129,36 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 		return nil, err
 	}
 	logf("link: %.2f µs per hop, %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
-	runners := CPURunners(pool)
-	att, err := measureAttention(ctx, runners, pool, g.engineGrid, 4)
-	if err != nil {
+	if err := measureEngine(ctx, p, CPURunners(pool), pool, g.engineGrid, 4, logf); err != nil {
 		return nil, err
+	}
+	logf("measured in %.1f s", time.Since(start).Seconds())
+	return p, nil
+}
+
+// measureEngine completes p with what the executors the runners build
+// measure: the attention rates (their KV cache holding kvBytes per
+// element), then the step overhead, which is what the cost model does not
+// already predict and so is measured last, against the rest of the
+// profile. It validates p.
+func measureEngine(ctx context.Context, p *sim.Profile, runners Runners, pool *tensor.Pool, g engineGrid, kvBytes int, logf func(string, ...any)) error {
+	att, err := measureAttention(ctx, runners, pool, g, kvBytes)
+	if err != nil {
+		return err
 	}
 	p.AttentionGFLOPS, p.AttentionDecodeGFLOPS = att.Prefill, att.Decode
 	logf("attention: %.1f GFLOP/s; decode attention %.1f GFLOP/s, streaming its KV cache at %.1f GB/s", att.Prefill, att.Decode, att.DecodeKVBytesPerS/1e9)
-	// The overhead is what the cost model does not already predict, so it
-	// is measured last, against the rest of the profile.
 	p.StepOverheadS = 0
-	host, err := measureStepOverhead(ctx, runners, pool, p, g.engineGrid)
+	host, err := measureStepOverhead(ctx, runners, pool, p, g)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.StepOverheadS = host.Step
 	logf("engine step overhead: %.1f µs, and %.1f µs per running sequence (not in the cost model)", host.Step*1e6, host.PerSeq*1e6)
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("calibrate: %w", err)
+		return fmt.Errorf("calibrate: %w", err)
 	}
-	logf("measured in %.1f s", time.Since(start).Seconds())
-	return p, nil
+	return nil
 }
 
 // coldElems is the float32 elements of the buffer weights are read from:
