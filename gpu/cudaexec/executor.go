@@ -77,6 +77,7 @@ type Executor struct {
 	log  *slog.Logger
 	ctx  *cuda.Context
 	blas *cuda.BLAS
+	ops  devOps   // allocation, copies, GEMMs and attention on the stream
 	k    *Kernels // dtype kernels
 	k32  *Kernels // float32 kernels, for the float32 residual's reductions
 	dt   model.DType
@@ -193,6 +194,7 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, stats: comm.Stats{},
 		allocs: map[cuda.DevicePtr]bool{},
 	}
+	e.ops = cudaOps{e}
 	if !opts.EnforceEager {
 		e.buckets = gpu.VLLMBuckets(min(2*opts.MaxNumSeqs, gpu.DefaultMaxGraphBatch, opts.MaxNumTokens))
 	}
@@ -267,38 +269,15 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 			return err
 		}
 	}
-	layouts := []parallel.Layout{e.base}
-	if e.opts.Shift {
-		shift := e.opts.Plan.Shift()
-		if err := shift.Validate(cfg); err != nil {
-			return fmt.Errorf("shift plan of %s: %w", e.opts.Plan, err)
-		}
-		if sl := parallel.ShiftLayout(e.opts.Plan); shift != e.opts.Plan {
-			if !sl.KVCompatible(e.base) {
-				return fmt.Errorf("cudaexec: shift layout %s does not keep the KV layout of %s", sl, e.base)
-			}
-			layouts = append(layouts, sl)
-		}
-	}
 	up := &uploader{e: e}
-	for _, l := range layouts {
-		dl := &devLayout{layout: l}
-		for r := range l.Coords {
-			dl.shards = append(dl.shards, up.shard(parallel.NewShard(cfg, w, l, r)))
-			if up.err != nil {
-				return fmt.Errorf("cudaexec: weights of rank %d under %s: %w", r, l, up.err)
-			}
-		}
-		e.layouts[l.Plan] = dl
+	if err := e.loadShards(w, up.put); err != nil {
+		return err
+	}
+	if up.err != nil {
+		return fmt.Errorf("cudaexec: weights: %w", up.err)
 	}
 	if err := e.free(up.stage); err != nil {
 		return err
-	}
-	if err := e.ropeTables(); err != nil {
-		return err
-	}
-	for r := range e.base.Coords {
-		e.ranks = append(e.ranks, &devRank{id: r})
 	}
 	if e.bwork, err = e.alloc(blasWorkspace); err != nil {
 		return err
@@ -306,8 +285,7 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 	if err := e.blas.SetWorkspace(e.bwork, blasWorkspace); err != nil {
 		return err
 	}
-	if err := e.allocBuffers(capacity{tokens: e.opts.MaxNumTokens, seqs: e.opts.MaxNumSeqs, logitRows: e.opts.MaxNumSeqs,
-		maxBlocks: ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize)}); err != nil {
+	if err := e.prepare(); err != nil {
 		return err
 	}
 
@@ -334,6 +312,61 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 				float64(max(budget, 0))/(1<<30), e.opts.MemoryUtilization, max(blocks, 0), e.opts.BlockSize, e.opts.MaxModelLen, need)
 		}
 	}
+	if err := e.allocKV(blocks); err != nil {
+		return err
+	}
+	e.info = Info{
+		Device: fmt.Sprintf("%s (%s, driver %d)", c.Name(), c.Capability().Arch(), c.DriverVersion()),
+		DType:  e.dt, TotalMemory: total, WeightBytes: up.bytes, KVBytes: perBlock * int64(blocks),
+		KVBlocks: blocks, KVTokens: blocks * e.opts.BlockSize, Buckets: e.buckets, MaxNumTokens: e.opts.MaxNumTokens,
+	}
+	return nil
+}
+
+// loadShards cuts w into every rank's shard under the base plan and, with
+// Shift, its shift plan, and writes each with put.
+func (e *Executor) loadShards(w *model.Weights, put func(parts ...[]float32) cuda.DevicePtr) error {
+	cfg := e.cfg
+	layouts := []parallel.Layout{e.base}
+	if e.opts.Shift {
+		shift := e.opts.Plan.Shift()
+		if err := shift.Validate(cfg); err != nil {
+			return fmt.Errorf("shift plan of %s: %w", e.opts.Plan, err)
+		}
+		if sl := parallel.ShiftLayout(e.opts.Plan); shift != e.opts.Plan {
+			if !sl.KVCompatible(e.base) {
+				return fmt.Errorf("cudaexec: shift layout %s does not keep the KV layout of %s", sl, e.base)
+			}
+			layouts = append(layouts, sl)
+		}
+	}
+	for _, l := range layouts {
+		dl := &devLayout{layout: l}
+		for r := range l.Coords {
+			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(cfg, w, l, r), cfg.HeadDim, put))
+		}
+		e.layouts[l.Plan] = dl
+	}
+	return nil
+}
+
+// prepare makes the ranks, the RoPE tables and the step buffers.
+func (e *Executor) prepare() error {
+	if err := e.ropeTables(); err != nil {
+		return err
+	}
+	for r := range e.base.Coords {
+		e.ranks = append(e.ranks, &devRank{id: r})
+	}
+	return e.allocBuffers(capacity{tokens: e.opts.MaxNumTokens, seqs: e.opts.MaxNumSeqs, logitRows: e.opts.MaxNumSeqs,
+		maxBlocks: ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize)})
+}
+
+// allocKV allocates every rank's KV cache of blocks blocks.
+func (e *Executor) allocKV(blocks int) error {
+	cfg, elem := e.cfg, int64(e.dt.Size())
+	base := e.layouts[e.opts.Plan]
+	var err error
 	for r, rk := range e.ranks {
 		sh := base.shards[r].spans
 		kvHeads := sh.Chunk.KVHi - sh.Chunk.KVLo
@@ -348,16 +381,11 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 			e.kv = kvcache.Layout{Layers: sh.Stage.Len(), KVHeads: kvHeads, HeadDim: cfg.HeadDim, BlockSize: e.opts.BlockSize, NumBlocks: blocks}
 		}
 	}
-	e.info = Info{
-		Device: fmt.Sprintf("%s (%s, driver %d)", c.Name(), c.Capability().Arch(), c.DriverVersion()),
-		DType:  e.dt, TotalMemory: total, WeightBytes: up.bytes, KVBytes: perBlock * int64(blocks),
-		KVBlocks: blocks, KVTokens: blocks * e.opts.BlockSize, Buckets: e.buckets, MaxNumTokens: e.opts.MaxNumTokens,
-	}
 	return nil
 }
 
 func (e *Executor) alloc(bytes int64) (cuda.DevicePtr, error) {
-	p, err := e.ctx.Alloc(max(bytes, 256))
+	p, err := e.ops.alloc(max(bytes, 256))
 	if err != nil {
 		return 0, err
 	}
@@ -370,21 +398,20 @@ func (e *Executor) free(p cuda.DevicePtr) error {
 		return nil
 	}
 	delete(e.allocs, p)
-	return e.ctx.Free(p)
+	return e.ops.free(p)
 }
 
-// shard copies one rank's weights to the device in the executor's dtype.
-func (up *uploader) shard(sh *parallel.Shard) *devShard {
-	d := up.e.cfg.HeadDim
+// newDevShard writes one rank's weights with put, q/k/v and gate/up fused.
+func newDevShard(sh *parallel.Shard, d int, put func(parts ...[]float32) cuda.DevicePtr) *devShard {
 	ds := &devShard{spans: sh}
 	ds.qs, ds.ks = (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
 	ds.qc, ds.kc = (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
 	ds.sliceW, ds.chunkW, ds.inter = ds.qs+2*ds.ks, ds.qc+2*ds.kc, sh.Inter.Len()
-	ds.embed = up.put(sh.Embed)
-	ds.norm = up.put(sh.Norm)
+	ds.embed = put(sh.Embed)
+	ds.norm = put(sh.Norm)
 	ds.lmHead = ds.embed
 	if len(sh.LMHead) > 0 && (len(sh.Embed) == 0 || &sh.LMHead[0] != &sh.Embed[0]) {
-		ds.lmHead = up.put(sh.LMHead)
+		ds.lmHead = put(sh.LMHead)
 	}
 	// The chunk's part of the slice's q, k and v biases, in the order the
 	// chunk's heads sit after the all-to-all.
@@ -397,17 +424,14 @@ func (up *uploader) shard(sh *parallel.Shard) *devShard {
 	}
 	for _, l := range sh.Layers {
 		ds.layers = append(ds.layers, layerWeights{
-			attnNorm: up.put(l.AttnNorm), mlpNorm: up.put(l.MLPNorm),
-			qkv:     up.put(l.WQ, l.WK, l.WV),
-			qkvBias: up.put(part(l.BQ, qo, ds.qc), part(l.BK, ko, ds.kc), part(l.BV, ko, ds.kc)),
-			qNorm:   up.put(l.QNorm), kNorm: up.put(l.KNorm),
-			o: up.put(l.WO), oBias: up.put(l.BO),
-			gateUp: up.put(l.WGate, l.WUp), guBias: up.put(l.BGate, l.BUp),
-			down: up.put(l.WDown), downBias: up.put(l.BDown),
+			attnNorm: put(l.AttnNorm), mlpNorm: put(l.MLPNorm),
+			qkv:     put(l.WQ, l.WK, l.WV),
+			qkvBias: put(part(l.BQ, qo, ds.qc), part(l.BK, ko, ds.kc), part(l.BV, ko, ds.kc)),
+			qNorm:   put(l.QNorm), kNorm: put(l.KNorm),
+			o: put(l.WO), oBias: put(l.BO),
+			gateUp: put(l.WGate, l.WUp), guBias: put(l.BGate, l.BUp),
+			down: put(l.WDown), downBias: put(l.BDown),
 		})
-		if up.err != nil {
-			break
-		}
 	}
 	return ds
 }
@@ -456,10 +480,10 @@ func (u *uploader) put(parts ...[]float32) cuda.DevicePtr {
 			to := dst + cuda.DevicePtr(off*elem)
 			bytes := 4 * int64(len(chunk))
 			if e.dt == model.Float32 {
-				u.err = e.ctx.CopyHtoDAsync(to, unsafe.Pointer(&chunk[0]), bytes, e.s)
-			} else if u.err = e.ctx.CopyHtoDAsync(u.stage, unsafe.Pointer(&chunk[0]), bytes, e.s); u.err == nil {
+				u.err = e.ops.toDevice(to, unsafe.Pointer(&chunk[0]), bytes)
+			} else if u.err = e.ops.toDevice(u.stage, unsafe.Pointer(&chunk[0]), bytes); u.err == nil {
 				if u.err = e.k.Convert(e.s, to, u.stage, int64(len(chunk))); u.err == nil {
-					u.err = e.ctx.SyncStream(e.s) // the stage is overwritten next
+					u.err = e.ops.sync() // the stage is overwritten next
 				}
 			}
 			off += int64(len(chunk))
@@ -488,13 +512,13 @@ func (e *Executor) ropeTables() error {
 	if e.sin, err = e.alloc(4 * int64(len(sin))); err != nil {
 		return err
 	}
-	if err := e.ctx.CopyHtoDAsync(e.cos, unsafe.Pointer(&cos[0]), 4*int64(len(cos)), e.s); err != nil {
+	if err := e.ops.toDevice(e.cos, unsafe.Pointer(&cos[0]), 4*int64(len(cos))); err != nil {
 		return err
 	}
-	if err := e.ctx.CopyHtoDAsync(e.sin, unsafe.Pointer(&sin[0]), 4*int64(len(sin)), e.s); err != nil {
+	if err := e.ops.toDevice(e.sin, unsafe.Pointer(&sin[0]), 4*int64(len(sin))); err != nil {
 		return err
 	}
-	return e.ctx.SyncStream(e.s)
+	return e.ops.sync()
 }
 
 // allocBuffers (re)sizes every rank's step buffers and the shared tables
@@ -673,7 +697,7 @@ func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan,
 		}
 		e.out = e.out[:rows*cfg.Vocab]
 	}
-	if err := e.ctx.Do(func() error { return e.step(dl, b, rows, greedy && plan.TP == 1) }); err != nil {
+	if err := e.do(func() error { return e.step(dl, b, rows, greedy && plan.TP == 1) }); err != nil {
 		return fmt.Errorf("cudaexec: step under %s: %w", plan, err)
 	}
 	if greedy && plan.TP > 1 {
@@ -686,3 +710,60 @@ func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan,
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// do runs f on the device's thread; the host tests' executor has no
+// device and runs it directly.
+func (e *Executor) do(f func() error) error {
+	if e.ctx == nil {
+		return f()
+	}
+	return e.ctx.Do(f)
+}
+
+// devOps are a step's device operations besides the element-wise kernels:
+// allocation, copies, GEMMs and attention, all ordered on the executor's
+// stream. cudaOps runs them on the device; the package's host tests run
+// them on an emulation, so the step's orchestration under every plan is
+// tested without a GPU.
+type devOps interface {
+	alloc(bytes int64) (cuda.DevicePtr, error)
+	free(p cuda.DevicePtr) error
+	toDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error
+	toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error
+	copy(dst, src cuda.DevicePtr, bytes int64) error
+	sync() error
+	// linear computes y[n, out] = x[n, in]·wᵀ for a row-major weight
+	// w[out, in] in the executor's dtype, writing y in outType.
+	linear(y, x, w cuda.DevicePtr, n, in, out int, outType model.DType) error
+	attention(a AttnArgs) error
+}
+
+// cudaOps is devOps on the executor's device and stream.
+type cudaOps struct{ e *Executor }
+
+func (o cudaOps) alloc(bytes int64) (cuda.DevicePtr, error) { return o.e.ctx.Alloc(bytes) }
+func (o cudaOps) free(p cuda.DevicePtr) error               { return o.e.ctx.Free(p) }
+func (o cudaOps) sync() error                               { return o.e.ctx.SyncStream(o.e.s) }
+func (o cudaOps) attention(a AttnArgs) error                { return o.e.k.Attention(o.e.s, a) }
+
+func (o cudaOps) toDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
+	return o.e.ctx.CopyHtoDAsync(dst, src, bytes, o.e.s)
+}
+
+func (o cudaOps) toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error {
+	return o.e.ctx.CopyDtoHAsync(dst, src, bytes, o.e.s)
+}
+
+func (o cudaOps) copy(dst, src cuda.DevicePtr, bytes int64) error {
+	return o.e.ctx.CopyDtoDAsync(dst, src, bytes, o.e.s)
+}
+
+// linear is, in cuBLAS's column-major terms, yᵀ[out, n] = w·xᵀ: op(A) = Aᵀ
+// with A the [in, out] column-major view of w.
+func (o cudaOps) linear(y, x, w cuda.DevicePtr, n, in, out int, outType model.DType) error {
+	if n == 0 {
+		return nil
+	}
+	t := cudaType(o.e.dt)
+	return o.e.blas.Gemm(true, false, out, n, in, 1, w, t, in, x, t, in, 0, y, cudaType(outType), out)
+}

@@ -348,42 +348,52 @@ func TestShiftSwitching(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompt := fixture.Tokens(5, 13, m.Config.Vocab)
-			want := ref.Greedy(prompt, 48)
-			blocks := make([]int, 16)
-			for i := range blocks {
-				blocks[i] = i
-			}
-			rng := uint64(kv)
-			tokens := slices.Clone(prompt)
-			for i := 0; i <= len(want)-1; i++ {
-				b := &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokens[len(tokens)-1:], Pos: len(tokens) - 1, Blocks: blocks, NumLogits: 1}}}
-				plan := base
-				if i == 0 {
-					b.Seqs[0].Tokens, b.Seqs[0].Pos = tokens, 0
-				} else if rng = rng*6364136223846793005 + 1442695040888963407; rng>>63 == 1 {
-					plan = base.Shift()
-				}
-				got, err := x.Step(context.Background(), b, plan)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := cpu.Step(context.Background(), b, plan); err != nil {
-					t.Fatal(err)
-				}
-				next := argmax(got[:m.Config.Vocab])
-				if next != want[i] {
-					t.Fatalf("token %d under %s: %d, oracle %d", i, plan, next, want[i])
-				}
-				tokens = append(tokens, next)
-			}
-			if x.PlanSteps()[base.Shift().String()] == 0 || x.PlanSteps()[base.String()] < 2 {
-				t.Fatalf("plans run: %v; want both", x.PlanSteps())
-			}
-			if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
-				t.Fatalf("collective traffic differs from the CPU executor's:\nGPU %v\nCPU %v", got, want)
-			}
+			switchPlans(t, x, cpu, ref, base, kv)
 		})
+	}
+}
+
+// switchPlans prefills a prompt under base, then decodes greedily with
+// each step under base or its shift at random, on x and cpu alike; tokens
+// must equal the oracle's, both plans must run and the traffic of x must
+// equal cpu's.
+func switchPlans(t *testing.T, x *Executor, cpu *engine.Executor, ref *oracle.Model, base parallel.Plan, seed int) {
+	t.Helper()
+	vocab := x.Config().Vocab
+	prompt := fixture.Tokens(5, 13, vocab)
+	want := ref.Greedy(prompt, 48)
+	blocks := make([]int, 16)
+	for i := range blocks {
+		blocks[i] = i
+	}
+	rng := uint64(seed)
+	tokens := slices.Clone(prompt)
+	for i := 0; i <= len(want)-1; i++ {
+		b := &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokens[len(tokens)-1:], Pos: len(tokens) - 1, Blocks: blocks, NumLogits: 1}}}
+		plan := base
+		if i == 0 {
+			b.Seqs[0].Tokens, b.Seqs[0].Pos = tokens, 0
+		} else if rng = rng*6364136223846793005 + 1442695040888963407; rng>>63 == 1 {
+			plan = base.Shift()
+		}
+		got, err := x.Step(context.Background(), b, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cpu.Step(context.Background(), b, plan); err != nil {
+			t.Fatal(err)
+		}
+		next := argmax(got[:vocab])
+		if next != want[i] {
+			t.Fatalf("token %d under %s: %d, oracle %d", i, plan, next, want[i])
+		}
+		tokens = append(tokens, next)
+	}
+	if x.PlanSteps()[base.Shift().String()] == 0 || x.PlanSteps()[base.String()] < 2 {
+		t.Fatalf("plans run: %v; want both", x.PlanSteps())
+	}
+	if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("collective traffic differs from the CPU executor's:\nexecutor %v\nCPU      %v", got, want)
 	}
 }
 

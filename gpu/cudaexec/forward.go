@@ -87,7 +87,7 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 	outRows := e.uploadMeta(b, lay, &sh, sp)
 	// On the stream, so the step's kernels (or graph) see the tables: a
 	// copy from pageable memory is staged at once, so e.host is free again.
-	if err := e.ctx.CopyHtoDAsync(e.meta, unsafe.Pointer(&e.host[0]), 4*int64(len(e.host)), e.s); err != nil {
+	if err := e.ops.toDevice(e.meta, unsafe.Pointer(&e.host[0]), 4*int64(len(e.host))); err != nil {
 		return err
 	}
 	if graph {
@@ -130,10 +130,10 @@ func (e *Executor) readArgmax(dl *devLayout, sh stepShape, out rowOut) error {
 			e.ids = make([]int32, m)
 		}
 		ids := e.ids[:m]
-		if err := e.ctx.CopyDtoHAsync(unsafe.Pointer(&ids[0]), rk.argmax, 4*int64(m), e.s); err != nil {
+		if err := e.ops.toHost(unsafe.Pointer(&ids[0]), rk.argmax, 4*int64(m)); err != nil {
 			return err
 		}
-		if err := e.ctx.SyncStream(e.s); err != nil {
+		if err := e.ops.sync(); err != nil {
 			return err
 		}
 		for i, row := range out[c.SP] {
@@ -146,7 +146,7 @@ func (e *Executor) readArgmax(dl *devLayout, sh stepShape, out rowOut) error {
 			e.tokens[row] = int(ids[i])
 		}
 	}
-	return e.ctx.SyncStream(e.s)
+	return e.ops.sync()
 }
 
 // uploadMeta fills the host copy of the step's int32 tables — token ids,
@@ -279,7 +279,7 @@ func (e *Executor) addStats(d comm.Stats) {
 // stream.
 func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
 	if sh.logitRows == 0 {
-		return e.ctx.SyncStream(e.s)
+		return e.ops.sync()
 	}
 	l, vocab := dl.layout, e.cfg.Vocab
 	for r, c := range l.Coords {
@@ -295,10 +295,10 @@ func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
 			e.part = make([]float32, n)
 		}
 		part := e.part[:n]
-		if err := e.ctx.CopyDtoHAsync(unsafe.Pointer(&part[0]), e.ranks[r].logits, 4*int64(n), e.s); err != nil {
+		if err := e.ops.toHost(unsafe.Pointer(&part[0]), e.ranks[r].logits, 4*int64(n)); err != nil {
 			return err
 		}
-		if err := e.ctx.SyncStream(e.s); err != nil {
+		if err := e.ops.sync(); err != nil {
 			return err
 		}
 		for i, row := range out[c.SP] {
@@ -307,7 +307,7 @@ func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
 			}
 		}
 	}
-	return e.ctx.SyncStream(e.s)
+	return e.ops.sync()
 }
 
 // forward enqueues one step of shape sh under dl on the stream: for each
@@ -353,7 +353,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 				if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, w.attnNorm, nl, h, eps); err != nil {
 					return err
 				}
-				if err := e.linear(rk.qkv, rk.xn, w.qkv, nl, h, ds.sliceW, e.dt); err != nil {
+				if err := e.ops.linear(rk.qkv, rk.xn, w.qkv, nl, h, ds.sliceW, e.dt); err != nil {
 					return err
 				}
 			}
@@ -379,7 +379,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 				}); err != nil {
 					return err
 				}
-				if err := k.Attention(s, AttnArgs{
+				if err := e.ops.attention(AttnArgs{
 					Out: rk.attnC, Q: rk.q, KCache: kc, VCache: vc, BlockTables: meta(lay.tables),
 					QStart: meta(lay.qStart), SeqPos: meta(lay.seqPos),
 					NumSeqs: sh.seqs, NumTokens: sh.tokens, MaxQLen: sh.maxQLen, DecodeSeqs: sh.decodes, MaxBlocks: sh.stride,
@@ -396,7 +396,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 			}
 			for _, r := range ranks {
 				rk, ds := e.ranks[r], dl.shards[r]
-				if err := e.linear(rk.delta, headsOut(rk, p), ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
+				if err := e.ops.linear(rk.delta, headsOut(rk, p), ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
 					return err
 				}
 			}
@@ -409,13 +409,13 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 				if err := k.AddRMSNorm(s, rk.xn, rk.x, rk.delta, w.oBias, w.mlpNorm, nl, h, eps); err != nil {
 					return err
 				}
-				if err := e.linear(rk.gateUp, rk.xn, w.gateUp, nl, h, 2*ds.inter, e.dt); err != nil {
+				if err := e.ops.linear(rk.gateUp, rk.xn, w.gateUp, nl, h, 2*ds.inter, e.dt); err != nil {
 					return err
 				}
 				if err := k.SiLUMul(s, rk.mlp, rk.gateUp, w.guBias, nl, ds.inter); err != nil {
 					return err
 				}
-				if err := e.linear(rk.delta, rk.mlp, w.down, nl, ds.inter, h, e.dt); err != nil {
+				if err := e.ops.linear(rk.delta, rk.mlp, w.down, nl, ds.inter, h, e.dt); err != nil {
 					return err
 				}
 				last[r] = pending{rk.delta, w.downBias}
@@ -434,10 +434,9 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 					return err
 				}
 				next := l.Peer(r, stage+1)
-				if err := e.ctx.CopyDtoDAsync(e.ranks[next].x, rk.x, 4*int64(nl*h), s); err != nil {
+				if err := e.ops.copy(e.ranks[next].x, rk.x, 4*int64(nl*h)); err != nil {
 					return err
 				}
-				last[r], last[next] = pending{}, pending{}
 				e.countSendRecv(l, r, next, nl*h)
 			}
 			continue
@@ -455,7 +454,7 @@ func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 			if err := k.GatherRows(s, rk.hl, rk.xn, meta(lay.rows+j*lay.rowsCap), m, h); err != nil {
 				return err
 			}
-			if err := e.linear(rk.logits, rk.hl, ds.lmHead, m, h, ds.spans.Vocab.Len(), model.Float32); err != nil {
+			if err := e.ops.linear(rk.logits, rk.hl, ds.lmHead, m, h, ds.spans.Vocab.Len(), model.Float32); err != nil {
 				return err
 			}
 		}
@@ -483,18 +482,6 @@ func headsOut(rk *devRank, p parallel.Plan) cuda.DevicePtr {
 		return rk.attnC
 	}
 	return rk.attn
-}
-
-// linear computes y[n, out] = x[n, in]·wᵀ for a row-major weight w[out, in]
-// in the executor's dtype, writing y in outType. In cuBLAS's column-major
-// terms that is yᵀ[out, n] = w·xᵀ: op(A) = Aᵀ with A the [in, out]
-// column-major view of w.
-func (e *Executor) linear(y, x, w cuda.DevicePtr, n, in, out int, outType model.DType) error {
-	if n == 0 {
-		return nil
-	}
-	t := cudaType(e.dt)
-	return e.blas.Gemm(true, false, out, n, in, 1, w, t, in, x, t, in, 0, y, cudaType(outType), out)
 }
 
 func cudaType(d model.DType) cuda.DataType {
@@ -526,7 +513,7 @@ func (e *Executor) allReduce(l parallel.Layout, ranks []int, buf func(*devRank) 
 			}
 		}
 		for _, m := range g[1:] {
-			if err := e.ctx.CopyDtoDAsync(buf(e.ranks[m]), sum, int64(n*elemBytes), e.s); err != nil {
+			if err := e.ops.copy(buf(e.ranks[m]), sum, int64(n*elemBytes)); err != nil {
 				return err
 			}
 		}

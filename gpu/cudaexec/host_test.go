@@ -1,0 +1,373 @@
+package cudaexec
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/gpu/cuda"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// The host tests run the executor's step — tables, every plan's rank
+// program, collectives, byte accounting, logits assembly — on an emulated
+// device: hostMemory holds the buffers, hostOps does the copies, GEMMs and
+// attention in float64, and hostKernels' launch hook runs the element-wise
+// kernels with their documented semantics. Only float32 is emulated. What
+// this cannot check (the CUDA C itself, cuBLAS, graphs) the GPU tests do.
+
+func (h *hostMemory) bytes(p cuda.DevicePtr, n int64) []byte {
+	off := int(p) - hostBase
+	return unsafe.Slice((*byte)(unsafe.Pointer(&h.mem[0])), 4*len(h.mem))[off : off+int(n)]
+}
+
+func (h *hostMemory) f32(p cuda.DevicePtr, n int) []float32 { i := h.at(p); return h.mem[i : i+n] }
+
+func (h *hostMemory) i32(p cuda.DevicePtr, i int) int {
+	return int(int32(math.Float32bits(h.mem[h.at(p)+i])))
+}
+
+// vec is an optional vector argument: nil for a null pointer.
+func (h *hostMemory) vec(p cuda.DevicePtr, n int) []float32 {
+	if p == 0 {
+		return nil
+	}
+	return h.f32(p, n)
+}
+
+type hostOps struct{ h *hostMemory }
+
+func (o hostOps) alloc(bytes int64) (cuda.DevicePtr, error) {
+	return o.h.alloc(int((bytes + 3) / 4)), nil
+}
+func (o hostOps) free(cuda.DevicePtr) error { return nil }
+func (o hostOps) sync() error               { return nil }
+
+func (o hostOps) toDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
+	copy(o.h.bytes(dst, bytes), unsafe.Slice((*byte)(src), bytes))
+	return nil
+}
+
+func (o hostOps) toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error {
+	copy(unsafe.Slice((*byte)(dst), bytes), o.h.bytes(src, bytes))
+	return nil
+}
+
+func (o hostOps) copy(dst, src cuda.DevicePtr, bytes int64) error {
+	copy(o.h.bytes(dst, bytes), o.h.bytes(src, bytes))
+	return nil
+}
+
+func (o hostOps) linear(y, x, w cuda.DevicePtr, n, in, out int, _ model.DType) error {
+	ys, xs, ws := o.h.f32(y, n*out), o.h.f32(x, n*in), o.h.f32(w, out*in)
+	for i := 0; i < n; i++ {
+		for j := 0; j < out; j++ {
+			var s float64
+			for k := 0; k < in; k++ {
+				s += float64(xs[i*in+k]) * float64(ws[j*in+k])
+			}
+			ys[i*out+j] = float32(s)
+		}
+	}
+	return nil
+}
+
+func (o hostOps) attention(a AttnArgs) error {
+	h, d, bs := o.h, a.HeadDim, a.BlockSize
+	group := a.Heads / a.KVHeads
+	for s := 0; s < a.NumSeqs; s++ {
+		q0, q1 := h.i32(a.QStart, s), h.i32(a.QStart, s+1)
+		for r := q0; r < q1; r++ {
+			p := h.i32(a.SeqPos, s) + r - q0
+			lo := 0
+			if a.Window > 0 && p+1 > a.Window {
+				lo = p + 1 - a.Window
+			}
+			for hd := 0; hd < a.Heads; hd++ {
+				kh := hd / group
+				q := h.f32(a.Q+cuda.DevicePtr(4*(r*a.Heads+hd)*d), d)
+				scores := make([]float64, p+1-lo)
+				m := math.Inf(-1)
+				for t := lo; t <= p; t++ {
+					blk := h.i32(a.BlockTables, s*a.MaxBlocks+t/bs)
+					key := h.f32(a.KCache+cuda.DevicePtr(4*((blk*a.KVHeads+kh)*bs+t%bs)*d), d)
+					var dot float64
+					for j := range q {
+						dot += float64(q[j]) * float64(key[j])
+					}
+					scores[t-lo] = dot * float64(a.Scale)
+					m = math.Max(m, scores[t-lo])
+				}
+				out := h.f32(a.Out+cuda.DevicePtr(4*(r*a.Heads+hd)*d), d)
+				acc := make([]float64, d)
+				var sum float64
+				for t := lo; t <= p; t++ {
+					wt := math.Exp(scores[t-lo] - m)
+					sum += wt
+					blk := h.i32(a.BlockTables, s*a.MaxBlocks+t/bs)
+					v := h.f32(a.VCache+cuda.DevicePtr(4*((blk*a.KVHeads+kh)*bs+t%bs)*d), d)
+					for j := range acc {
+						acc[j] += wt * float64(v[j])
+					}
+				}
+				for j := range out {
+					out[j] = float32(acc[j] / sum)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Function handles the host kernels answer to.
+const (
+	fnEmbed cuda.Function = iota + 1
+	fnRMSNorm
+	fnQKV
+	fnSiLU
+	fnGather
+	fnCopy2D
+	fnAdd
+	fnArgmax
+)
+
+func hostKernels(h *hostMemory) *Kernels {
+	k := &Kernels{dt: model.Float32, size: 4, embed: fnEmbed, rmsnorm: fnRMSNorm, qkv: fnQKV, silu: fnSiLU,
+		gather: fnGather, copy2d: fnCopy2D, add: fnAdd, argmax: fnArgmax}
+	k.launchHook = func(f cuda.Function, grid, _ cuda.Dim3, _ int, a *launchArgs) error {
+		ptr := func(i int) cuda.DevicePtr { return cuda.DevicePtr(*(*uint64)(a.ptrs[i])) }
+		i32 := func(i int) int { return int(*(*int32)(a.ptrs[i])) }
+		f32 := func(i int) float32 { return *(*float32)(a.ptrs[i]) }
+		switch f {
+		case fnEmbed:
+			n, hid, lo, hi := i32(3), i32(4), i32(5), i32(6)
+			x := h.f32(ptr(0), n*hid)
+			for i := 0; i < n; i++ {
+				row := x[i*hid : (i+1)*hid]
+				clear(row)
+				if id := h.i32(ptr(2), i); id >= lo && id < hi {
+					copy(row, h.f32(ptr(1)+cuda.DevicePtr(4*(id-lo)*hid), hid))
+				}
+			}
+		case fnRMSNorm:
+			n, hid, eps := int(grid.X), i32(5), f32(6)
+			for i := 0; i < n; i++ {
+				resid := h.f32(ptr(1)+cuda.DevicePtr(4*i*hid), hid)
+				if delta := h.vec(ptr(2), n*hid); delta != nil {
+					bias := h.vec(ptr(3), hid)
+					for j := range resid {
+						resid[j] += delta[i*hid+j]
+						if bias != nil {
+							resid[j] += bias[j]
+						}
+					}
+				}
+				tensor.RMSNorm(h.f32(ptr(0)+cuda.DevicePtr(4*i*hid), hid), resid, h.f32(ptr(4), hid), eps)
+			}
+		case fnQKV:
+			n, heads, kvh, d, bs, eps := int(grid.X), i32(11), i32(12), i32(13), i32(14), f32(15)
+			w := (heads + 2*kvh) * d
+			half := d / 2
+			for i := 0; i < n; i++ {
+				row := append([]float32(nil), h.f32(ptr(3)+cuda.DevicePtr(4*i*w), w)...)
+				if bias := h.vec(ptr(4), w); bias != nil {
+					tensor.Add(row, bias)
+				}
+				pos, slot := h.i32(ptr(9), i), h.i32(ptr(10), i)
+				cos, sin := h.f32(ptr(7)+cuda.DevicePtr(4*pos*half), half), h.f32(ptr(8)+cuda.DevicePtr(4*pos*half), half)
+				for hd := 0; hd < heads+kvh; hd++ {
+					x := row[hd*d : (hd+1)*d]
+					norm := ptr(5)
+					if hd >= heads {
+						norm = ptr(6)
+					}
+					if nw := h.vec(norm, d); nw != nil {
+						tensor.RMSNorm(x, x, nw, eps)
+					}
+					for j := 0; j < half; j++ {
+						a, b := x[j], x[j+half]
+						x[j], x[j+half] = a*cos[j]-b*sin[j], b*cos[j]+a*sin[j]
+					}
+				}
+				copy(h.f32(ptr(0)+cuda.DevicePtr(4*i*heads*d), heads*d), row[:heads*d])
+				if slot < 0 {
+					continue
+				}
+				blk, off := slot/bs, slot%bs
+				for kh := 0; kh < kvh; kh++ {
+					at := cuda.DevicePtr(4 * ((blk*kvh+kh)*bs + off) * d)
+					copy(h.f32(ptr(1)+at, d), row[(heads+kh)*d:(heads+kh+1)*d])
+					copy(h.f32(ptr(2)+at, d), row[(heads+kvh+kh)*d:(heads+kvh+kh+1)*d])
+				}
+			}
+		case fnSiLU:
+			n, inter := i32(3), i32(4)
+			gu, out, bias := h.f32(ptr(1), n*2*inter), h.f32(ptr(0), n*inter), h.vec(ptr(2), 2*inter)
+			for i := 0; i < n; i++ {
+				for j := 0; j < inter; j++ {
+					g, u := gu[i*2*inter+j], gu[i*2*inter+inter+j]
+					if bias != nil {
+						g, u = g+bias[j], u+bias[inter+j]
+					}
+					out[i*inter+j] = g / (1 + float32(math.Exp(float64(-g)))) * u
+				}
+			}
+		case fnGather:
+			m, wd := i32(3), i32(4)
+			for i := 0; i < m; i++ {
+				copy(h.f32(ptr(0)+cuda.DevicePtr(4*i*wd), wd), h.f32(ptr(1)+cuda.DevicePtr(4*h.i32(ptr(2), i)*wd), wd))
+			}
+		case fnCopy2D:
+			h.copy2d(a)
+		case fnArgmax:
+			vocab := i32(2)
+			for i := 0; i < int(grid.X); i++ {
+				best := tensor.MaxIndex(h.f32(ptr(1)+cuda.DevicePtr(4*i*vocab), vocab))
+				h.mem[h.at(ptr(0))+i] = math.Float32frombits(uint32(int32(best)))
+			}
+		case fnAdd:
+			n := int(*(*int64)(a.ptrs[2]))
+			tensor.Add(h.f32(ptr(0), n), h.f32(ptr(1), n))
+		default:
+			return fmt.Errorf("host kernels: unknown function %d", f)
+		}
+		return nil
+	}
+	return k
+}
+
+// newHostExecutor builds an executor over the emulated device, in float32,
+// with blocks KV blocks of 4 tokens.
+func newHostExecutor(t *testing.T, cfg *model.Config, w *model.Weights, plan parallel.Plan, shift bool, blocks int) *Executor {
+	t.Helper()
+	h := &hostMemory{}
+	k := hostKernels(h)
+	e := &Executor{
+		cfg: cfg, dt: model.Float32, k: k, k32: k, ops: hostOps{h},
+		opts:    Options{Plan: plan, Shift: shift, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true},
+		base:    parallel.Standard(plan),
+		layouts: map[parallel.Plan]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
+		stats: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
+	}
+	if err := fillDefaults(cfg, &e.opts); err != nil {
+		t.Fatal(err)
+	}
+	put := func(parts ...[]float32) cuda.DevicePtr {
+		n := 0
+		for _, p := range parts {
+			n += len(p)
+		}
+		if n == 0 {
+			return 0
+		}
+		p := h.alloc(n)
+		dst := h.f32(p, n)
+		for _, part := range parts {
+			dst = dst[copy(dst, part):]
+		}
+		return p
+	}
+	if err := e.loadShards(w, put); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.allocKV(blocks); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestStepOnHost runs the foundation scenarios through the executor's step
+// on the emulated device under every plan — one rank, TP, SP, SP×TP, PP,
+// PP×TP — with 8 query heads over 4, 2 and 1 KV heads, against the float64
+// oracle, and checks the collective traffic equals the CPU executor's.
+func TestStepOnHost(t *testing.T) {
+	plans := []string{"single", "tp=2", "sp=2", "sp=2,tp=2", "pp=2", "pp=2,tp=2", "sp=4", "tp=4"}
+	for _, kv := range []int{4, 2, 1} {
+		m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 4, AttentionBias: kv == 2, Seed: uint64(80 + kv)})
+		for _, ps := range plans {
+			t.Run(fmt.Sprintf("kv=%d/%s", kv, ps), func(t *testing.T) {
+				plan, err := parallel.Parse(ps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := newHostExecutor(t, m.Config, m.Weights, plan, false, 256)
+				runScenarios(t, x, ref, &checker{t: t, dt: model.Float32})
+				pool := tensor.NewPool(1)
+				defer pool.Close()
+				cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 256, MicroBatches: 1, Pool: pool})
+				if err != nil {
+					t.Fatal(err)
+				}
+				runScenarios(t, cpu, ref, &checker{t: t, dt: model.Float32})
+				if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
+					t.Fatalf("collective traffic differs from the CPU executor's:\nemulated %v\nCPU      %v", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestShiftOnHost switches decode steps between sp=2,tp=2 and its shift
+// plan tp=4 on the emulated device: greedy tokens equal the oracle's, both
+// plans run, and the traffic equals the CPU executor's.
+func TestShiftOnHost(t *testing.T) {
+	for _, kv := range []int{4, 2, 1} {
+		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
+			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 3, Seed: uint64(90 + kv)})
+			base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
+			x := newHostExecutor(t, m.Config, m.Weights, base, true, 128)
+			pool := tensor.NewPool(1)
+			defer pool.Close()
+			cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: base, Shift: true, BlockSize: 4, NumBlocks: 128, MicroBatches: 1, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switchPlans(t, x, cpu, ref, base, kv)
+		})
+	}
+}
+
+// TestStepGreedyOnHost: StepGreedy's tokens (the device argmax with one
+// TP rank, the host's under TP) equal the argmax of Step's logits.
+func TestStepGreedyOnHost(t *testing.T) {
+	m, _ := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: 2, Seed: 99})
+	vocab := m.Config.Vocab
+	for _, ps := range []string{"single", "sp=2", "tp=2", "pp=2"} {
+		plan, err := parallel.Parse(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := newHostExecutor(t, m.Config, m.Weights, plan, false, 64)
+		var b engine.Batch
+		for i := 0; i < 4; i++ {
+			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: fixture.Tokens(60+i, 2+3*i, vocab), Blocks: []int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, NumLogits: 1 + i%2})
+		}
+		logits, err := x.Step(context.Background(), &b, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int
+		for i := 0; i < b.NumLogits(); i++ {
+			want = append(want, tensor.MaxIndex(logits[i*vocab:(i+1)*vocab]))
+		}
+		got, err := x.StepGreedy(context.Background(), &b, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: StepGreedy %v, argmax of Step %v", plan, got, want)
+		}
+	}
+}
