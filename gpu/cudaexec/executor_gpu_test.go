@@ -313,18 +313,7 @@ func TestPlansMatchOracle(t *testing.T) {
 					t.Fatal(err)
 				}
 				x := newExec(t, m.Config, m.Weights, Options{Plan: plan, DType: model.Float32, BlockSize: 4, NumBlocks: 256, MaxNumTokens: 64, MaxNumSeqs: 8})
-				runScenarios(t, x, ref, &checker{t: t, dt: model.Float32})
-
-				pool := tensor.NewPool(2)
-				defer pool.Close()
-				cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 256, MicroBatches: 1, Pool: pool})
-				if err != nil {
-					t.Fatal(err)
-				}
-				runScenarios(t, cpu, ref, &checker{t: t, dt: model.Float32})
-				if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
-					t.Fatalf("collective traffic differs from the CPU executor's:\nGPU %v\nCPU %v", got, want)
-				}
+				scenariosLikeCPU(t, x, m, ref, plan)
 			})
 		}
 	}
@@ -342,13 +331,7 @@ func TestShiftSwitching(t *testing.T) {
 			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 3, Seed: uint64(50 + kv)})
 			base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
 			x := newExec(t, m.Config, m.Weights, Options{Plan: base, Shift: true, DType: model.Float32, BlockSize: 4, NumBlocks: 128, MaxNumSeqs: 4})
-			pool := tensor.NewPool(2)
-			defer pool.Close()
-			cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: base, Shift: true, BlockSize: 4, NumBlocks: 128, MicroBatches: 1, Pool: pool})
-			if err != nil {
-				t.Fatal(err)
-			}
-			switchPlans(t, x, cpu, ref, base, kv)
+			switchPlans(t, x, m, ref, base, kv)
 		})
 	}
 }
@@ -357,8 +340,9 @@ func TestShiftSwitching(t *testing.T) {
 // each step under base or its shift at random, on x and cpu alike; tokens
 // must equal the oracle's, both plans must run and the traffic of x must
 // equal cpu's.
-func switchPlans(t *testing.T, x *Executor, cpu *engine.Executor, ref *oracle.Model, base parallel.Plan, seed int) {
+func switchPlans(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, base parallel.Plan, seed int) {
 	t.Helper()
+	cpu := cpuExecutor(t, m, base, true, x.KVLayout().NumBlocks)
 	vocab := x.Config().Vocab
 	prompt := fixture.Tokens(5, 13, vocab)
 	want := ref.Greedy(prompt, 48)
@@ -392,6 +376,33 @@ func switchPlans(t *testing.T, x *Executor, cpu *engine.Executor, ref *oracle.Mo
 	if x.PlanSteps()[base.Shift().String()] == 0 || x.PlanSteps()[base.String()] < 2 {
 		t.Fatalf("plans run: %v; want both", x.PlanSteps())
 	}
+	if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("collective traffic differs from the CPU executor's:\nexecutor %v\nCPU      %v", got, want)
+	}
+}
+
+// cpuExecutor is the CPU executor of plan (and its shift) with x's KV
+// geometry and one micro-batch, whose traffic the CUDA executor's must
+// equal.
+func cpuExecutor(t *testing.T, m *model.Model, plan parallel.Plan, shift bool, blocks int) *engine.Executor {
+	t.Helper()
+	pool := tensor.NewPool(2)
+	t.Cleanup(pool.Close)
+	cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: 4, NumBlocks: blocks, MicroBatches: 1, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu
+}
+
+// scenariosLikeCPU runs the foundation scenarios on x and on the CPU
+// executor under plan, both against the oracle in float32, and checks that
+// x's collective traffic equals the CPU's.
+func scenariosLikeCPU(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, plan parallel.Plan) {
+	t.Helper()
+	runScenarios(t, x, ref, &checker{t: t, dt: model.Float32})
+	cpu := cpuExecutor(t, m, plan, false, x.KVLayout().NumBlocks)
+	runScenarios(t, cpu, ref, &checker{t: t, dt: model.Float32})
 	if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("collective traffic differs from the CPU executor's:\nexecutor %v\nCPU      %v", got, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"testing"
 	"unsafe"
@@ -302,18 +301,7 @@ func TestStepOnHost(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				x := newHostExecutor(t, m.Config, m.Weights, plan, false, 256)
-				runScenarios(t, x, ref, &checker{t: t, dt: model.Float32})
-				pool := tensor.NewPool(1)
-				defer pool.Close()
-				cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 256, MicroBatches: 1, Pool: pool})
-				if err != nil {
-					t.Fatal(err)
-				}
-				runScenarios(t, cpu, ref, &checker{t: t, dt: model.Float32})
-				if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
-					t.Fatalf("collective traffic differs from the CPU executor's:\nemulated %v\nCPU      %v", got, want)
-				}
+				scenariosLikeCPU(t, newHostExecutor(t, m.Config, m.Weights, plan, false, 256), m, ref, plan)
 			})
 		}
 	}
@@ -327,14 +315,7 @@ func TestShiftOnHost(t *testing.T) {
 		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
 			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 3, Seed: uint64(90 + kv)})
 			base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
-			x := newHostExecutor(t, m.Config, m.Weights, base, true, 128)
-			pool := tensor.NewPool(1)
-			defer pool.Close()
-			cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: base, Shift: true, BlockSize: 4, NumBlocks: 128, MicroBatches: 1, Pool: pool})
-			if err != nil {
-				t.Fatal(err)
-			}
-			switchPlans(t, x, cpu, ref, base, kv)
+			switchPlans(t, newHostExecutor(t, m.Config, m.Weights, base, true, 128), m, ref, base, kv)
 		})
 	}
 }
