@@ -78,29 +78,14 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		spec.maxModelLen = cfg.MaxPositions
 	}
 	if choice.Device.Kind == gpu.CUDA {
-		cache, err := kernelCache()
-		if err != nil {
-			logger.Warn("kernel cache disabled", "err", err)
+		b, err := d.newCUDARunner(m, dt, choice, spec, logger)
+		if err == nil || want.Kind != gpu.Auto || !errors.Is(err, gpu.ErrNotFound) {
+			return b, err
 		}
-		x, err := cudaexec.New(cfg, m.Weights, cudaexec.Options{
-			Device: choice.Device.Index, DType: dt, Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
-			MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
-			MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
-		})
-		if err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		if err := x.CaptureGraphs(); err != nil {
-			return nil, errors.Join(err, x.Close())
-		}
-		if len(x.Info().Buckets) > 0 {
-			logger.Info("captured CUDA graphs", "buckets", len(x.Info().Buckets), "seconds", time.Since(start).Seconds())
-		}
-		info := x.Info()
-		line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,
-			float64(info.WeightBytes)/(1<<30), info.KVTokens)
-		return &built{runner: x, device: line, close: func() { _ = x.Close() }}, nil
+		// auto with a driver but without the toolkit's libraries (a
+		// driver-only host): serve on the CPU rather than not at all.
+		logger.Warn("auto: the CUDA driver loads but a CUDA library is missing; using the cpu", "err", err)
+		choice = gpu.Choice{Device: gpu.Device{Kind: gpu.CPU}, Reason: "auto: using cpu: " + err.Error()}
 	}
 
 	switch dt {
@@ -144,4 +129,32 @@ func (b *built) commStats() comm.Stats {
 		return x.CommStats()
 	}
 	return comm.Stats{}
+}
+
+// newCUDARunner builds the CUDA executor on the chosen device and captures
+// its CUDA graphs, as vLLM does at start-up.
+func (d *deviceFlags) newCUDARunner(m *model.Model, dt model.DType, choice gpu.Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
+	cache, err := kernelCache()
+	if err != nil {
+		logger.Warn("kernel cache disabled", "err", err)
+	}
+	x, err := cudaexec.New(m.Config, m.Weights, cudaexec.Options{
+		Device: choice.Device.Index, DType: dt, Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
+		MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
+		MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := x.CaptureGraphs(); err != nil {
+		return nil, errors.Join(err, x.Close())
+	}
+	info := x.Info()
+	if len(info.Buckets) > 0 {
+		logger.Info("captured CUDA graphs", "buckets", len(info.Buckets), "seconds", time.Since(start).Seconds())
+	}
+	line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,
+		float64(info.WeightBytes)/(1<<30), info.KVTokens)
+	return &built{runner: x, device: line, close: func() { _ = x.Close() }}, nil
 }
