@@ -11,6 +11,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/model/safetensors"
 )
 
 // The kernel tests run every kernel on fresh random inputs for each dtype
@@ -183,9 +184,9 @@ func (e *kt) f32vals(n int, scale float64) []float64 {
 func roundToDType(dt model.DType, x float64) float64 {
 	switch dt {
 	case model.Float16:
-		return float64(halfValue(halfBits(float32(x))))
+		return float64(safetensors.F16ToFloat32(safetensors.Float32ToF16(float32(x))))
 	case model.BFloat16:
-		return float64(bf16Value(bf16Bits(float32(x))))
+		return float64(safetensors.BF16ToFloat32(safetensors.Float32ToBF16(float32(x))))
 	}
 	return float64(float32(x))
 }
@@ -203,9 +204,9 @@ func encodeAs(dt model.DType, v []float64) []byte {
 		}
 		switch dt {
 		case model.Float16:
-			binary.LittleEndian.PutUint16(b[2*i:], halfBits(float32(x)))
+			binary.LittleEndian.PutUint16(b[2*i:], safetensors.Float32ToF16(float32(x)))
 		case model.BFloat16:
-			binary.LittleEndian.PutUint16(b[2*i:], bf16Bits(float32(x)))
+			binary.LittleEndian.PutUint16(b[2*i:], safetensors.Float32ToBF16(float32(x)))
 		default:
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(x)))
 		}
@@ -220,9 +221,9 @@ func decodeAs(dt model.DType, b []byte) []float64 {
 	for i := range v {
 		switch dt {
 		case model.Float16:
-			v[i] = float64(halfValue(binary.LittleEndian.Uint16(b[2*i:])))
+			v[i] = float64(safetensors.F16ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
 		case model.BFloat16:
-			v[i] = float64(bf16Value(binary.LittleEndian.Uint16(b[2*i:])))
+			v[i] = float64(safetensors.BF16ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
 		default:
 			v[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 		}
@@ -248,77 +249,6 @@ func i32Decode(b []byte) []int {
 	}
 	return v
 }
-
-// halfBits rounds f to IEEE half precision, to nearest even; overflow gives
-// infinity and tiny values become subnormals or zero.
-func halfBits(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e <= 0 {
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint(14 - e)
-		hm := m >> shift
-		rem, half := m&(1<<shift-1), uint32(1)<<(shift-1)
-		if rem > half || (rem == half && hm&1 == 1) {
-			hm++
-		}
-		return sign | uint16(hm)
-	}
-	hm := man >> 13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && hm&1 == 1) {
-		hm++
-		if hm == 0x400 {
-			hm = 0
-			e++
-		}
-	}
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	return sign | uint16(e)<<10 | uint16(hm)
-}
-
-func halfValue(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		v := float32(man) * (1.0 / (1 << 24))
-		if sign != 0 {
-			v = -v
-		}
-		return v
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-}
-
-// bf16Bits rounds f to bfloat16, to nearest even.
-func bf16Bits(f float32) uint16 {
-	b := math.Float32bits(f)
-	if f != f {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
-
-func bf16Value(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // checkClose fails unless got is finite everywhere and within relative L2
 // error tol of want.
@@ -931,8 +861,9 @@ func TestKernelAttentionDecode(t *testing.T) {
 	})
 }
 
-// TestHostHalfConversions checks the tests' own float16 and bfloat16
-// rounding (no GPU needed): every finite value round-trips, and values
+// TestHostHalfConversions checks the float16 and bfloat16 rounding the
+// GPU tests build their references with (model/safetensors's; no GPU
+// needed): every finite value round-trips, and values
 // between neighbours round to the nearer one, ties to the even one.
 func TestHostHalfConversions(t *testing.T) {
 	type codec struct {
@@ -941,7 +872,7 @@ func TestHostHalfConversions(t *testing.T) {
 		value func(uint16) float32
 		inf   uint16
 	}
-	for _, c := range []codec{{"float16", halfBits, halfValue, 0x7c00}, {"bfloat16", bf16Bits, bf16Value, 0x7f80}} {
+	for _, c := range []codec{{"float16", safetensors.Float32ToF16, safetensors.F16ToFloat32, 0x7c00}, {"bfloat16", safetensors.Float32ToBF16, safetensors.BF16ToFloat32, 0x7f80}} {
 		for h := range uint16(0x7fff) {
 			v := c.value(h)
 			if math.IsNaN(float64(v)) {
