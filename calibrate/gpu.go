@@ -453,14 +453,7 @@ func (b *gpuBench) measureLaunch(ctx context.Context, g gpuGrid) (graphed, eager
 // back-to-back calls whose weights rotate through a g.coldBytes buffer,
 // replayed once per round.
 func (b *gpuBench) measureGEMM(ctx context.Context, g gpuGrid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
-	var shapes [][3]int
-	maxMK, maxMN := 0, 0
-	for _, nk := range g.nks {
-		for _, m := range g.ms {
-			shapes = append(shapes, [3]int{m, nk[0], nk[1]})
-			maxMK, maxMN = max(maxMK, m*nk[1]), max(maxMN, m*nk[0])
-		}
-	}
+	shapes, maxMK, maxMN := gemmShapes(g.nks, g.ms)
 	var cold, x, y cuda.DevicePtr
 	err := b.do(ctx, func() error {
 		var err error
@@ -500,20 +493,7 @@ func (b *gpuBench) measureGEMM(ctx context.Context, g gpuGrid, logf func(string,
 	if err != nil {
 		return nil, err
 	}
-	out := make([]sim.GEMMPoint, len(shapes))
-	for c, s := range shapes {
-		out[c] = sim.GEMMPoint{M: s[0], N: s[1], K: s[2], GFLOPS: 2 * float64(s[0]) * float64(s[1]) * float64(s[2]) / t[c] / 1e9}
-	}
-	for _, nk := range g.nks {
-		line := fmt.Sprintf("GEMM N=%d K=%d TFLOP/s by M:", nk[0], nk[1])
-		for _, pt := range out {
-			if pt.N == nk[0] && pt.K == nk[1] {
-				line += fmt.Sprintf(" %d:%.1f", pt.M, pt.GFLOPS/1e3)
-			}
-		}
-		logf("%s", line)
-	}
-	return out, nil
+	return gemmPoints(shapes, t, g.nks, "TFLOP/s", 1e3, logf), nil
 }
 
 // measureLogits is the rate, bytes per second, at which the executor

@@ -203,14 +203,7 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float
 // that weights come from memory as in a step of a model larger than the
 // cache.
 func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, g grid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
-	var shapes [][3]int
-	maxMK, maxMN := 0, 0
-	for _, nk := range g.nks {
-		for _, m := range g.ms {
-			shapes = append(shapes, [3]int{m, nk[0], nk[1]})
-			maxMK, maxMN = max(maxMK, m*nk[1]), max(maxMN, m*nk[0])
-		}
-	}
+	shapes, maxMK, maxMN := gemmShapes(g.nks, g.ms)
 	x, y := make([]float32, maxMK), make([]float32, maxMN)
 	fillRandom(pool, x, 11)
 	t, err := rounds(ctx, g.rounds, len(shapes), func(c int) (float64, error) {
@@ -227,20 +220,39 @@ func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, g grid,
 	if err != nil {
 		return nil, err
 	}
+	return gemmPoints(shapes, t, g.nks, "GFLOP/s", 1, logf), nil
+}
+
+// gemmShapes is the GEMM grid, every M for each weight shape N×K, with the
+// largest input (M·K) and output (M·N) it needs.
+func gemmShapes(nks [][2]int, ms []int) (shapes [][3]int, maxMK, maxMN int) {
+	for _, nk := range nks {
+		for _, m := range ms {
+			shapes = append(shapes, [3]int{m, nk[0], nk[1]})
+			maxMK, maxMN = max(maxMK, m*nk[1]), max(maxMN, m*nk[0])
+		}
+	}
+	return shapes, maxMK, maxMN
+}
+
+// gemmPoints turns the seconds t of each grid shape into profile points
+// and logs one line per weight shape, rates in unit (GFLOP/s divided by
+// per).
+func gemmPoints(shapes [][3]int, t []float64, nks [][2]int, unit string, per float64, logf func(string, ...any)) []sim.GEMMPoint {
 	out := make([]sim.GEMMPoint, len(shapes))
 	for c, s := range shapes {
 		out[c] = sim.GEMMPoint{M: s[0], N: s[1], K: s[2], GFLOPS: 2 * float64(s[0]) * float64(s[1]) * float64(s[2]) / t[c] / 1e9}
 	}
-	for _, nk := range g.nks {
-		line := fmt.Sprintf("GEMM N=%d K=%d GFLOP/s by M:", nk[0], nk[1])
-		for _, g := range out {
-			if g.N == nk[0] && g.K == nk[1] {
-				line += fmt.Sprintf(" %d:%.1f", g.M, g.GFLOPS)
+	for _, nk := range nks {
+		line := fmt.Sprintf("GEMM N=%d K=%d %s by M:", nk[0], nk[1], unit)
+		for _, pt := range out {
+			if pt.N == nk[0] && pt.K == nk[1] {
+				line += fmt.Sprintf(" %d:%.1f", pt.M, pt.GFLOPS/per)
 			}
 		}
 		logf("%s", line)
 	}
-	return out, nil
+	return out
 }
 
 // LinkPoint is one measured collective of the in-process transport over
