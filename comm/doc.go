@@ -6,11 +6,11 @@
 // transport); World.Group and World.Split create groups over any ordered
 // subset of its ranks, and each rank talks through its *Comm handle on a
 // group: AllReduce, AllGather(V), ReduceScatter, AllToAll(V), Broadcast,
-// Send/Recv and Barrier on float32 buffers. Groups are values cached by
-// (label, member list), so a plan may build its TP, SP and "full TP" groups
-// every step for the cost of a map lookup. Data moves through a small
-// Transport interface: the in-process shared-memory transport is the
-// default, and an MPI or NCCL transport plugs in without changing callers.
+// Send/Recv and Barrier on float32 buffers. Groups are cached by (label,
+// member list), so a plan may build its TP, SP and "full TP" groups every
+// step for the cost of a map lookup. Data moves through a small Transport
+// interface, which Comm calls and its callers never see; the in-process
+// shared-memory transport, the default, is its only implementation today.
 //
 // Invariants:
 //

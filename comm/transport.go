@@ -5,10 +5,9 @@ import "context"
 // Transport moves data between the members of the groups of one World. It
 // is the driver side of this package, as database/sql/driver is for
 // database/sql: Comm validates arguments, turns failures into an abort of
-// the World and counts bytes; a Transport only moves the data. The default
-// is the in-process shared-memory transport; an MPI (CPU) or NCCL (GPU)
-// transport plugs in through Options.Transport without any change to the
-// code that calls Comm.
+// the World and counts bytes; a Transport only moves the data. The
+// in-process shared-memory transport is the default and, today, the only
+// implementation; Options.Transport selects another.
 type Transport interface {
 	// NewGroup opens the group whose members are the given world ranks, in
 	// member order, and returns one Endpoint per member, indexed by member

@@ -1,12 +1,14 @@
-// Package engine runs models: the CPU forward pass over a flattened varlen
-// batch against a paged KV cache, and the generation loop on top of it.
+// Package engine is the serving loop: it admits requests into the
+// scheduler, asks the policy where each step runs (and runs the
+// transition it asks for), has a Runner execute the step, samples,
+// detokenizes, applies stop conditions and streams events. It knows no
+// device: the CPU executor (package cpuexec), the CUDA executor
+// (gpu/cudaexec) and the simulator's cost-model runner implement Runner.
 //
-// Read these first: batch.go (what one step is), runner.go (the forward
-// pass, top to bottom), attention.go (paged attention with an online
-// softmax that also returns the log-sum-exp, so partial results over
-// disjoint key ranges merge exactly).
+// Read these first: loop.go (Runner, Engine.Iterate: decide → schedule →
+// step → sample), stream.go (a request's events), stop.go (stop strings).
 //
-// Invariant: the runner computes the same function as the naive float64
-// forward pass kept in the tests, for any split of sequences into prefill
-// chunks and decode steps.
+// Invariant: every accepted request ends in exactly one final event —
+// finished, cancelled or failed — through preemption, transitions, step
+// errors (logged, never dropped) and shutdown.
 package engine

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -97,21 +99,22 @@ type FinishStats struct {
 	TPOT             time.Duration // mean time per output token after the first; 0 with fewer than 2
 }
 
-// Runner runs model steps for an Engine. *Executor (CPU ranks) implements
-// it, and so does the CUDA executor; an Engine calls it from one goroutine.
+// Runner runs model steps for an Engine: the CPU executor (package
+// cpuexec), the CUDA executor (gpu/cudaexec) and the simulator's cost-model
+// runner implement it. An Engine calls it from one goroutine.
 type Runner interface {
 	// Config is the model's configuration.
 	Config() *model.Config
-	// Plan is the base plan; Plans lists every plan Step accepts.
-	Plan() parallel.Plan
-	Plans() []parallel.Plan
+	// Placements lists the placements Step accepts, the one the KV cache
+	// is under first.
+	Placements() []parallel.Placement
 	// KVLayout is the KV cache geometry the scheduler allocates blocks in.
 	KVLayout() kvcache.Layout
-	// PlanSteps counts the steps run under each plan, by plan name.
+	// PlanSteps counts the steps run under each placement, by name.
 	PlanSteps() map[string]int
-	// Step runs one batch under plan and returns [NumLogits, vocab] logits
-	// in batch order, valid until the next call.
-	Step(ctx context.Context, b *Batch, plan parallel.Plan) ([]float32, error)
+	// Step runs one batch under placement p and returns [NumLogits, vocab]
+	// logits in batch order, valid until the next call.
+	Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error)
 }
 
 // GreedyRunner is a Runner that can also take the argmax of each logits
@@ -122,18 +125,28 @@ type GreedyRunner interface {
 	Runner
 	// StepGreedy runs b like Step and returns, for each logits row, the
 	// lowest id among the largest logits, each in [0, vocab).
-	StepGreedy(ctx context.Context, b *Batch, plan parallel.Plan) ([]int, error)
+	StepGreedy(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]int, error)
+}
+
+// Transitioner is a Runner that can move its KV cache (and weights it
+// does not hold) to another placement between steps. The engine calls it
+// when the policy decides on a placement that does not share the KV
+// cache's current one; no step runs during a transition.
+type Transitioner interface {
+	Runner
+	Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error)
 }
 
 // Options configure an Engine.
 type Options struct {
 	Exec      Runner
-	Policy    policy.Policy // nil runs every step under the executor's base plan
+	Policy    policy.Policy // nil runs every step under the runner's first placement
 	Tokenizer *tokenizer.Tokenizer
 	EOS       []int
 	Clock     clock.Clock // default the wall clock
 	Sched     sched.Config
-	Observer  Observer // may be nil
+	Observer  Observer     // may be nil
+	Logger    *slog.Logger // default slog.Default()
 }
 
 // Engine is the serving loop: it admits requests into the scheduler, runs
@@ -147,7 +160,10 @@ type Engine struct {
 	eos    []int
 	clk    clock.Clock
 	obs    Observer
+	log    *slog.Logger
 	maxLen int
+	kvAt   parallel.Placement // the placement the runner's KV cache is under
+	inKV   int                // steps since the last transition
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -183,9 +199,16 @@ func NewEngine(opts Options) (*Engine, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	placements := opts.Exec.Placements()
+	if len(placements) == 0 {
+		return nil, fmt.Errorf("engine: the runner holds no placement")
+	}
 	kv := opts.Exec.KVLayout()
 	cfg := opts.Sched
-	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, opts.Exec.Plan().DP
+	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, placements[0].Plan.DP
 	if cfg.MaxModelLen == 0 || cfg.MaxModelLen > opts.Exec.Config().MaxPositions {
 		cfg.MaxModelLen = opts.Exec.Config().MaxPositions
 	}
@@ -195,7 +218,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	return &Engine{
 		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
-		maxLen: cfg.MaxModelLen, sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
+		log: opts.Logger, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
 	}, nil
 }
@@ -319,27 +342,99 @@ func (e *Engine) signal() {
 }
 
 // Run is the engine loop; it returns when ctx is done, after ending every
-// live request with FinishCancelled.
+// live request with FinishCancelled. A failed step ends its requests with
+// FinishError and is logged; the loop goes on.
 func (e *Engine) Run(ctx context.Context) error {
 	for {
-		e.mu.Lock()
-		step := e.sched.Schedule()
-		e.drainTerminal()
-		e.mu.Unlock()
-		if len(step.Seqs) == 0 {
-			select {
-			case <-ctx.Done():
-				e.abortAll()
-				return ctx.Err()
-			case <-e.wake:
-				continue
-			}
-		}
-		if err := e.runStep(ctx, step); err != nil && ctx.Err() != nil {
+		ran, err := e.Iterate(ctx)
+		if ctx.Err() != nil {
 			e.abortAll()
 			return ctx.Err()
 		}
+		if err != nil {
+			e.log.Error("engine step failed", "err", err)
+		}
+		if ran {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			e.abortAll()
+			return ctx.Err()
+		case <-e.wake:
+		}
 	}
+}
+
+// Start runs the loop in a goroutine; stop cancels it and waits for it to
+// return.
+func (e *Engine) Start() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// Iterate runs one iteration of the loop: the policy's decision (and the
+// transition it asks for), the scheduler's step, the runner's step, and
+// sampling. It reports whether a step ran; false means nothing was
+// runnable. Callers that drive the engine themselves (the simulator, on a
+// virtual clock) call it instead of Run, from one goroutine.
+func (e *Engine) Iterate(ctx context.Context) (bool, error) {
+	e.mu.Lock()
+	d := e.decide()
+	e.mu.Unlock()
+	if d.Placement.Name != e.kvAt.Name && !d.Placement.SharesKV(e.exec.Config(), e.kvAt) {
+		if err := e.transition(ctx, d.Placement); err != nil {
+			return false, err
+		}
+	}
+	e.mu.Lock()
+	step := e.sched.SchedulePhase(d.Phase)
+	e.drainTerminal()
+	e.mu.Unlock()
+	if len(step.Seqs) == 0 {
+		return false, nil
+	}
+	return true, e.runStep(ctx, step, d)
+}
+
+// decide asks the policy where the next step runs; without a policy every
+// step runs under the runner's first placement. Called with e.mu held.
+func (e *Engine) decide() policy.Decision {
+	if e.policy == nil {
+		return policy.Decision{Placement: e.kvAt}
+	}
+	used, total := e.sched.KVBlocks()
+	return e.policy.Decide(policy.State{
+		Waiting: e.sched.NumWaiting(), Running: e.sched.NumRunning(), Prefilling: e.sched.NumPrefilling(),
+		WaitingTokens: e.sched.WaitingTokens(), DeviceKV: policy.Tier{Used: used, Capacity: total},
+		Current: e.kvAt.Name, StepsInCurrent: e.inKV,
+	})
+}
+
+// transition moves the runner's KV cache to placement to. A runner that
+// cannot move its KV refuses, and the engine stays where it is.
+func (e *Engine) transition(ctx context.Context, to parallel.Placement) error {
+	t, ok := e.exec.(Transitioner)
+	if !ok {
+		return fmt.Errorf("engine: the policy chose placement %s, which does not share the KV cache of %s, and the runner cannot move its KV", to, e.kvAt)
+	}
+	start := e.clk.Now()
+	st, err := t.Transition(ctx, to)
+	if err != nil {
+		return fmt.Errorf("engine: transition %s → %s: %w", e.kvAt, to, err)
+	}
+	e.log.Debug("transition", "from", e.kvAt.Name, "to", to.Name, "kv_bytes", st.KVBytes, "weight_bytes", st.WeightBytes,
+		"duration", e.clk.Now().Sub(start))
+	e.kvAt, e.inKV = to, 0
+	return nil
 }
 
 func (e *Engine) abortAll() {
@@ -352,7 +447,7 @@ func (e *Engine) abortAll() {
 }
 
 // runStep executes one scheduled step and hands its tokens to requests.
-func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
+func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decision) error {
 	start := e.clk.Now()
 	greedy, onDevice := e.exec.(GreedyRunner)
 	e.mu.Lock()
@@ -366,17 +461,18 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
 		}
 	}
 	e.mu.Unlock()
-	batch := Batch{Seqs: make([]SeqBatch, len(step.Seqs))}
+	batch := forward.Batch{Seqs: make([]forward.SeqBatch, len(step.Seqs))}
 	for i, s := range step.Seqs {
-		batch.Seqs[i] = SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
+		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
 		if s.Sample {
 			batch.Seqs[i].NumLogits = 1
 		}
 	}
-	plan := e.exec.Plan()
+	plan := d.Placement
 	if e.policy != nil {
-		plan = e.policy.Plan(policy.Step{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
+		plan = e.policy.Place(d, policy.Batch{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
 	}
+	e.inKV++
 	var logits []float32
 	var tokens []int // the argmax of each logits row, when the runner chose them
 	var err error
@@ -439,7 +535,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step) error {
 	e.drainTerminal()
 	if e.obs != nil {
 		e.obs.Step(StepStats{
-			Plan: plan.String(), Tokens: step.NumBatchedTokens, Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
+			Plan: plan.Name, Tokens: step.NumBatchedTokens, Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
 			KVUsage: e.sched.KVUsage(), Preemptions: len(step.Preempted), PrefixQueries: e.sched.PrefixQueries(),
 			PrefixHits: e.sched.PrefixHits(), Duration: now.Sub(start), PromptTokens: prompt, GeneratedToken: generated,
 		})

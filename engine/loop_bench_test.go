@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/sample"
@@ -21,7 +22,7 @@ func BenchmarkEngineDecode(b *testing.B) {
 	}
 	pool := tensor.NewPool(0)
 	defer pool.Close()
-	exec, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64, Pool: pool})
+	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		b.Fatal(err)
 	}

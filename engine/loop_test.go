@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -13,6 +15,7 @@ import (
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
+	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
 // TestEngineBatchingMatchesAlone runs 12 requests at once through a small
@@ -35,7 +38,7 @@ func TestEngineBatchingMatchesAlone(t *testing.T) {
 		}
 		reqs = append(reqs, Request{ID: fmt.Sprint("r", i), Prompt: p, MaxTokens: 40 + 7*i, Sampling: params, IgnoreEOS: true})
 	}
-	alone, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64, Pool: pool})
+	alone, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,19 +51,16 @@ func TestEngineBatchingMatchesAlone(t *testing.T) {
 	}
 
 	base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
-	exec, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: base, Shift: true, BlockSize: 16, NumBlocks: 20, Pool: pool})
+	pol, _ := policy.NewShift(base, 8)
+	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 16, NumBlocks: 20, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _ := policy.NewShift(base, 8)
 	e, err := NewEngine(Options{Exec: exec, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Sched: sched.Config{MaxNumBatchedTokens: 24, EnablePrefixCaching: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer e.Start()()
 
 	got := make([]*Output, len(reqs))
 	var wg sync.WaitGroup
@@ -99,7 +99,7 @@ func TestEngineAbortAndDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64})
+	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,16 +139,16 @@ func TestEngineAbortAndDrain(t *testing.T) {
 // hostGreedy is a GreedyRunner over the CPU executor that takes the argmax
 // on the host and counts which path the engine used.
 type hostGreedy struct {
-	*Executor
+	*cpuexec.Executor
 	greedySteps, logitSteps int
 }
 
-func (h *hostGreedy) Step(ctx context.Context, b *Batch, plan parallel.Plan) ([]float32, error) {
+func (h *hostGreedy) Step(ctx context.Context, b *forward.Batch, plan parallel.Placement) ([]float32, error) {
 	h.logitSteps++
 	return h.Executor.Step(ctx, b, plan)
 }
 
-func (h *hostGreedy) StepGreedy(ctx context.Context, b *Batch, plan parallel.Plan) ([]int, error) {
+func (h *hostGreedy) StepGreedy(ctx context.Context, b *forward.Batch, plan parallel.Placement) ([]int, error) {
 	h.greedySteps++
 	logits, err := h.Executor.Step(ctx, b, plan)
 	if err != nil {
@@ -171,7 +171,7 @@ func TestGreedyRunner(t *testing.T) {
 	}
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	x, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{NumBlocks: 64, Pool: pool})
+	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +180,7 @@ func TestGreedyRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer e.Start()()
 	prompt := m.Tokenizer.Encode("Once upon a time", true)
 	plain, err := e.Generate(context.Background(), Request{Prompt: prompt, MaxTokens: 30, Sampling: sample.Params{Logprobs: -1}, IgnoreEOS: true}, nil)
 	if err != nil {
@@ -202,4 +199,15 @@ func TestGreedyRunner(t *testing.T) {
 	if plain.Text != withLogprobs.Text {
 		t.Fatalf("texts differ:\n%q\n%q", plain.Text, withLogprobs.Text)
 	}
+}
+
+// startEngine runs an engine loop over exec until the test ends.
+func startEngine(t testing.TB, exec Runner, tok *tokenizer.Tokenizer, eos []int, cfg sched.Config) *Engine {
+	t.Helper()
+	e, err := NewEngine(Options{Exec: exec, Tokenizer: tok, EOS: eos, Sched: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Start())
+	return e
 }

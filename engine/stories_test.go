@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/sample"
@@ -33,7 +34,7 @@ func TestStoriesReference(t *testing.T) {
 	}
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	r, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Pool: pool})
+	r, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestStopStringsAndTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{})
+	r, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

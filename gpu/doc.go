@@ -1,5 +1,5 @@
 // Package gpu is the pure-Go foundation of Gearbox's CUDA backend: it finds
-// the CUDA libraries on the host (driver, NVRTC, cuBLAS, cuBLASLt, NCCL),
+// the CUDA libraries on the host (driver, NVRTC, cuBLAS, cuBLASLt),
 // decides at start-up whether a run uses a GPU or the CPU, names the error
 // codes those libraries return, caches NVRTC-compiled kernels on disk and
 // picks the CUDA graph bucket for a decode batch.
@@ -15,7 +15,7 @@
 // cuCtxSetCurrent on one thread can fail with CUDA_ERROR_INVALID_CONTEXT on
 // another. The backend therefore gives each device exactly one worker
 // goroutine that calls runtime.LockOSThread before making the context
-// current and makes every driver, cuBLAS and NCCL call for that device;
+// current and makes every driver and cuBLAS call for that device;
 // other goroutines hand it work over a channel and never call CUDA
 // themselves (gpu/cuda's Context.Do).
 //

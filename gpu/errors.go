@@ -10,7 +10,6 @@ const (
 	LibCUDA   Lib = "cuda"   // driver API, CUresult
 	LibNVRTC  Lib = "nvrtc"  // nvrtcResult
 	LibCUBLAS Lib = "cublas" // cublasStatus_t
-	LibNCCL   Lib = "nccl"   // ncclResult_t
 )
 
 // Error is a non-success result code returned by a CUDA library call.
@@ -40,7 +39,7 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Lib == e.Lib && t.Code == e.Code
 }
 
-// Check returns nil when code is the library's success code (0 for all four
+// Check returns nil when code is the library's success code (0 for all three
 // libraries) and an *Error naming call and code otherwise.
 func Check(lib Lib, call string, code int) error {
 	if code == 0 {
@@ -62,8 +61,6 @@ func Describe(lib Lib, code int) (name, message string) {
 		table, prefix = nvrtcCodes, "NVRTC_ERROR"
 	case LibCUBLAS:
 		table, prefix = cublasCodes, "CUBLAS_STATUS"
-	case LibNCCL:
-		table, prefix = ncclCodes, "ncclResult"
 	default:
 		return fmt.Sprintf("%s_UNRECOGNIZED_%d", lib, code), ""
 	}
@@ -173,16 +170,4 @@ var cublasCodes = map[int]codeInfo{
 	14: {"CUBLAS_STATUS_INTERNAL_ERROR", "internal operation failed"},
 	15: {"CUBLAS_STATUS_NOT_SUPPORTED", "functionality not supported"},
 	16: {"CUBLAS_STATUS_LICENSE_ERROR", "license error"},
-}
-
-// ncclCodes are ncclResult_t values from nccl.h.
-var ncclCodes = map[int]codeInfo{
-	0: {"ncclSuccess", "no error"},
-	1: {"ncclUnhandledCudaError", "a CUDA call inside NCCL failed"},
-	2: {"ncclSystemError", "a system call failed"},
-	3: {"ncclInternalError", "internal NCCL error"},
-	4: {"ncclInvalidArgument", "invalid argument"},
-	5: {"ncclInvalidUsage", "invalid usage (e.g. mismatched calls across ranks)"},
-	6: {"ncclRemoteError", "a remote peer failed"},
-	7: {"ncclInProgress", "non-blocking operation still in progress"},
 }

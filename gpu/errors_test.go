@@ -24,8 +24,6 @@ func TestCheckAndFormat(t *testing.T) {
 		{LibNVRTC, "nvrtcCompileProgram", 6, "nvrtcCompileProgram: NVRTC_ERROR_COMPILATION (6)"},
 		{LibCUBLAS, "cublasGemmEx", 15, "cublasGemmEx: CUBLAS_STATUS_NOT_SUPPORTED (15)"},
 		{LibCUBLAS, "cublasCreate_v2", 1, "cublasCreate_v2: CUBLAS_STATUS_NOT_INITIALIZED (1)"},
-		{LibNCCL, "ncclAllReduce", 1, "ncclAllReduce: ncclUnhandledCudaError (1)"},
-		{LibNCCL, "ncclCommInitRank", 99, "ncclCommInitRank: ncclResult_UNRECOGNIZED_99 (99)"},
 		{Lib("cudnn"), "cudnnCreate", 3, "cudnnCreate: cudnn_UNRECOGNIZED_3 (3)"},
 	}
 	for _, tc := range tests {
@@ -38,7 +36,7 @@ func TestCheckAndFormat(t *testing.T) {
 			t.Errorf("Check(%s, %d) = %q, want %q", tc.lib, tc.code, err, tc.want)
 		}
 	}
-	for _, lib := range []Lib{LibCUDA, LibNVRTC, LibCUBLAS, LibNCCL} {
+	for _, lib := range []Lib{LibCUDA, LibNVRTC, LibCUBLAS} {
 		if err := Check(lib, "f", 0); err != nil {
 			t.Errorf("Check(%s, 0) = %v, want nil", lib, err)
 		}
@@ -63,8 +61,8 @@ func TestErrorIsAndMessage(t *testing.T) {
 }
 
 func TestCodeTablesConsistent(t *testing.T) {
-	prefixes := map[Lib]string{LibCUDA: "CUDA_", LibNVRTC: "NVRTC_", LibCUBLAS: "CUBLAS_STATUS_", LibNCCL: "nccl"}
-	tables := map[Lib]map[int]codeInfo{LibCUDA: cudaCodes, LibNVRTC: nvrtcCodes, LibCUBLAS: cublasCodes, LibNCCL: ncclCodes}
+	prefixes := map[Lib]string{LibCUDA: "CUDA_", LibNVRTC: "NVRTC_", LibCUBLAS: "CUBLAS_STATUS_"}
+	tables := map[Lib]map[int]codeInfo{LibCUDA: cudaCodes, LibNVRTC: nvrtcCodes, LibCUBLAS: cublasCodes}
 	for lib, table := range tables {
 		names := map[string]int{}
 		for code, info := range table {

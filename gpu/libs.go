@@ -24,7 +24,6 @@ var (
 	NVRTC    = Library{Name: "NVRTC", Candidates: []string{"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"}}
 	CUBLAS   = Library{Name: "cuBLAS", Candidates: []string{"libcublas.so", "libcublas.so.13", "libcublas.so.12"}}
 	CUBLASLt = Library{Name: "cuBLASLt", Candidates: []string{"libcublasLt.so", "libcublasLt.so.13", "libcublasLt.so.12"}}
-	NCCL     = Library{Name: "NCCL", Candidates: []string{"libnccl.so.2", "libnccl.so"}}
 )
 
 // ErrNotFound is wrapped by Search's error when no candidate file exists in
@@ -85,7 +84,7 @@ var systemDirs = []string{
 
 // wheelPrefixes are Python installation prefixes whose
 // lib/python3*/{site,dist}-packages/nvidia/*/lib folders hold the CUDA
-// wheels (nvidia-cublas-cu12, nvidia-nccl-cu12, ...).
+// wheels (nvidia-cublas-cu12, nvidia-cuda-nvrtc-cu12, ...).
 var wheelPrefixes = []string{"/usr", "/usr/local", "/opt/conda"}
 
 // Search finds lib on the host and returns the path of the first candidate

@@ -115,12 +115,12 @@ func TestSearchOrder(t *testing.T) {
 		{
 			name: "ldconfig -p when the cache file is missing",
 			setup: func(h *fakeHost) {
-				h.touch("/somewhere/libnccl.so.2")
-				h.touch("/usr/lib/x86_64-linux-gnu/libnccl.so.2")
-				h.ldconfig = []byte("2 libs found in cache `/etc/ld.so.cache'\n\tlibnccl.so.2 (libc6,x86-64) => /somewhere/libnccl.so.2\n")
+				h.touch("/somewhere/libcublas.so.12")
+				h.touch("/usr/lib/x86_64-linux-gnu/libcublas.so.12")
+				h.ldconfig = []byte("2 libs found in cache `/etc/ld.so.cache'\n\tlibcublas.so.12 (libc6,x86-64) => /somewhere/libcublas.so.12\n")
 			},
-			lib:  NCCL,
-			want: "/somewhere/libnccl.so.2",
+			lib:  CUBLAS,
+			want: "/somewhere/libcublas.so.12",
 		},
 		{
 			name: "versioned toolkit dir and later candidate",
@@ -151,10 +151,10 @@ func TestSearchOrder(t *testing.T) {
 		{
 			name: "system python dist-packages wheel",
 			setup: func(h *fakeHost) {
-				h.touch("/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2")
+				h.touch("/usr/local/lib/python3.12/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
 			},
-			lib:  NCCL,
-			want: "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+			lib:  NVRTC,
+			want: "/usr/local/lib/python3.12/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
 		},
 	}
 	for _, tc := range tests {

@@ -5,9 +5,8 @@
 // lives in block table[p/BlockSize], slot p%BlockSize. The package has two
 // audiences, kept apart as in Ollama's cache: the layers read and write one
 // layer's keys and values through Cache, and the scheduler hands out and
-// takes back whole blocks through Allocator (plain ownership) or
-// BlockManager (reference counts and automatic prefix caching), which
-// answer yes or no and never block.
+// takes back whole blocks through BlockManager (reference counts and
+// automatic prefix caching), which answers yes or no and never blocks.
 //
 // BlockManager's invariant: every block is exactly one of in use, evictable
 // (cached, no references) or fresh; a cached block's hash names exactly the

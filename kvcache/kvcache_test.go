@@ -5,32 +5,6 @@ import (
 	"testing"
 )
 
-func TestAllocator(t *testing.T) {
-	a := NewAllocator(4)
-	b, ok := a.Allocate(3)
-	if !ok || !slices.Equal(b, []int{0, 1, 2}) || a.NumFree() != 1 {
-		t.Fatalf("Allocate(3) = %v, %v; free %d", b, ok, a.NumFree())
-	}
-	if _, ok := a.Allocate(2); ok {
-		t.Fatal("Allocate(2) with one free block succeeded")
-	}
-	if err := a.Free([]int{1, 1}); err == nil {
-		t.Fatal("double free in one call succeeded")
-	}
-	if err := a.Free([]int{3}); err == nil {
-		t.Fatal("free of an unallocated block succeeded")
-	}
-	if a.NumFree() != 1 {
-		t.Fatalf("failed frees changed the pool: %d free", a.NumFree())
-	}
-	if err := a.Free(b); err != nil {
-		t.Fatal(err)
-	}
-	if a.NumFree() != 4 || a.NumBlocks() != 4 {
-		t.Fatalf("free %d of %d", a.NumFree(), a.NumBlocks())
-	}
-}
-
 func TestPutAndRead(t *testing.T) {
 	c, err := New(Layout{Layers: 2, KVHeads: 2, HeadDim: 3, BlockSize: 4, NumBlocks: 5})
 	if err != nil {

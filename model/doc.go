@@ -4,7 +4,14 @@
 //
 // Every tensor the architecture needs is named once, in the binding table
 // of Bindings, together with its shape and how tensor parallelism splits
-// it. Loading fails on a missing, misshaped or unused tensor, so a model
-// that loads has exactly the weights its config describes. Weights are held
-// in float32 row-major, in the PyTorch nn.Linear layout [out, in].
+// it. Loading fails on a missing, misshaped or unused tensor (a
+// rotary_emb.inv_freq buffer, which holds no weights, is let through), so
+// a model that loads has exactly the weights its config describes.
+//
+// Checkpoint tensors may be F32, F16 or BF16; LoadWeights converts every
+// one to float32, and Weights holds them row-major, matrices in the
+// PyTorch nn.Linear layout [out, in]. That float32 copy is what this
+// package hands on: the element type a backend keeps weights and
+// activations in is a separate choice, DType (vLLM's --dtype), and
+// DType.Round rounds float32 values to its precision.
 package model

@@ -3,12 +3,12 @@ package parallel
 import "github.com/gearboxlm/gearbox/model"
 
 // WeightElems is the number of weight elements global rank r holds under
-// layout l: its TP slice of every split tensor in its stage (KV-head rows
+// placement l: its TP slice of every split tensor in its stage (KV-head rows
 // replicated when the slice needs a shared KV head), the vocabulary slice of
 // the embedding (first stage) and LM head (last stage, once when tied),
 // and every replicated tensor of its stage. The engine's shards hold
 // exactly this (tested), and the simulator's memory model uses it.
-func (l Layout) WeightElems(cfg *model.Config, r int) int64 {
+func (l Placement) WeightElems(cfg *model.Config, r int) int64 {
 	p, c := l.Plan, l.Coords[r]
 	h, d := int64(cfg.Hidden), int64(cfg.HeadDim)
 	slice := SliceHeads(cfg, c.TP, p.SP, p.TP)
@@ -48,7 +48,7 @@ func (l Layout) WeightElems(cfg *model.Config, r int) int64 {
 // KVElemsPerToken is the number of KV cache elements global rank r stores
 // per token: keys and values of its head chunk's KV heads in its stage's
 // layers.
-func (l Layout) KVElemsPerToken(cfg *model.Config, r int) int64 {
+func (l Placement) KVElemsPerToken(cfg *model.Config, r int) int64 {
 	ch := ChunkHeads(cfg, l.Chunk(r), l.Plan.HeadShards())
 	layers := l.Plan.Stage(l.Coords[r].PP, cfg.Layers).Len()
 	return 2 * int64(layers) * int64(ch.KVHi-ch.KVLo) * int64(cfg.HeadDim)

@@ -133,10 +133,6 @@ func (p Plan) HeadChunk(c Coord) int { return c.TP*p.SP + c.SP }
 // possible with earlier stages taking the extra layer.
 func (p Plan) Stage(s, layers int) Span { return Even(layers, p.PP, s) }
 
-// Shift returns the shift configuration of a base plan: full TP over the
-// base's SP·TP ranks (DP and PP unchanged).
-func (p Plan) Shift() Plan { return Plan{DP: p.DP, PP: p.PP, SP: 1, TP: p.SP * p.TP} }
-
 // ShiftOrder lists the ranks of one (dp, pp) slice of a base plan in the
 // order that forms the shift configuration's TP group: tp-major, sp-minor
 // (for sp=3, tp=2: 0, 2, 4, 1, 3, 5). Member i of that group holds head

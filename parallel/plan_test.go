@@ -73,11 +73,12 @@ func TestCoordsAndShiftOrder(t *testing.T) {
 	if got := p.ShiftOrder(0, 0); !slices.Equal(got, []int{0, 2, 4, 1, 3, 5}) {
 		t.Fatalf("shift order %v, want the paper's 0 2 4 1 3 5", got)
 	}
-	base, shift := Standard(p), ShiftLayout(p)
-	if !base.KVCompatible(shift) {
-		t.Fatal("base and shift layouts are not KV-compatible")
+	base, shift := Standard(p), ShiftPlacement(p)
+	cfg := &model.Config{Heads: 6, KVHeads: 6, Layers: 2}
+	if !base.SharesKV(cfg, shift) {
+		t.Fatal("base and shift placements do not share the KV cache")
 	}
-	if Standard(Plan{1, 1, 1, 6}).KVCompatible(base) {
+	if Standard(Plan{1, 1, 1, 6}).SharesKV(cfg, base) {
 		t.Fatal("plain tp=6 (chunk = rank) claims KV compatibility with sp=3,tp=2")
 	}
 	if got := base.TPGroup(3); !slices.Equal(got, Group{2, 3}) {

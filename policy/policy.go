@@ -1,60 +1,110 @@
-// Package policy decides which parallel plan each step runs under. A policy
-// sees only plain facts about the step (how many tokens, how many
-// sequences) and returns one of the plans the executor holds, so the same
-// policy drives the CPU engine, the GPU engine and the simulator.
+// Package policy decides where each step runs. Before the scheduler forms
+// a step's batch, a policy sees the engine's state (queues, KV usage per
+// tier) and decides the placement the step's KV lives under, the phase the
+// batch may carry (prefill, decode or both) and so whether a transition
+// runs first; once the batch is formed it may refine the placement among
+// those sharing that KV (Shift's per-step switch). The same policy drives
+// the CPU engine, the GPU engine and the simulator.
 package policy
 
 import (
 	"fmt"
 
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sched"
 )
 
-// Step is what a policy knows about the step it chooses a plan for.
-type Step struct {
+// Tier is one KV tier's occupancy.
+type Tier struct {
+	Used, Capacity int64 // blocks
+}
+
+// Usage is Used/Capacity, 0 for a tier with no capacity.
+func (t Tier) Usage() float64 {
+	if t.Capacity <= 0 {
+		return 0
+	}
+	return float64(t.Used) / float64(t.Capacity)
+}
+
+// State is what a policy sees before a step's batch is formed.
+type State struct {
+	Waiting        int    // requests not yet admitted (preempted ones included)
+	Running        int    // admitted requests
+	Prefilling     int    // running requests whose prompt is not fully computed
+	WaitingTokens  int    // prompt tokens of waiting requests
+	DeviceKV       Tier   // the executor's KV pool
+	HostKV         Tier   // the host KV store; zero without one
+	Current        string // name of the placement the KV cache is under now
+	StepsInCurrent int    // steps run since the last transition
+}
+
+// Decision is a policy's choice before batching.
+type Decision struct {
+	// Placement is the placement the step runs under (or, with a policy
+	// that refines it per batch, one sharing its KV). When it does not
+	// share the KV of State.Current, the engine runs the transition to it
+	// before the step.
+	Placement parallel.Placement
+	Phase     sched.Phase // what the batch may carry; Mixed by default
+}
+
+// Batch is what a policy knows about a formed batch.
+type Batch struct {
 	Tokens int // batched tokens: prefill chunks plus decodes
 	Seqs   int // sequences in the batch
 }
 
-// Policy picks a step's plan. Implementations are safe for concurrent use.
+// Policy places steps. Implementations are safe for concurrent use.
 type Policy interface {
-	Plan(s Step) parallel.Plan
-	// Plans lists every plan the policy may return, so the executor can
-	// hold their weight shards before the first step.
-	Plans() []parallel.Plan
+	// Decide runs before the scheduler forms each step's batch.
+	Decide(s State) Decision
+	// Place picks the placement the formed batch b runs under: d's
+	// placement or one of Placements that shares its KV.
+	Place(d Decision, b Batch) parallel.Placement
+	// Placements lists every placement the policy may return, the first
+	// one the placement the engine starts under, so the executor can hold
+	// their weight shards before the first step.
+	Placements() []parallel.Placement
 	String() string
 }
 
-// Static runs every step under one plan.
-type Static struct{ P parallel.Plan }
+// Static runs every step under one placement.
+type Static struct{ P parallel.Placement }
 
-// Plan returns the fixed plan.
-func (s Static) Plan(Step) parallel.Plan { return s.P }
+// NewStatic is the static policy of a plan's standard placement.
+func NewStatic(p parallel.Plan) Static { return Static{P: parallel.Standard(p)} }
 
-// Plans returns the fixed plan.
-func (s Static) Plans() []parallel.Plan { return []parallel.Plan{s.P} }
+// Decide returns the fixed placement and mixed batches.
+func (s Static) Decide(State) Decision { return Decision{Placement: s.P} }
+
+// Place returns the fixed placement.
+func (s Static) Place(Decision, Batch) parallel.Placement { return s.P }
+
+// Placements returns the fixed placement.
+func (s Static) Placements() []parallel.Placement { return []parallel.Placement{s.P} }
 
 func (s Static) String() string { return "static" }
 
 // DefaultShiftThreshold is the batched-token count at or below which Shift
-// runs the full-TP shift plan. ArcticInference documents 256 and defaults
-// to 512 in code. We chose 256 by simulation (docs/simulator.md, "Shift
-// threshold"): on 8×H200 with FP8 Llama-3.3-70B replaying the Azure code
-// trace, thresholds from 128 to 1024 give the same goodput and within 2%
-// the same median TTFT and TPOT, 256 the lowest median TTFT; 2048 doubles
-// TPOT (prefill-carrying steps then run under TP) and halves goodput, and
-// 64 loses 1% of peak throughput. 256 keeps decode-heavy steps (up to 256
-// concurrent decodes) on TP and sends any step with a sizable prefill
-// chunk to the base plan.
+// runs the full-TP shift placement. ArcticInference documents 256 and
+// defaults to 512 in code. We chose 256 by simulation (docs/simulator.md,
+// "Shift threshold"): on 8×H200 with FP8 Llama-3.3-70B replaying the Azure
+// code trace, thresholds from 128 to 1024 give the same goodput and within
+// 2% the same median TTFT and TPOT, 256 the lowest median TTFT; 2048
+// doubles TPOT (prefill-carrying steps then run under TP) and halves
+// goodput, and 64 loses 1% of peak throughput. 256 keeps decode-heavy
+// steps (up to 256 concurrent decodes) on TP and sends any step with a
+// sizable prefill chunk to the base placement.
 const DefaultShiftThreshold = 256
 
 // Shift is Shift Parallelism's switch (paper 000, Algorithm 2): the base
-// plan (SP, or SP×TP) when a step has more than Threshold batched tokens,
-// else the shift plan (TP over the same ranks), which reads the same KV
-// cache.
+// placement (SP, or SP×TP) when a step has more than Threshold batched
+// tokens, else the shift placement (TP over the same ranks), which shares
+// the base's KV cache.
 type Shift struct {
-	Base      parallel.Plan
-	Threshold int
+	Base, Shifted parallel.Placement
+	Threshold     int
 }
 
 // NewShift validates a Shift policy: the base must use SP.
@@ -65,19 +115,24 @@ func NewShift(base parallel.Plan, threshold int) (Shift, error) {
 	if threshold < 0 {
 		return Shift{}, fmt.Errorf("shift policy: threshold must not be negative, got %d", threshold)
 	}
-	return Shift{Base: base, Threshold: threshold}, nil
+	return Shift{Base: parallel.Standard(base), Shifted: parallel.ShiftPlacement(base), Threshold: threshold}, nil
 }
 
-// Plan returns the base plan above the threshold and the shift plan at or
-// below it.
-func (s Shift) Plan(st Step) parallel.Plan {
-	if st.Tokens > s.Threshold {
+// Decide keeps the base placement's KV and mixed batches.
+func (s Shift) Decide(State) Decision { return Decision{Placement: s.Base} }
+
+// Place returns the base placement above the threshold and the shift
+// placement at or below it.
+func (s Shift) Place(_ Decision, b Batch) parallel.Placement {
+	if b.Tokens > s.Threshold {
 		return s.Base
 	}
-	return s.Base.Shift()
+	return s.Shifted
 }
 
-// Plans returns the base and shift plans.
-func (s Shift) Plans() []parallel.Plan { return []parallel.Plan{s.Base, s.Base.Shift()} }
+// Placements returns the base and shift placements.
+func (s Shift) Placements() []parallel.Placement {
+	return []parallel.Placement{s.Base, s.Shifted}
+}
 
 func (s Shift) String() string { return "shift" }

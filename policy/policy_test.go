@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sched"
 )
 
 func TestShiftSwitchesAtThreshold(t *testing.T) {
@@ -13,16 +14,20 @@ func TestShiftSwitchesAtThreshold(t *testing.T) {
 		t.Fatal(err)
 	}
 	shift := parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 8}
+	d := p.Decide(State{})
+	if d.Placement.Plan != base || d.Phase != sched.Mixed {
+		t.Fatalf("Decide = %s %s, want %s mixed", d.Placement, d.Phase, base)
+	}
 	for _, c := range []struct {
 		tokens int
 		want   parallel.Plan
 	}{{1, shift}, {256, shift}, {257, base}, {4096, base}} {
-		if got := p.Plan(Step{Tokens: c.tokens}); got != c.want {
+		if got := p.Place(d, Batch{Tokens: c.tokens}); got.Plan != c.want {
 			t.Errorf("%d tokens: %s, want %s", c.tokens, got, c.want)
 		}
 	}
-	if plans := p.Plans(); len(plans) != 2 || plans[0] != base || plans[1] != shift {
-		t.Fatalf("Plans() = %v", plans)
+	if pl := p.Placements(); len(pl) != 2 || pl[0].Plan != base || pl[1].Plan != shift || pl[0].Name == pl[1].Name {
+		t.Fatalf("Placements() = %v", pl)
 	}
 	if _, err := NewShift(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 8}, 256); err == nil {
 		t.Fatal("shift from a plan without SP accepted")
@@ -30,7 +35,17 @@ func TestShiftSwitchesAtThreshold(t *testing.T) {
 	if _, err := NewShift(base, -1); err == nil {
 		t.Fatal("negative threshold accepted")
 	}
-	if (Static{P: base}).Plan(Step{Tokens: 1}) != base {
+	st := NewStatic(base)
+	if st.Place(st.Decide(State{}), Batch{Tokens: 1}).Plan != base {
 		t.Fatal("static policy changed plan")
+	}
+}
+
+func TestTierUsage(t *testing.T) {
+	if u := (Tier{Used: 3, Capacity: 12}).Usage(); u != 0.25 {
+		t.Fatalf("usage %v", u)
+	}
+	if u := (Tier{}).Usage(); u != 0 {
+		t.Fatalf("empty tier usage %v", u)
 	}
 }

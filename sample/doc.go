@@ -8,8 +8,8 @@
 // generated tokens the penalties count, and scratch buffers. Its invariant
 // is that a sequence's choices are a function of its parameters, seed and
 // the logits and accepted tokens it has seen, whatever else runs: two
-// samplers with the same seed, and a sampler and its Clone, make the same
-// choices from the same logits.
+// samplers with the same parameters, seed and prompt make the same choices
+// from the same logits.
 //
 // Where it differs from vLLM, on purpose: the draw inverts the cumulative
 // distribution with one number from a PCG stream, where vLLM races

@@ -1,10 +1,5 @@
 package sample
 
-import (
-	"maps"
-	"slices"
-)
-
 // penalties is the per-sequence state behind the repetition, frequency and
 // presence penalties: one entry per distinct token that a penalty touches
 // (prompt tokens when the repetition penalty is on, generated tokens when
@@ -90,13 +85,4 @@ func (p *penalties) restore(logits []float32) {
 	for i, x := range p.saved {
 		logits[p.entries[i].tok] = x
 	}
-}
-
-// clone returns an independent copy of the state.
-func (p *penalties) clone() penalties {
-	c := *p
-	c.index = maps.Clone(p.index)
-	c.entries = slices.Clone(p.entries)
-	c.saved = nil
-	return c
 }

@@ -38,7 +38,7 @@ type Result struct {
 // reused by every call so that Sample does not allocate.
 //
 // A Sampler belongs to one sequence and is not safe for concurrent use;
-// distinct Samplers (Clone included) share nothing and may run in parallel.
+// distinct Samplers share nothing and may run in parallel.
 type Sampler struct {
 	vocab   int
 	temp    float32 // effective temperature; 0 means greedy
@@ -52,7 +52,7 @@ type Sampler struct {
 	rng rand.PCG
 	pen penalties
 
-	// Scratch, sized once; Clone gives the copy its own.
+	// Scratch, sized once.
 	chunk  []float32 // chunkLen weights of one chunk of the vocabulary
 	blocks []float64 // total weight of each chunk
 	cands  []cand    // top-k heap, or the candidates for top-p or +Inf logits
@@ -170,21 +170,6 @@ func (s *Sampler) Accept(token int) {
 		panic(fmt.Sprintf("sample: Accept got token %d outside the vocabulary [0, %d)", token, s.vocab))
 	}
 	s.pen.record(token)
-}
-
-// Clone returns an independent sampler in the same state, random stream
-// position included: given the same logits, the clone and the original
-// make the same choices. For the n > 1 children of one request, follow
-// vLLM and give child i the stream of Seed+i with Reseed (or a fresh
-// random seed when the request has none); otherwise every child draws the
-// same tokens.
-func (s *Sampler) Clone() *Sampler {
-	c := *s
-	c.pen = s.pen.clone()
-	c.chunk = make([]float32, chunkLen)
-	c.blocks = make([]float64, len(s.blocks))
-	c.cands, c.top = nil, nil
-	return &c
 }
 
 // Reseed restarts the random stream at the start of seed's stream, the

@@ -15,16 +15,6 @@ type Dispatcher interface {
 	Pick(loads []Load) int
 }
 
-// RoundRobin sends requests to replicas in turn.
-type RoundRobin struct{ next int }
-
-// Pick returns the next replica in turn.
-func (r *RoundRobin) Pick(loads []Load) int {
-	i := r.next % len(loads)
-	r.next = i + 1
-	return i
-}
-
 // LeastLoaded sends a request to the replica with the fewest outstanding
 // tokens (queued prefill plus KV in use), not the fewest requests: one
 // 8k-token prompt outweighs many short chats, which is what leaves

@@ -2,21 +2,6 @@ package sched
 
 import "testing"
 
-func TestRoundRobin(t *testing.T) {
-	var rr RoundRobin
-	loads := make([]Load, 3)
-	var got []int
-	for i := 0; i < 7; i++ {
-		got = append(got, rr.Pick(loads))
-	}
-	want := []int{0, 1, 2, 0, 1, 2, 0}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("picks %v, want %v", got, want)
-		}
-	}
-}
-
 func TestLeastLoadedCountsTokens(t *testing.T) {
 	// Replica 0 runs one long request; replica 1 many short ones. By
 	// request count replica 1 is busier, by tokens it is not.

@@ -207,6 +207,38 @@ func (s *Scheduler) KVUsage() float64 {
 	return u / float64(len(s.reps))
 }
 
+// NumPrefilling is the number of running requests whose prompt is not
+// fully computed.
+func (s *Scheduler) NumPrefilling() int {
+	n := 0
+	for _, r := range s.running {
+		if !r.decoding() {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitingTokens is the number of known tokens of waiting requests, the
+// prefill work queued behind admission.
+func (s *Scheduler) WaitingTokens() int {
+	n := 0
+	for _, r := range s.waiting {
+		n += len(r.tokens)
+	}
+	return n
+}
+
+// KVBlocks returns the KV blocks in use and the blocks in all, summed over
+// replicas.
+func (s *Scheduler) KVBlocks() (used, total int64) {
+	for _, r := range s.reps {
+		used += int64(r.kv.NumUsed())
+		total += int64(s.cfg.NumBlocks)
+	}
+	return used, total
+}
+
 // Preemptions is the number of preemptions so far.
 func (s *Scheduler) Preemptions() int64 { return s.preemptions }
 

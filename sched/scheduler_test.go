@@ -583,9 +583,18 @@ func TestDispatchLoads(t *testing.T) {
 	h.checkIdle()
 }
 
+// alternatingDispatcher sends requests to replicas in turn.
+type alternatingDispatcher struct{ next int }
+
+func (d *alternatingDispatcher) Pick(loads []Load) int {
+	i := d.next % len(loads)
+	d.next = i + 1
+	return i
+}
+
 // TestDispatch checks that a preempted request resumes on its replica.
 func TestDispatch(t *testing.T) {
-	h := newHarness(t, Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 6, Replicas: 2, Dispatcher: &RoundRobin{}, Watermark: -1})
+	h := newHarness(t, Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 6, Replicas: 2, Dispatcher: &alternatingDispatcher{}, Watermark: -1})
 	for i := range 4 {
 		h.add(fmt.Sprint("d", i), tokens(i, 6), 16, i, 12, Stop)
 	}

@@ -39,18 +39,48 @@ type SeqStep struct {
 // whose known tokens can no longer fit its context (MaxModelLen or a whole
 // replica's pool) ends with Length instead; Drain reports it. A Step with
 // no Seqs means there is nothing to run.
-func (s *Scheduler) Schedule() *Step {
+func (s *Scheduler) Schedule() *Step { return s.SchedulePhase(Mixed) }
+
+// Phase restricts which requests a step carries.
+type Phase uint8
+
+const (
+	Mixed       Phase = iota // every running request, then admissions: continuous batching
+	PrefillOnly              // requests whose prompt is not fully computed, and admissions
+	DecodeOnly               // requests past their prompt only; no admissions
+)
+
+var phaseNames = [...]string{"mixed", "prefill", "decode"}
+
+// String is the phase's name.
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// SchedulePhase plans one step as Schedule does, restricted to phase's
+// requests: under PrefillOnly running requests past their prompt are
+// skipped (they keep their blocks), under DecodeOnly requests still in
+// their prompt are skipped and nothing is admitted. A request recomputing
+// after preemption is in its prompt until it reaches its sampled tokens.
+func (s *Scheduler) SchedulePhase(phase Phase) *Step {
 	st := &Step{Seqs: make([]SeqStep, 0, min(len(s.running)+len(s.waiting), s.cfg.MaxNumSeqs))}
-	budget := s.scheduleRunning(st, s.cfg.MaxNumBatchedTokens)
-	if len(st.Preempted) == 0 {
+	budget := s.scheduleRunning(st, s.cfg.MaxNumBatchedTokens, phase)
+	if len(st.Preempted) == 0 && phase != DecodeOnly {
 		s.admitWaiting(st, budget)
 	}
 	return st
 }
 
-// scheduleRunning gives the running requests their tokens and returns the
-// budget left.
-func (s *Scheduler) scheduleRunning(st *Step, budget int) int {
+// decoding reports whether r has computed its whole prompt, so that its
+// next tokens are decodes.
+func (r *request) decoding() bool { return r.computed >= r.promptLen }
+
+// scheduleRunning gives the running requests of phase their tokens and
+// returns the budget left.
+func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
 	for i := 0; i < len(s.running) && budget > 0; {
 		r := s.running[i]
 		if len(r.tokens) > s.limit {
@@ -58,7 +88,7 @@ func (s *Scheduler) scheduleRunning(st *Step, budget int) int {
 			continue
 		}
 		n := min(len(r.tokens)-r.computed, budget)
-		if n <= 0 {
+		if n <= 0 || (phase == PrefillOnly && r.decoding()) || (phase == DecodeOnly && !r.decoding()) {
 			i++
 			continue
 		}

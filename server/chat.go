@@ -71,6 +71,29 @@ type chatResponse struct {
 	Usage   *usage       `json:"usage,omitempty"`
 }
 
+// checkResponseFormat accepts a response_format that asks for plain text,
+// which is what every reply is: none, null or {"type": "text"}. Structured
+// output ("json_object", "json_schema") is not implemented, so those types
+// are a 400, as are other types and a value that is not an object with a
+// string "type".
+func checkResponseFormat(raw json.RawMessage) *apiError {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var rf map[string]json.RawMessage
+	var typ string
+	if json.Unmarshal(raw, &rf) != nil || len(rf["type"]) == 0 || rf["type"][0] != '"' || json.Unmarshal(rf["type"], &typ) != nil {
+		return invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
+	}
+	switch typ {
+	case "text":
+		return nil
+	case "json_object", "json_schema":
+		return invalid("response_format", `response_format type %q is not supported: this server does not implement structured output; only "text" is accepted`, typ)
+	}
+	return invalid("response_format", `unknown response_format type %q; only "text" is accepted`, typ)
+}
+
 // chatCompletions serves POST /v1/chat/completions.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req chatRequest
@@ -117,8 +140,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			return
 		}
 	}
-	if len(req.ResponseFormat) > 0 && string(req.ResponseFormat) != "null" && !strings.Contains(string(req.ResponseFormat), `"text"`) {
-		writeError(w, invalid("response_format", "only response_format type text is supported"))
+	if e := checkResponseFormat(req.ResponseFormat); e != nil {
+		writeError(w, e)
 		return
 	}
 	if s.opts.ChatTemplate == nil {

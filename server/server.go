@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +40,7 @@ type Options struct {
 // Server is the OpenAI-compatible HTTP API over an Engine.
 type Server struct {
 	opts     Options
+	authHash [sha256.Size]byte // SHA-256 of "Bearer " + APIKey, when APIKey is set
 	mux      *http.ServeMux
 	nextID   atomic.Int64
 	draining atomic.Bool
@@ -58,6 +61,9 @@ func New(opts Options) *Server {
 		opts.Metrics = NewMetrics("", "")
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux()}
+	if opts.APIKey != "" {
+		s.authHash = sha256.Sum256([]byte("Bearer " + opts.APIKey))
+	}
 	s.mux.HandleFunc("/v1/completions", s.post(s.completions))
 	s.mux.HandleFunc("/v1/chat/completions", s.post(s.chatCompletions))
 	s.mux.HandleFunc("/v1/models", s.get(s.models))
@@ -110,13 +116,22 @@ func (s *Server) Handler() http.Handler {
 			}
 		}()
 		if s.opts.APIKey != "" && r.URL.Path != "/health" && r.URL.Path != "/metrics" && r.URL.Path != "/version" {
-			if r.Header.Get("Authorization") != "Bearer "+s.opts.APIKey {
+			if !s.authorized(r) {
 				writeError(w, unauthorized())
 				return
 			}
 		}
 		s.mux.ServeHTTP(w, r)
 	})
+}
+
+// authorized reports whether r's Authorization header is "Bearer KEY" for
+// the configured API key. It compares SHA-256 digests of the two in
+// constant time, so the response time gives away neither how much of the
+// key matched nor its length.
+func (s *Server) authorized(r *http.Request) bool {
+	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return subtle.ConstantTimeCompare(got[:], s.authHash[:]) == 1
 }
 
 // Drain makes new generation requests fail with 503; in-flight ones finish.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
@@ -48,7 +49,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 	if o.blocks == 0 {
 		o.blocks = 512
 	}
-	exec, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{BlockSize: 16, NumBlocks: o.blocks, Pool: pool})
+	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{BlockSize: 16, NumBlocks: o.blocks, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +271,38 @@ func TestModelsHealthVersionMetrics(t *testing.T) {
 	}
 }
 
+// TestResponseFormat checks that response_format asking for text, the
+// default, is served, and that the types it cannot honour are refused with
+// a message that says why.
+func TestResponseFormat(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":2%s}`
+	for _, rf := range []string{``, `,"response_format":null`, `,"response_format":{"type":"text"}`} {
+		if status, body := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, rf)); status != 200 {
+			t.Errorf("%q: %d %s", rf, status, body)
+		}
+	}
+	for _, c := range []struct{ rf, msg string }{
+		{`{"type":"json_object"}`, "structured output"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, "structured output"},
+		{`{"type":"yaml"}`, `unknown response_format type "yaml"`},
+		{`{"Type":"text"}`, `string "type"`},
+		{`"json_object"`, `string "type"`},
+	} {
+		status, body := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, `,"response_format":`+c.rf))
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Param   *string `json:"param"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || status != 400 || !strings.Contains(e.Error.Message, c.msg) ||
+			e.Error.Param == nil || *e.Error.Param != "response_format" {
+			t.Errorf("%s: %d %s, want 400 for response_format saying %q", c.rf, status, body, c.msg)
+		}
+	}
+}
+
 // TestBadRequests holds every malformed request to its documented status
 // and error body, and checks the server keeps serving.
 func TestBadRequests(t *testing.T) {
@@ -314,6 +347,14 @@ func TestBadRequests(t *testing.T) {
 		{"content wrong type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":5}]}`, 400, "messages"},
 		{"image content", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages"},
 		{"tools", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`, 400, "tools"},
+		{"response_format json_object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, 400, "response_format"},
+		{"response_format json_schema", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"text","schema":{}}}}`, 400, "response_format"},
+		{"response_format unknown type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"xml"}}`, 400, "response_format"},
+		{"response_format not an object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":"text"}`, 400, "response_format"},
+		{"response_format array", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":[{"type":"text"}]}`, 400, "response_format"},
+		{"response_format missing type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{}}`, 400, "response_format"},
+		{"response_format null type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":null}}`, 400, "response_format"},
+		{"response_format type not a string", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":5}}`, 400, "response_format"},
 		{"top_logprobs without logprobs", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`, 400, "top_logprobs"},
 		{"messages over context", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages"},
 		{"wrong method", "/v1/models", ``, 405, ""},
@@ -367,15 +408,41 @@ func TestAPIKey(t *testing.T) {
 	if status != 401 || !strings.Contains(string(body), "invalid_api_key") {
 		t.Fatalf("no key: %d %s", status, body)
 	}
-	req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", strings.NewReader(`{"model":"stories260K","prompt":"hi","max_tokens":2}`))
-	req.Header.Set("Authorization", "Bearer sekret")
-	resp, err := http.DefaultClient.Do(req)
+	for _, c := range []struct {
+		name, header string
+		want         int
+	}{
+		{"right key", "Bearer sekret", 200},
+		{"wrong key, same length", "Bearer sekreT", 401},
+		{"wrong key, shorter", "Bearer sekre", 401},
+		{"wrong key, longer", "Bearer sekret2", 401},
+		{"key without Bearer", "sekret", 401},
+		{"other scheme", "Basic sekret", 401},
+		{"empty key", "Bearer ", 401},
+	} {
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", strings.NewReader(`{"model":"stories260K","prompt":"hi","max_tokens":2}`))
+		req.Header.Set("Authorization", c.header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s (%q): %d %s, want %d", c.name, c.header, resp.StatusCode, body, c.want)
+		}
+		if c.want == 401 && !strings.Contains(string(body), "invalid_api_key") {
+			t.Errorf("%s: body %s", c.name, body)
+		}
+	}
+	// /health needs no key.
+	resp, err := http.Get(ts.URL + "/health")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("with key: %d", resp.StatusCode)
+		t.Errorf("/health without key: %d", resp.StatusCode)
 	}
 }
 

@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -45,7 +46,7 @@ func TestCommBytesMatchExecutor(t *testing.T) {
 
 	cases := []struct {
 		plan  string
-		shift bool // run the steps under the base plan's shift layout
+		shift bool // run the steps under the base plan's shift placement
 		micro int
 	}{
 		{plan: "tp=2"}, {plan: "tp=4"}, {plan: "sp=2"}, {plan: "sp=4"}, {plan: "sp=8"},
@@ -66,17 +67,18 @@ func TestCommBytesMatchExecutor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			exec, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{
-				Plan: base, Shift: tc.shift, BlockSize: 4, NumBlocks: 64, MicroBatches: tc.micro,
+			placements := []parallel.Placement{parallel.Standard(base)}
+			if tc.shift {
+				placements = append(placements, parallel.ShiftPlacement(base))
+			}
+			exec, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{
+				Placements: placements, BlockSize: 4, NumBlocks: 64, MicroBatches: tc.micro,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			layout, run := parallel.Standard(base), base
-			if tc.shift {
-				layout, run = parallel.ShiftLayout(base), base.Shift()
-			}
-			lc, err := cm.Layout(cfg, layout)
+			run := placements[len(placements)-1]
+			lc, err := cm.Layout(cfg, run)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +102,7 @@ func TestCommBytesMatchExecutor(t *testing.T) {
 				{{4, 7, 1}},
 			}
 			for i, st := range steps {
-				var b engine.Batch
+				var b forward.Batch
 				var shape sim.StepShape
 				shape.MicroBatches = tc.micro
 				for _, x := range st {
@@ -109,7 +111,7 @@ func TestCommBytesMatchExecutor(t *testing.T) {
 					for j := range tokens {
 						tokens[j] = rng.IntN(cfg.Vocab)
 					}
-					b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: tokens, Pos: s.pos, Blocks: s.blocks, NumLogits: x.logits, Replica: s.replica})
+					b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: tokens, Pos: s.pos, Blocks: s.blocks, NumLogits: x.logits, Replica: s.replica})
 					shape.Seqs = append(shape.Seqs, sim.Seq{Context: s.pos, New: x.n, Logits: x.logits, Replica: s.replica})
 					s.pos += x.n
 				}

@@ -70,7 +70,7 @@ func TestGEMMRoofline(t *testing.T) {
 	}
 }
 
-// TestGEMMShapeEfficiency is the shape dependence of DESIGN.md: the same
+// TestGEMMShapeEfficiency is the GEMM efficiency's shape dependence: the same
 // tokens over a rank's smaller weight shard stream at a higher fraction
 // of the bandwidth (the Nitsum paper's small-batch effect), while at
 // large M the smaller shard's narrower N lowers the compute efficiency.

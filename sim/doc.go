@@ -6,12 +6,12 @@
 // discrete-event simulator drives the real scheduler and policies with it.
 //
 // Read these first: step.go (StepShape, LayoutCost.StepTime and Step: one
-// rank's step walked exactly as engine/rank.go runs it, with collective
+// rank's step walked exactly as cpuexec/rank.go runs it, with collective
 // bytes from package comm's volume functions and shard shapes from package
 // parallel), cost.go (the kernel and collective formulas), hardware.go
 // (the catalog and every global constant with its source).
 //
-// Invariant (DESIGN.md, invariant 6): one cost model with global
+// Invariant: one cost model with global
 // constants. The efficiency numbers are per GPU type, each documented with
 // the measurement or datasheet it comes from, and the same for every
 // experiment; nothing is tuned per experiment. The communication a step is

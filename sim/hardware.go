@@ -30,7 +30,7 @@ type GPU struct {
 }
 
 // Efficiency is how close one GPU type gets to its datasheet, fitted once
-// per type and used by every experiment (DESIGN.md, invariant 6).
+// per type and used by every experiment (no per-experiment factors).
 type Efficiency struct {
 	// Matmul is the asymptotic fraction of the dense tensor peak a large
 	// GEMM reaches; a GEMM of shape (m, n, k) reaches

@@ -15,9 +15,11 @@ const GPUMemoryUtilization = 0.9
 
 // MemoryOptions are the engine settings the memory budget depends on.
 type MemoryOptions struct {
-	Shift            bool // also hold the base plan's shift layout (Shift Parallelism)
-	MaxBatchedTokens int  // tokens per step (--max-num-batched-tokens); 0 means 2048, gearbox serve's default
-	MaxSeqs          int  // sequences per step (--max-num-seqs), the logits rows; 0 means 256, vLLM's and gearbox serve's default
+	// Also are placements whose weights every rank holds besides the
+	// base's (Shift Parallelism's shift placement: its separate model).
+	Also             []parallel.Placement
+	MaxBatchedTokens int // tokens per step (--max-num-batched-tokens); 0 means 2048, gearbox serve's default
+	MaxSeqs          int // sequences per step (--max-num-seqs), the logits rows; 0 means 256, vLLM's and gearbox serve's default
 }
 
 func (o MemoryOptions) withDefaults() MemoryOptions {
@@ -34,8 +36,8 @@ func (o MemoryOptions) withDefaults() MemoryOptions {
 type Memory struct {
 	Capacity        int64 // the GPU's memory
 	Usable          int64 // GPUMemoryUtilization of it
-	Weights         int64 // the rank's weights under the base layout
-	ShiftWeights    int64 // the extra shard of the shift layout (Shift Parallelism's separate model); 0 without
+	Weights         int64 // the rank's weights under the base placement
+	AlsoWeights     int64 // the shards of MemoryOptions.Also (Shift's separate model); 0 without
 	Activations     int64 // the largest step's live activations, reserved as vLLM's profiling run does
 	KV              int64 // what is left for the KV cache; never negative
 	KVBytesPerToken int64 // KV bytes this rank stores per token of its replica
@@ -43,13 +45,13 @@ type Memory struct {
 }
 
 // Fits reports whether the weights and activations fit at all.
-func (m Memory) Fits() bool { return m.Weights+m.ShiftWeights+m.Activations <= m.Usable }
+func (m Memory) Fits() bool { return m.Weights+m.AlsoWeights+m.Activations <= m.Usable }
 
 // weightBytes is the weight memory of rank r under l: the linear layers'
 // elements in the weight dtype and the rest (embedding, LM head, norms,
 // biases: what WeightElems counts beyond them) in the activation dtype,
 // as vLLM's --quantization fp8 stores them.
-func (c *CostModel) weightBytes(cfg *model.Config, l parallel.Layout, r int) int64 {
+func (c *CostModel) weightBytes(cfg *model.Config, l parallel.Placement, r int) int64 {
 	p, co := l.Plan, l.Coords[r]
 	h, d := int64(cfg.Hidden), int64(cfg.HeadDim)
 	slice := parallel.SliceHeads(cfg, co.TP, p.SP, p.TP)
@@ -60,8 +62,7 @@ func (c *CostModel) weightBytes(cfg *model.Config, l parallel.Layout, r int) int
 }
 
 // Memory returns global rank r's memory budget when the model runs under
-// base (and, with opts.Shift, also holds the shift layout's weights, as
-// the engine does). The activation reserve is the engine's live scratch
+// base (and also holds the weights of opts.Also, as the engine does). The activation reserve is the engine's live scratch
 // for a step of opts.MaxBatchedTokens tokens on the rank: the residual
 // stream, its normed copy and the partial sums (3·hidden per row), q, k
 // and v of the slice and the attention output, gate and up of the
@@ -86,17 +87,22 @@ func (c *CostModel) Memory(cfg *model.Config, base parallel.Plan, r int, opts Me
 	m.Usable = int64(GPUMemoryUtilization * float64(m.Capacity))
 	m.Weights = c.weightBytes(cfg, l, r)
 	acts := c.activationBytes(cfg, l, r, opts)
-	if opts.Shift && base.Shift() != base {
-		if err := base.Shift().Validate(cfg); err != nil {
-			return Memory{}, fmt.Errorf("sim: shift plan of %s: %w", base, err)
+	for _, o := range opts.Also {
+		if o.Name == l.Name {
+			continue
 		}
-		sl := parallel.ShiftLayout(base)
-		m.ShiftWeights = c.weightBytes(cfg, sl, r)
-		acts = max(acts, c.activationBytes(cfg, sl, r, opts))
+		if err := o.Plan.Validate(cfg); err != nil {
+			return Memory{}, fmt.Errorf("sim: placement %s: %w", o, err)
+		}
+		if len(o.Coords) != len(l.Coords) {
+			return Memory{}, fmt.Errorf("sim: placement %s has %d ranks, %s %d", o, len(o.Coords), l, len(l.Coords))
+		}
+		m.AlsoWeights += c.weightBytes(cfg, o, r)
+		acts = max(acts, c.activationBytes(cfg, o, r, opts))
 	}
 	m.Activations = acts
 	m.KVBytesPerToken = l.KVElemsPerToken(cfg, r) * c.kvBytes
-	m.KV = max(0, m.Usable-m.Weights-m.ShiftWeights-m.Activations)
+	m.KV = max(0, m.Usable-m.Weights-m.AlsoWeights-m.Activations)
 	if m.KVBytesPerToken > 0 {
 		m.KVTokens = m.KV / m.KVBytesPerToken
 	}
@@ -105,7 +111,7 @@ func (c *CostModel) Memory(cfg *model.Config, base parallel.Plan, r int, opts Me
 
 // activationBytes is rank r's live scratch for the largest step of opts
 // under l (see Memory).
-func (c *CostModel) activationBytes(cfg *model.Config, l parallel.Layout, r int, opts MemoryOptions) int64 {
+func (c *CostModel) activationBytes(cfg *model.Config, l parallel.Placement, r int, opts MemoryOptions) int64 {
 	tokens := opts.MaxBatchedTokens
 	p, co := l.Plan, l.Coords[r]
 	d := cfg.HeadDim

@@ -15,7 +15,7 @@ func TestMemoryWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Weights != 2*cfg.NumParams() || m.ShiftWeights != 0 {
+	if m.Weights != 2*cfg.NumParams() || m.AlsoWeights != 0 {
 		t.Errorf("single rank BF16 weights %d, want %d", m.Weights, 2*cfg.NumParams())
 	}
 	// FP8 quantizes the linear layers only: the embedding and LM head
@@ -59,13 +59,13 @@ func TestMemoryShiftAndCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shift, err := cm.Memory(cfg, base, 3, MemoryOptions{Shift: true})
+	shift, err := cm.Memory(cfg, base, 3, MemoryOptions{Also: []parallel.Placement{parallel.ShiftPlacement(base)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Under SP=8 every rank holds all weights; the shift plan adds its TP=8 shard.
-	if want := cm.weightBytes(cfg, parallel.ShiftLayout(base), 3); shift.ShiftWeights != want || want*7 > plain.Weights || want*9 < plain.Weights {
-		t.Errorf("shift shard %d bytes (base %d)", shift.ShiftWeights, plain.Weights)
+	if want := cm.weightBytes(cfg, parallel.ShiftPlacement(base), 3); shift.AlsoWeights != want || want*7 > plain.Weights || want*9 < plain.Weights {
+		t.Errorf("shift shard %d bytes (base %d)", shift.AlsoWeights, plain.Weights)
 	}
 	if shift.KV >= plain.KV || shift.KVBytesPerToken != plain.KVBytesPerToken {
 		t.Errorf("shift %+v, plain %+v", shift, plain)

@@ -84,9 +84,9 @@ func (r *RunResult) addTokens(start, end float64, tokens int) {
 type replica struct {
 	id     int
 	sched  *sched.Scheduler
-	free   float64 // virtual time its next step may start
-	active bool    // has requests
-	layout map[parallel.Plan]*LayoutCost
+	free   float64                // virtual time its next step may start
+	active bool                   // has requests
+	layout map[string]*LayoutCost // by placement name
 	span   *PlanSpan
 	load   int // outstanding tokens (prompt + generated) of its unfinished requests, for dispatch
 }
@@ -120,10 +120,10 @@ func Run(opts RunOptions) (*RunResult, error) {
 	engine.DP = 1
 	pol := opts.Policy
 	if pol == nil {
-		pol = policy.Static{P: engine}
+		pol = policy.NewStatic(engine)
 	}
-	_, shift := pol.(policy.Shift)
-	mem := MemoryOptions{Shift: shift, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
+	placements := pol.Placements()
+	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
 	kv, err := opts.Cost.KVCapacity(opts.Model, engine, mem)
 	if err != nil {
 		return nil, err
@@ -132,13 +132,9 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if blocks < 1 {
 		return nil, fmt.Errorf("sim: %s leaves no memory for the KV cache", engine)
 	}
-	layouts := map[parallel.Plan]*LayoutCost{}
-	for _, p := range pol.Plans() {
-		l := parallel.Standard(p)
-		if p != engine {
-			l = parallel.ShiftLayout(engine)
-		}
-		if layouts[p], err = opts.Cost.Layout(opts.Model, l); err != nil {
+	layouts := map[string]*LayoutCost{}
+	for _, p := range placements {
+		if layouts[p.Name], err = opts.Cost.Layout(opts.Model, p); err != nil {
 			return nil, err
 		}
 	}
@@ -220,8 +216,8 @@ func Run(opts RunOptions) (*RunResult, error) {
 			}
 			shape.Seqs = append(shape.Seqs, seq)
 		}
-		plan := pol.Plan(policy.Step{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
-		lc, ok := rep.layout[plan]
+		plan := pol.Place(pol.Decide(policy.State{}), policy.Batch{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
+		lc, ok := rep.layout[plan.Name]
 		if !ok {
 			return nil, fmt.Errorf("sim: policy %s chose %s, which the deployment does not hold", pol, plan)
 		}
@@ -229,7 +225,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 		end := start + lc.Step(&shape).Seconds
 		res.Steps++
 		res.addTokens(start, end, step.NumBatchedTokens)
-		rep.note(plan.String(), start, end, &res.Timeline)
+		rep.note(plan.Name, start, end, &res.Timeline)
 		sampled := make([]int, len(step.Seqs))
 		for i, s := range step.Seqs {
 			sampled[i] = -1

@@ -8,11 +8,11 @@ import (
 	"github.com/gearboxlm/gearbox/parallel"
 )
 
-// Seq is one sequence's share of a step, as engine.SeqBatch without the
+// Seq is one sequence's share of a step, as forward.SeqBatch without the
 // token ids: a prefill chunk (New > 1) or a decode (New = 1) on top of
 // Context tokens already in the KV cache.
 type Seq struct {
-	Context int // tokens of the sequence already in the KV cache (engine.SeqBatch.Pos)
+	Context int // tokens of the sequence already in the KV cache (forward.SeqBatch.Pos)
 	New     int // tokens run this step
 	Logits  int // trailing tokens of New that want logits, 0 … New
 	Replica int // data-parallel replica holding the sequence's KV
@@ -23,7 +23,7 @@ type Seq struct {
 type StepShape struct {
 	Seqs []Seq
 	// MicroBatches is the number of pipeline micro-batches each replica's
-	// tokens are cut into (engine.ExecutorOptions.MicroBatches); 0 means
+	// tokens are cut into (cpuexec.Options.MicroBatches); 0 means
 	// the plan's PP, the engine's default.
 	MicroBatches int
 }
@@ -150,7 +150,7 @@ type microShape struct {
 type LayoutCost struct {
 	m      *CostModel
 	cfg    *model.Config
-	layout parallel.Layout
+	layout parallel.Placement
 	ranks  []rankShape
 	stages [][]int // ranks by (dp, pp): stages[dp·PP + pp]
 	vocabs []int   // vocabulary slice length by TP index
@@ -166,9 +166,9 @@ type LayoutCost struct {
 }
 
 // Layout binds the cost model to cfg under layout l (a plan's Standard
-// layout or a base plan's ShiftLayout). The plan must fit the model and
+// placement or a base plan's ShiftPlacement). The plan must fit the model and
 // the node. cfg must not change afterwards.
-func (c *CostModel) Layout(cfg *model.Config, l parallel.Layout) (*LayoutCost, error) {
+func (c *CostModel) Layout(cfg *model.Config, l parallel.Placement) (*LayoutCost, error) {
 	p := l.Plan
 	if err := p.Validate(cfg); err != nil {
 		return nil, err
@@ -226,7 +226,7 @@ func (c *CostModel) Layout(cfg *model.Config, l parallel.Layout) (*LayoutCost, e
 }
 
 // Layout is the layout the costs are for.
-func (lc *LayoutCost) Layout() parallel.Layout { return lc.layout }
+func (lc *LayoutCost) Layout() parallel.Placement { return lc.layout }
 
 // CostModel is the cost model the layout is bound to.
 func (lc *LayoutCost) CostModel() *CostModel { return lc.m }
@@ -310,7 +310,7 @@ func (lc *LayoutCost) prepare(b *StepShape, d int) int {
 }
 
 // rankMicro adds rank r's work on one micro-batch to b and returns its
-// duration. It follows engine/rank.go step by step.
+// duration. It follows cpuexec/rank.go step by step.
 func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
 	c, cfg, rs := lc.m, lc.cfg, &lc.ranks[r]
 	p := lc.layout.Plan

@@ -1,7 +1,7 @@
 // Package tensor holds the fp32 CPU math kernels of the forward pass:
 // matrix multiplication against nn.Linear weights, the vector operations
-// around it (RMSNorm, SiLU gating, softmax, residual adds) and the worker
-// Pool that runs them data-parallel.
+// around it (RMSNorm, SiLU gating, softmax's exponentials, residual adds)
+// and the worker Pool that runs them data-parallel.
 //
 // Invariant: every kernel is a pure function of its slice arguments and
 // keeps no state between calls; the only globals it reads are the

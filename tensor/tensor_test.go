@@ -150,7 +150,10 @@ func TestRMSNorm(t *testing.T) {
 	})
 }
 
-func TestSoftmax(t *testing.T) {
+// TestExpSubKernels checks ExpSub with each kernel implementation over
+// every vector length and a range of spreads, with m = max(x) as a softmax
+// passes it and one element masked with -Inf.
+func TestExpSubKernels(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(7, 8))
 		for _, n := range vectorLengths[1:] {
@@ -163,52 +166,27 @@ func TestSoftmax(t *testing.T) {
 					x[1] = float32(math.Inf(-1))
 				}
 				x0 := append([]float32(nil), x...)
-				Softmax(x)
 				mx := math.Inf(-1)
 				for _, v := range x0 {
 					mx = math.Max(mx, float64(v))
 				}
+				got := ExpSub(x, float32(mx))
 				var sum float64
-				for _, v := range x0 {
-					sum += math.Exp(float64(v) - mx)
-				}
-				for i := range x {
-					want := math.Exp(float64(x0[i])-mx) / sum
+				for i, v := range x0 {
+					want := math.Exp(float64(v) - mx)
+					sum += want
 					if !within(x[i], want, want, 1e-5) && want > 1e-30 {
 						t.Fatalf("n=%d spread=%v i=%d: got %v want %v", n, spread, i, x[i], want)
 					}
+				}
+				if !within(got, sum, sum, 1e-5) {
+					t.Fatalf("n=%d spread=%v: sum %v, want %v", n, spread, got, sum)
 				}
 				if n > 2 && x[1] != 0 {
 					t.Fatalf("n=%d: masked -Inf became %v, want 0", n, x[1])
 				}
 			}
 		}
-	})
-}
-
-func TestSoftmaxDegenerate(t *testing.T) {
-	forEachImpl(t, func(t *testing.T) {
-		inf := float32(math.Inf(-1))
-		x := []float32{inf, inf, inf}
-		Softmax(x)
-		for _, v := range x {
-			if !math.IsNaN(float64(v)) {
-				t.Fatalf("all -Inf: got %v, want NaN", x)
-			}
-		}
-		nan := []float32{1, float32(math.NaN()), 2, 3, 4, 5, 6, 7, 8, 9}
-		Softmax(nan)
-		for _, v := range nan {
-			if !math.IsNaN(float64(v)) {
-				t.Fatalf("NaN input: got %v, want all NaN", nan)
-			}
-		}
-		one := []float32{3}
-		Softmax(one)
-		if one[0] != 1 {
-			t.Fatalf("single element: got %v want 1", one[0])
-		}
-		Softmax(nil)
 	})
 }
 

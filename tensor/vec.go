@@ -62,24 +62,6 @@ func SiLUMul(out, gate, up []float32) {
 	siluMul(out, gate, up)
 }
 
-// Softmax replaces x with exp(x[i]-max(x)) / Σ exp(x[j]-max(x)), in place.
-// Elements equal to -Inf become 0 (masked positions); if every element is
-// -Inf, or any is NaN, the result is NaN. An empty x is left as is.
-func Softmax(x []float32) {
-	if len(x) == 0 {
-		return
-	}
-	mx := maxOf(x)
-	if math.IsInf(float64(mx), -1) {
-		for i := range x {
-			x[i] = float32(math.NaN())
-		}
-		return
-	}
-	sum := expSubSum(x, mx)
-	scale(1/sum, x)
-}
-
 // MaxIndex returns the index of the largest element of x, the lowest such
 // index on ties. NaNs are never chosen unless every element is NaN, in
 // which case it returns 0. It panics on an empty x.

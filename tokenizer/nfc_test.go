@@ -6,8 +6,14 @@ import (
 	"unicode/utf8"
 )
 
+var (
+	nfc = nfcNormalizer{}.normalize
+	nfd = nfdNormalizer{}.normalize
+)
+
 func TestNFC(t *testing.T) {
-	// Expected values from Python's unicodedata.normalize.
+	// Expected values from Python's unicodedata.normalize, and for the
+	// Unicode 15 marks from JavaScript's String.prototype.normalize.
 	for _, c := range []struct{ in, nfc, nfd string }{
 		{"", "", ""},
 		{"plain ASCII", "plain ASCII", "plain ASCII"},
@@ -32,13 +38,34 @@ func TestNFC(t *testing.T) {
 		{"\u1e0a\u0323", "\u1e0c\u0307", "D\u0323\u0307"},
 		{"\u0300a", "\u0300a", "\u0300a"},
 		{"ǖ", "ǖ", "u\u0308\u0304"},
+		// U+1E4EC and U+1E4ED (Nag Mundari signs, new in Unicode 15) have
+		// combining class 232, so a following U+0301 (class 230) moves in
+		// front of them and composes with the base letter. Unicode 14 data
+		// gives them class 0 and leaves the text as it is.
+		{"\U0001e4ec", "\U0001e4ec", "\U0001e4ec"},
+		{"\U0001e4ed", "\U0001e4ed", "\U0001e4ed"},
+		{"a\U0001e4ec\u0301", "\u00e1\U0001e4ec", "a\u0301\U0001e4ec"},
+		{"e\U0001e4ed\u0301", "\u00e9\U0001e4ed", "e\u0301\U0001e4ed"},
 	} {
-		if got := normalizeNFC(c.in); got != c.nfc {
+		if got := nfc(c.in); got != c.nfc {
 			t.Errorf("NFC(%+q) = %+q, want %+q", c.in, got, c.nfc)
 		}
-		if got := normalizeNFD(c.in); got != c.nfd {
+		if got := nfd(c.in); got != c.nfd {
 			t.Errorf("NFD(%+q) = %+q, want %+q", c.in, got, c.nfd)
 		}
+	}
+}
+
+// TestNFCNoAllocation checks that text already in the form comes back
+// without a copy.
+func TestNFCNoAllocation(t *testing.T) {
+	for _, s := range []string{"plain ASCII", "café", "Tiếng Việt", "\uac01"} {
+		if n := testing.AllocsPerRun(100, func() { _ = nfc(s) }); n != 0 {
+			t.Errorf("NFC(%+q): %v allocations", s, n)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = nfd("plain ASCII") }); n != 0 {
+		t.Errorf("NFD of ASCII: %v allocations", n)
 	}
 }
 
@@ -47,7 +74,7 @@ func TestNFC(t *testing.T) {
 func TestNFCMatchesJS(t *testing.T) {
 	ref, _ := reference(t, "qwen3", options{})
 	for _, c := range ref.Cases {
-		if got := normalizeNFC(c.Text); got != c.NFC {
+		if got := nfc(c.Text); got != c.NFC {
 			t.Errorf("NFC(%+q) = %+q, JS gives %+q", c.Text, got, c.NFC)
 		}
 	}
@@ -61,12 +88,12 @@ func TestNFCProperties(t *testing.T) {
 			continue
 		}
 		for _, s := range []string{string(r), "a" + string(r), string(r) + "\u0301"} {
-			nfc, nfd := normalizeNFC(s), normalizeNFD(s)
-			if normalizeNFC(nfc) != nfc || normalizeNFD(nfd) != nfd {
+			nfcS, nfdS := nfc(s), nfd(s)
+			if nfc(nfcS) != nfcS || nfd(nfdS) != nfdS {
 				t.Fatalf("%+q: not idempotent", s)
 			}
-			if normalizeNFC(nfd) != nfc || normalizeNFD(nfc) != nfd {
-				t.Fatalf("%+q: NFC %+q and NFD %+q disagree", s, nfc, nfd)
+			if nfc(nfdS) != nfcS || nfd(nfcS) != nfdS {
+				t.Fatalf("%+q: NFC %+q and NFD %+q disagree", s, nfcS, nfdS)
 			}
 		}
 	}

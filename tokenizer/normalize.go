@@ -5,6 +5,7 @@ import (
 	"unicode"
 
 	"github.com/dlclark/regexp2"
+	"golang.org/x/text/unicode/norm"
 )
 
 // normalizer rewrites a span of text before pre-tokenization (tokenizer.json
@@ -22,14 +23,16 @@ func (q normalizerSeq) normalize(s string) string {
 	return s
 }
 
-// nfcNormalizer and nfdNormalizer apply Unicode canonical normalization.
+// nfcNormalizer and nfdNormalizer apply Unicode canonical normalization
+// (NFC and NFD, UAX #15) with golang.org/x/text/unicode/norm, which returns
+// text already in the form as it is, without allocating.
 type nfcNormalizer struct{}
 
-func (nfcNormalizer) normalize(s string) string { return normalizeNFC(s) }
+func (nfcNormalizer) normalize(s string) string { return norm.NFC.String(s) }
 
 type nfdNormalizer struct{}
 
-func (nfdNormalizer) normalize(s string) string { return normalizeNFD(s) }
+func (nfdNormalizer) normalize(s string) string { return norm.NFD.String(s) }
 
 // prependNormalizer puts a prefix in front of non-empty text.
 type prependNormalizer struct{ prefix string }

@@ -8,14 +8,14 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/gearboxlm/gearbox/calibrate"
+	"github.com/gearboxlm/gearbox/cmd/gearbox/internal/calibrate"
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sim"
 )
 
 // gpuShapes are the models a GPU validation runs by default: the shapes
-// of the acceptance check.
+// of the Llama-3.2-1B and Llama-3.1-8B models the GPU targets are stated on.
 const gpuShapes = "llama-3.2-1b,llama-3.1-8b"
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,11 +34,11 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("calibrate: unexpected argument %q", fs.Arg(0))
 	}
-	dev, err := gpu.ParseDevice(strings.ToLower(*device))
-	if err != nil || dev.Kind == gpu.Auto {
+	dev, err := ParseDevice(strings.ToLower(*device))
+	if err != nil || dev.Kind == Auto {
 		return fmt.Errorf("calibrate: unknown --device %q (want cpu, cuda or cuda:N)", *device)
 	}
-	onGPU := dev.Kind == gpu.CUDA
+	onGPU := dev.Kind == CUDA
 	if *profile != "" && !*validate {
 		return errors.New("calibrate: --profile names a profile to validate; add --validate")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
@@ -40,8 +41,7 @@ func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
 // runnerSpec is what a command asks of the executor, whichever device runs
 // it.
 type runnerSpec struct {
-	plan        parallel.Plan
-	shift       bool // hold the plan's shift layout too
+	placements  []parallel.Placement // the policy's, the first the one the KV starts under
 	blockSize   int
 	numBlocks   int // 0: the device's default
 	maxTokens   int // largest step in tokens
@@ -65,11 +65,11 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	want, err := gpu.ParseDevice(d.device)
+	want, err := ParseDevice(d.device)
 	if err != nil {
 		return nil, err
 	}
-	choice, err := gpu.Resolve(want, gpu.NewSystemProber())
+	choice, err := Resolve(want, gpu.NewSystemProber())
 	if err != nil {
 		return nil, err
 	}
@@ -77,15 +77,15 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	if spec.maxModelLen == 0 {
 		spec.maxModelLen = cfg.MaxPositions
 	}
-	if choice.Device.Kind == gpu.CUDA {
+	if choice.Device.Kind == CUDA {
 		b, err := d.newCUDARunner(m, dt, choice, spec, logger)
-		if err == nil || want.Kind != gpu.Auto || !errors.Is(err, gpu.ErrNotFound) {
+		if err == nil || want.Kind != Auto || !errors.Is(err, gpu.ErrNotFound) {
 			return b, err
 		}
 		// auto with a driver but without the toolkit's libraries (a
 		// driver-only host): serve on the CPU rather than not at all.
 		logger.Warn("auto: the CUDA driver loads but a CUDA library is missing; using the cpu", "err", err)
-		choice = gpu.Choice{Device: gpu.Device{Kind: gpu.CPU}, Reason: "auto: using cpu: " + err.Error()}
+		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: " + err.Error()}
 	}
 
 	switch dt {
@@ -101,7 +101,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		blocks = int(max(perSeq, min(int64(max(spec.maxSeqs, 1))*perSeq, (4<<30)/perBlock)))
 	}
 	pool := tensor.NewPool(d.threads)
-	x, err := engine.NewExecutor(cfg, m.Weights, engine.ExecutorOptions{Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
+	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -133,13 +133,13 @@ func (b *built) commStats() comm.Stats {
 
 // newCUDARunner builds the CUDA executor on the chosen device and captures
 // its CUDA graphs, as vLLM does at start-up.
-func (d *deviceFlags) newCUDARunner(m *model.Model, dt model.DType, choice gpu.Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
+func (d *deviceFlags) newCUDARunner(m *model.Model, dt model.DType, choice Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
 	cache, err := kernelCache()
 	if err != nil {
 		logger.Warn("kernel cache disabled", "err", err)
 	}
 	x, err := cudaexec.New(m.Config, m.Weights, cudaexec.Options{
-		Device: choice.Device.Index, DType: dt, Plan: spec.plan, Shift: spec.shift, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
+		Device: choice.Device.Index, DType: dt, Placements: spec.placements, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
 		MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
 		MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
 	})

@@ -11,7 +11,6 @@ import (
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/engine"
-	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
 )
@@ -129,9 +128,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	_, shift := pol.(policy.Shift)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	run, err := dev.newRunner(m, runnerSpec{plan: plan, shift: shift, blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1}, logger)
+	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1}, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
 	"github.com/gearboxlm/gearbox/parallel"
-	"github.com/gearboxlm/gearbox/policy"
 )
 
 // inspectResult is what inspect reports.
@@ -60,7 +59,7 @@ type rankBytes struct {
 	Coord            parallel.Coord `json:"coord"`
 	HeadChunk        int            `json:"head_chunk"`
 	WeightBytes      int64          `json:"weight_bytes"`
-	ShiftWeightBytes int64          `json:"shift_weight_bytes,omitempty"`
+	ShiftWeightBytes int64          `json:"shift_weight_bytes,omitempty"` // the policy's other placements' shards (Shift's separate model)
 	KVBytesPerToken  int64          `json:"kv_bytes_per_token"`
 }
 
@@ -112,12 +111,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	res.Plan, res.Policy = plan.String(), pol.String()
 	base := parallel.Standard(plan)
-	_, shift := pol.(policy.Shift)
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
 			WeightBytes: 4 * base.WeightElems(cfg, r), KVBytesPerToken: 4 * base.KVElemsPerToken(cfg, r)}
-		if shift {
-			rb.ShiftWeightBytes = 4 * parallel.ShiftLayout(plan).WeightElems(cfg, r)
+		for _, o := range pol.Placements()[1:] {
+			rb.ShiftWeightBytes += 4 * o.WeightElems(cfg, r)
 		}
 		res.Ranks = append(res.Ranks, rb)
 	}
@@ -171,7 +169,7 @@ func inspectGPU(dir string, dev *deviceFlags, spec runnerSpec) (*gpuInfo, error)
 	if err != nil {
 		return nil, err
 	}
-	spec.plan = parallel.Single
+	spec.placements = []parallel.Placement{parallel.Standard(parallel.Single)}
 	run, err := dev.newRunner(m, spec, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err

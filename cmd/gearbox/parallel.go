@@ -92,14 +92,14 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		if set["shift-threshold"] || set["shift-parallel-threshold"] {
 			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift (or --enable-shift-parallel)")
 		}
-		return plan, policy.Static{P: plan}, nil
+		return plan, policy.NewStatic(plan), nil
 	case "shift":
 		pol, err := policy.NewShift(plan, threshold)
 		if err != nil {
 			return plan, nil, fmt.Errorf("%w; for example --plan sp=%d", err, max(2, plan.TP))
 		}
-		if err := plan.Shift().Validate(cfg); err != nil {
-			return plan, nil, fmt.Errorf("shift plan %s: %w", plan.Shift(), err)
+		if shifted := pol.Shifted.Plan; shifted.Validate(cfg) != nil {
+			return plan, nil, fmt.Errorf("shift plan %s: %w", shifted, shifted.Validate(cfg))
 		}
 		return plan, pol, nil
 	}

@@ -134,10 +134,10 @@ func enumerate(cfg *model.Config, n, threshold int) []*candidate {
 				if p.Ranks() != n || p.Validate(cfg) != nil {
 					continue
 				}
-				out = append(out, &candidate{plan: p, pol: policy.Static{P: withDP(p, 1)}})
-				if sp > 1 && withDP(p, 1).Shift().Validate(cfg) == nil {
+				out = append(out, &candidate{plan: p, pol: policy.NewStatic(withDP(p, 1))})
+				if sp > 1 {
 					pol, err := policy.NewShift(withDP(p, 1), threshold)
-					if err == nil {
+					if err == nil && pol.Shifted.Plan.Validate(cfg) == nil {
 						out = append(out, &candidate{plan: p, pol: pol})
 					}
 				}

@@ -17,7 +17,6 @@ import (
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
-	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
 )
@@ -110,9 +109,8 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		}
 		maxLen = c.maxModelLen
 	}
-	_, shift := pol.(policy.Shift)
 	run, err := c.dev.newRunner(m, runnerSpec{
-		plan: plan, shift: shift, blockSize: c.blockSize, numBlocks: c.kvBlocks,
+		placements: pol.Placements(), blockSize: c.blockSize, numBlocks: c.kvBlocks,
 		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen,
 	}, logger)
 	if err != nil {

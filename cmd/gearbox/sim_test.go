@@ -43,7 +43,7 @@ func TestSimulateCLI(t *testing.T) {
 }
 
 // TestPlanRanksShiftAboveStatic: for an interactive SLO on a bursty-enough
-// load, Shift ranks above static TP and DP (issue 6's acceptance, on a
+// load, Shift ranks above static TP and DP (checked here on a
 // synthetic stand-in for the Azure code trace, whose file lives outside
 // the repository).
 func TestPlanRanksShiftAboveStatic(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/bench"
-	"github.com/gearboxlm/gearbox/calibrate"
+	"github.com/gearboxlm/gearbox/cmd/gearbox/internal/calibrate"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"

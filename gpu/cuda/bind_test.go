@@ -17,7 +17,6 @@ func TestSymbolTypes(t *testing.T) {
 		"driver": new(driverAPI).symbols(),
 		"nvrtc":  new(nvrtcAPI).symbols(),
 		"cublas": new(cublasAPI).symbols(),
-		"nccl":   new(ncclAPI).symbols(),
 	}
 	for lib, syms := range tables {
 		seen := map[string]bool{}

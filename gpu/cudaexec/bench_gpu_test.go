@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 )
@@ -104,23 +104,23 @@ func (e *Executor) copyBandwidth() (float64, error) {
 // prefillContext fills n sequences with ctx tokens each, in chunks that fit
 // the executor's step, and returns their decode batch (one token each at
 // position ctx).
-func prefillContext(b *testing.B, x *Executor, n, ctx int) *engine.Batch {
+func prefillContext(b *testing.B, x *Executor, n, ctx int) *forward.Batch {
 	b.Helper()
 	cfg := x.Config()
 	per := x.KVLayout().BlocksFor(ctx + 1)
 	if n*per > x.KVLayout().NumBlocks {
 		b.Skipf("KV pool of %d blocks holds fewer than %d sequences of %d tokens", x.KVLayout().NumBlocks, n, ctx)
 	}
-	dec := &engine.Batch{}
-	var pending engine.Batch
+	dec := &forward.Batch{}
+	var pending forward.Batch
 	budget := 0
 	flush := func() {
 		if len(pending.Seqs) > 0 {
-			if _, err := x.Step(context.Background(), &pending, x.Plan()); err != nil {
+			if _, err := x.Step(context.Background(), &pending, x.Placements()[0]); err != nil {
 				b.Fatal(err)
 			}
 		}
-		pending, budget = engine.Batch{}, 0
+		pending, budget = forward.Batch{}, 0
 	}
 	for i := 0; i < n; i++ {
 		blocks := make([]int, per)
@@ -131,9 +131,9 @@ func prefillContext(b *testing.B, x *Executor, n, ctx int) *engine.Batch {
 		if budget+ctx > x.opts.MaxNumTokens || len(pending.Seqs) == x.opts.MaxNumSeqs {
 			flush()
 		}
-		pending.Seqs = append(pending.Seqs, engine.SeqBatch{Tokens: toks[:ctx], Blocks: blocks})
+		pending.Seqs = append(pending.Seqs, forward.SeqBatch{Tokens: toks[:ctx], Blocks: blocks})
 		budget += ctx
-		dec.Seqs = append(dec.Seqs, engine.SeqBatch{Tokens: toks[ctx:], Pos: ctx, Blocks: blocks, NumLogits: 1})
+		dec.Seqs = append(dec.Seqs, forward.SeqBatch{Tokens: toks[ctx:], Pos: ctx, Blocks: blocks, NumLogits: 1})
 	}
 	flush()
 	return dec
@@ -153,14 +153,14 @@ func benchDecode(b *testing.B, env string) {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
 			dec := prefillContext(b, x, n, ctx)
 			for i := 0; i < 3; i++ { // capture the bucket's graph, warm up
-				if _, err := x.StepGreedy(context.Background(), dec, x.Plan()); err != nil {
+				if _, err := x.StepGreedy(context.Background(), dec, x.Placements()[0]); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
-				if _, err := x.StepGreedy(context.Background(), dec, x.Plan()); err != nil {
+				if _, err := x.StepGreedy(context.Background(), dec, x.Placements()[0]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -192,16 +192,16 @@ func BenchmarkPrefill1B(b *testing.B) {
 	for i := range blocks {
 		blocks[i] = i
 	}
-	batch := &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: fixture.Tokens(7, n, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}}
+	batch := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: fixture.Tokens(7, n, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}}
 	for i := 0; i < 2; i++ {
-		if _, err := x.Step(context.Background(), batch, x.Plan()); err != nil {
+		if _, err := x.Step(context.Background(), batch, x.Placements()[0]); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, err := x.Step(context.Background(), batch, x.Plan()); err != nil {
+		if _, err := x.Step(context.Background(), batch, x.Placements()[0]); err != nil {
 			b.Fatal(err)
 		}
 	}

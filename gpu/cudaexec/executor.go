@@ -12,6 +12,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/kvcache"
@@ -24,11 +25,13 @@ import (
 type Options struct {
 	Device int         // CUDA device ordinal
 	DType  model.DType // weights and activations; DTypeAuto resolves with Config.ResolveDType
-	// Plan is the base plan; its ranks share the one device. The zero value
-	// is one rank. DP is not supported.
-	Plan      parallel.Plan
-	Shift     bool // also hold the shift plan (full TP over SP·TP ranks)
-	BlockSize int  // KV block size in tokens; default 16
+	// Placements are the placements whose shards the executor holds, the
+	// KV cache laid out under the first; every other must share its KV
+	// slices (parallel.Placement.SharesKV). Their ranks share the one
+	// device. Empty means Plan's standard placement. DP is not supported.
+	Placements []parallel.Placement
+	Plan       parallel.Plan // shorthand when Placements is empty; the zero value is one rank
+	BlockSize  int           // KV block size in tokens; default 16
 	// NumBlocks is the KV block count; 0 sizes the pool from
 	// MemoryUtilization.
 	NumBlocks int
@@ -54,7 +57,7 @@ type Info struct {
 	KVBytes      int64 // all ranks
 	KVBlocks     int
 	KVTokens     int // KVBlocks · BlockSize
-	Buckets      gpu.Buckets
+	Buckets      Buckets
 	MaxNumTokens int
 }
 
@@ -83,8 +86,9 @@ type Executor struct {
 	dt   model.DType
 	s    cuda.Stream
 
-	base    parallel.Layout
-	layouts map[parallel.Plan]*devLayout
+	base    parallel.Placement    // the KV cache's placement
+	layouts map[string]*devLayout // by placement name
+	maxSP   int                   // the largest SP degree of the placements: the metadata's row tables
 	ranks   []*devRank
 	kv      kvcache.Layout // rank 0's; every rank has the same block count
 	cos     cuda.DevicePtr // float32 [maxModelLen, headDim/2]
@@ -94,7 +98,7 @@ type Executor struct {
 	work    cuda.DevicePtr // attention workspace, shared by the ranks
 	bwork   cuda.DevicePtr // cuBLAS workspace
 
-	buckets gpu.Buckets
+	buckets Buckets
 	graphs  map[graphKey]cuda.GraphExec
 	// graphStats is the collective traffic one replay of a graph stands
 	// for, counted when it was captured.
@@ -113,9 +117,9 @@ type Executor struct {
 
 var _ engine.GreedyRunner = (*Executor)(nil)
 
-// devLayout is one layout's device shards, by global rank.
+// devLayout is one placement's device shards, by global rank.
 type devLayout struct {
-	layout parallel.Layout
+	layout parallel.Placement
 	shards []*devShard
 }
 
@@ -167,8 +171,8 @@ type capacity struct {
 }
 
 type graphKey struct {
-	plan   parallel.Plan
-	bucket int
+	placement string
+	bucket    int
 }
 
 const blasWorkspace = 32 << 20 // set explicitly so graph capture works
@@ -190,32 +194,45 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	}
 	e := &Executor{
 		cfg: cfg, opts: opts, log: opts.Logger, ctx: dctx, dt: cfg.ResolveDType(opts.DType),
-		base: parallel.Standard(opts.Plan), layouts: map[parallel.Plan]*devLayout{},
+		base: opts.Placements[0], layouts: map[string]*devLayout{},
 		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, stats: comm.Stats{},
 		allocs: map[cuda.DevicePtr]bool{},
 	}
 	e.ops = cudaOps{e}
 	if !opts.EnforceEager {
-		e.buckets = gpu.VLLMBuckets(min(2*opts.MaxNumSeqs, gpu.DefaultMaxGraphBatch, opts.MaxNumTokens))
+		e.buckets = VLLMBuckets(min(2*opts.MaxNumSeqs, DefaultMaxGraphBatch, opts.MaxNumTokens))
 	}
 	if err := dctx.Do(func() error { return e.load(w, nv) }); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
-	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "plan", opts.Plan.String(),
+	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "placements", fmt.Sprint(opts.Placements),
 		"weights_gib", float64(e.info.WeightBytes)/(1<<30), "kv_blocks", e.info.KVBlocks,
 		"kv_tokens", e.info.KVTokens, "graph_buckets", len(e.buckets))
 	return e, nil
 }
 
 func fillDefaults(cfg *model.Config, o *Options) error {
-	if o.Plan == (parallel.Plan{}) {
-		o.Plan = parallel.Single
+	if len(o.Placements) == 0 {
+		if o.Plan == (parallel.Plan{}) {
+			o.Plan = parallel.Single
+		}
+		o.Placements = []parallel.Placement{parallel.Standard(o.Plan)}
 	}
-	if err := o.Plan.Validate(cfg); err != nil {
-		return err
-	}
-	if o.Plan.DP > 1 {
-		return fmt.Errorf("cudaexec: plan %s: data parallelism on one GPU is not supported (run one server per replica)", o.Plan)
+	names := map[string]bool{}
+	for _, p := range o.Placements {
+		if err := p.Plan.Validate(cfg); err != nil {
+			return err
+		}
+		if p.Plan.DP > 1 {
+			return fmt.Errorf("cudaexec: placement %s: data parallelism on one GPU is not supported (run one server per replica)", p)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("cudaexec: two placements are named %q", p.Name)
+		}
+		names[p.Name] = true
+		if first := o.Placements[0]; p.Name != first.Name && !p.SharesKV(cfg, first) {
+			return fmt.Errorf("cudaexec: placement %s does not share the KV slices of %s; KV transitions are not supported on the GPU yet", p, first)
+		}
 	}
 	if o.BlockSize == 0 {
 		o.BlockSize = 16
@@ -297,7 +314,7 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 	}
 	elem := int64(e.dt.Size())
 	var perBlock int64 // bytes of one block over every rank and layer, K and V
-	base := e.layouts[e.opts.Plan]
+	base := e.layouts[e.base.Name]
 	for r := range e.ranks {
 		sh := base.shards[r].spans
 		perBlock += 2 * int64(sh.Stage.Len()) * int64(sh.Chunk.KVHi-sh.Chunk.KVLo) * int64(e.opts.BlockSize) * int64(cfg.HeadDim) * elem
@@ -323,29 +340,17 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 	return nil
 }
 
-// loadShards cuts w into every rank's shard under the base plan and, with
-// Shift, its shift plan, and writes each with put.
+// loadShards cuts w into every rank's shard under each placement and
+// writes each with put.
 func (e *Executor) loadShards(w *model.Weights, put func(parts ...[]float32) cuda.DevicePtr) error {
 	cfg := e.cfg
-	layouts := []parallel.Layout{e.base}
-	if e.opts.Shift {
-		shift := e.opts.Plan.Shift()
-		if err := shift.Validate(cfg); err != nil {
-			return fmt.Errorf("shift plan of %s: %w", e.opts.Plan, err)
-		}
-		if sl := parallel.ShiftLayout(e.opts.Plan); shift != e.opts.Plan {
-			if !sl.KVCompatible(e.base) {
-				return fmt.Errorf("cudaexec: shift layout %s does not keep the KV layout of %s", sl, e.base)
-			}
-			layouts = append(layouts, sl)
-		}
-	}
-	for _, l := range layouts {
+	for _, l := range e.opts.Placements {
 		dl := &devLayout{layout: l}
 		for r := range l.Coords {
 			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(cfg, w, l, r), cfg.HeadDim, put))
 		}
-		e.layouts[l.Plan] = dl
+		e.layouts[l.Name] = dl
+		e.maxSP = max(e.maxSP, l.Plan.SP)
 	}
 	return nil
 }
@@ -365,7 +370,7 @@ func (e *Executor) prepare() error {
 // allocKV allocates every rank's KV cache of blocks blocks.
 func (e *Executor) allocKV(blocks int) error {
 	cfg, elem := e.cfg, int64(e.dt.Size())
-	base := e.layouts[e.opts.Plan]
+	base := e.layouts[e.base.Name]
 	var err error
 	for r, rk := range e.ranks {
 		sh := base.shards[r].spans
@@ -528,7 +533,7 @@ func (e *Executor) allocBuffers(c capacity) error {
 		return err
 	}
 	cfg, elem := e.cfg, int64(e.dt.Size())
-	sp := e.opts.Plan.SP
+	sp := e.maxSP
 	t := int64(c.tokens + sp) // SP pads the micro-batch to a multiple of SP
 	h, qd := int64(cfg.Hidden), int64(cfg.QDim())
 	wqkv, inter := int64(cfg.QDim()+2*cfg.KVDim()), int64(cfg.Intermediate)
@@ -627,19 +632,9 @@ func (e *Executor) Info() Info { return e.info }
 // Config implements engine.Runner.
 func (e *Executor) Config() *model.Config { return e.cfg }
 
-// Plan implements engine.Runner.
-func (e *Executor) Plan() parallel.Plan { return e.opts.Plan }
-
-// Plans implements engine.Runner: the base plan, then its shift.
-func (e *Executor) Plans() []parallel.Plan {
-	out := []parallel.Plan{e.opts.Plan}
-	for p := range e.layouts {
-		if p != e.opts.Plan {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// Placements implements engine.Runner: the placements held, the KV
+// cache's first.
+func (e *Executor) Placements() []parallel.Placement { return slices.Clone(e.opts.Placements) }
 
 // KVLayout implements engine.Runner.
 func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
@@ -652,11 +647,11 @@ func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
 // of the executor's dtype.
 func (e *Executor) CommStats() comm.Stats { return maps.Clone(e.stats) }
 
-// Step implements engine.Runner: it runs b under plan (the base plan or
-// its shift) and returns the requested logits, float32 [NumLogits, vocab],
+// Step implements engine.Runner: it runs b under placement p (one the
+// executor holds) and returns the requested logits, float32 [NumLogits, vocab],
 // valid until the next call.
-func (e *Executor) Step(ctx context.Context, b *engine.Batch, plan parallel.Plan) ([]float32, error) {
-	if err := e.run(ctx, b, plan, false); err != nil {
+func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error) {
+	if err := e.run(ctx, b, p, false); err != nil {
 		return nil, err
 	}
 	return e.out, nil
@@ -666,8 +661,8 @@ func (e *Executor) Step(ctx context.Context, b *engine.Batch, plan parallel.Plan
 // returns each logits row's argmax (the lowest id on ties), taken on the
 // device, so only the token ids cross to the host. Under TP the vocabulary
 // is split across ranks and the argmax is taken on the host instead.
-func (e *Executor) StepGreedy(ctx context.Context, b *engine.Batch, plan parallel.Plan) ([]int, error) {
-	if err := e.run(ctx, b, plan, true); err != nil {
+func (e *Executor) StepGreedy(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]int, error) {
+	if err := e.run(ctx, b, p, true); err != nil {
 		return nil, err
 	}
 	return e.tokens, nil
@@ -675,10 +670,10 @@ func (e *Executor) StepGreedy(ctx context.Context, b *engine.Batch, plan paralle
 
 // run validates b and runs it on the device thread; greedy fills e.tokens
 // instead of e.out.
-func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan, greedy bool) error {
-	dl, ok := e.layouts[plan]
+func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placement, greedy bool) error {
+	dl, ok := e.layouts[p.Name]
 	if !ok {
-		return fmt.Errorf("cudaexec: plan %s is not loaded (this executor holds %v)", plan, e.Plans())
+		return fmt.Errorf("cudaexec: placement %s is not held (this executor holds %v)", p, e.opts.Placements)
 	}
 	cfg := e.cfg
 	if err := b.Validate(cfg.Vocab, e.opts.MaxModelLen, e.kv.BlockSize, e.kv.NumBlocks, 1); err != nil {
@@ -689,7 +684,7 @@ func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan,
 	}
 	rows := b.NumLogits()
 	e.tokens = e.tokens[:0]
-	if greedy && plan.TP == 1 {
+	if greedy && p.Plan.TP == 1 {
 		e.tokens = slices.Grow(e.tokens, rows)[:rows]
 	} else {
 		if n := rows * cfg.Vocab; cap(e.out) < n {
@@ -697,15 +692,15 @@ func (e *Executor) run(ctx context.Context, b *engine.Batch, plan parallel.Plan,
 		}
 		e.out = e.out[:rows*cfg.Vocab]
 	}
-	if err := e.do(func() error { return e.step(dl, b, rows, greedy && plan.TP == 1) }); err != nil {
-		return fmt.Errorf("cudaexec: step under %s: %w", plan, err)
+	if err := e.do(func() error { return e.step(dl, b, rows, greedy && p.Plan.TP == 1) }); err != nil {
+		return fmt.Errorf("cudaexec: step under %s: %w", p, err)
 	}
-	if greedy && plan.TP > 1 {
+	if greedy && p.Plan.TP > 1 {
 		for i := 0; i < rows; i++ {
 			e.tokens = append(e.tokens, tensor.MaxIndex(e.out[i*cfg.Vocab:(i+1)*cfg.Vocab]))
 		}
 	}
-	e.steps[plan.String()]++
+	e.steps[p.Name]++
 	return nil
 }
 

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/internal/oracle"
@@ -152,9 +154,9 @@ func runScenarios(t *testing.T, x engine.Runner, ref *oracle.Model, c *checker) 
 		}
 		return s
 	}
-	step := func(b *engine.Batch) []float32 {
+	step := func(b *forward.Batch) []float32 {
 		t.Helper()
-		logits, err := x.Step(ctx, b, x.Plan())
+		logits, err := x.Step(ctx, b, x.Placements()[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,18 +164,18 @@ func runScenarios(t *testing.T, x engine.Runner, ref *oracle.Model, c *checker) 
 	}
 
 	one := newSeq(37, 1)
-	logits := step(&engine.Batch{Seqs: []engine.SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}})
+	logits := step(&forward.Batch{Seqs: []forward.SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}})
 	want := ref.Logits(one.tokens)
 	for p := range one.tokens {
 		c.row("single sequence", logits[p*cfg.Vocab:(p+1)*cfg.Vocab], want[p])
 	}
 
-	var b engine.Batch
+	var b forward.Batch
 	var seqs []*seq
 	for i, n := range []int{5, 1, 19, 8, 2} {
 		s := newSeq(n, 10+i)
 		seqs = append(seqs, s)
-		b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
 	}
 	logits = step(&b)
 	row := 0
@@ -187,12 +189,12 @@ func runScenarios(t *testing.T, x engine.Runner, ref *oracle.Model, c *checker) 
 
 	a, d := newSeq(48, 20), newSeq(48, 21)
 	for _, st := range []struct{ a, d int }{{7, 3}, {9, 1}, {1, 13}, {1, 1}, {11, 1}, {1, 8}, {1, 1}, {1, 1}, {1, 6}, {8, 1}, {1, 6}} {
-		var b engine.Batch
+		var b forward.Batch
 		for _, p := range []struct {
 			s *seq
 			n int
 		}{{a, st.a}, {d, st.d}} {
-			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: p.s.tokens[p.s.done : p.s.done+p.n], Pos: p.s.done, Blocks: p.s.blocks, NumLogits: 1})
+			b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: p.s.tokens[p.s.done : p.s.done+p.n], Pos: p.s.done, Blocks: p.s.blocks, NumLogits: 1})
 			p.s.done += p.n
 		}
 		logits := step(&b)
@@ -220,20 +222,20 @@ func TestGraphsMatchEager(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, n := range []int{1, 3, 5} {
-		var prefill, decode engine.Batch
+		var prefill, decode forward.Batch
 		for i := 0; i < n; i++ {
 			blocks := []int{16 * i, 16*i + 1, 16*i + 2, 16*i + 3}
 			toks := fixture.Tokens(100+i, 9+i, cfg.Vocab)
-			prefill.Seqs = append(prefill.Seqs, engine.SeqBatch{Tokens: toks, Blocks: blocks, NumLogits: 1})
-			decode.Seqs = append(decode.Seqs, engine.SeqBatch{Tokens: []int{toks[0]}, Pos: len(toks), Blocks: blocks, NumLogits: 1})
+			prefill.Seqs = append(prefill.Seqs, forward.SeqBatch{Tokens: toks, Blocks: blocks, NumLogits: 1})
+			decode.Seqs = append(decode.Seqs, forward.SeqBatch{Tokens: []int{toks[0]}, Pos: len(toks), Blocks: blocks, NumLogits: 1})
 		}
-		for _, b := range []*engine.Batch{&prefill, &decode, &decode} {
-			g, err := graphs.Step(ctx, b, graphs.Plan())
+		for _, b := range []*forward.Batch{&prefill, &decode, &decode} {
+			g, err := graphs.Step(ctx, b, graphs.Placements()[0])
 			if err != nil {
 				t.Fatal(err)
 			}
 			g = slices.Clone(g)
-			e, err := eager.Step(ctx, b, eager.Plan())
+			e, err := eager.Step(ctx, b, eager.Placements()[0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +279,7 @@ func TestStoriesGreedy(t *testing.T) {
 	}
 	pool := tensor.NewPool(0)
 	defer pool.Close()
-	cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Pool: pool})
+	cpu, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +315,7 @@ func TestPlansMatchOracle(t *testing.T) {
 					t.Fatal(err)
 				}
 				x := newExec(t, m.Config, m.Weights, Options{Plan: plan, DType: model.Float32, BlockSize: 4, NumBlocks: 256, MaxNumTokens: 64, MaxNumSeqs: 8})
-				scenariosLikeCPU(t, x, m, ref, plan)
+				scenariosLikeCPU(t, x, m, ref, parallel.Standard(plan))
 			})
 		}
 	}
@@ -330,7 +332,7 @@ func TestShiftSwitching(t *testing.T) {
 		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
 			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 3, Seed: uint64(50 + kv)})
 			base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
-			x := newExec(t, m.Config, m.Weights, Options{Plan: base, Shift: true, DType: model.Float32, BlockSize: 4, NumBlocks: 128, MaxNumSeqs: 4})
+			x := newExec(t, m.Config, m.Weights, Options{Placements: shiftPlacements(base), DType: model.Float32, BlockSize: 4, NumBlocks: 128, MaxNumSeqs: 4})
 			switchPlans(t, x, m, ref, base, kv)
 		})
 	}
@@ -342,7 +344,7 @@ func TestShiftSwitching(t *testing.T) {
 // equal cpu's.
 func switchPlans(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, base parallel.Plan, seed int) {
 	t.Helper()
-	cpu := cpuExecutor(t, m, base, true, x.KVLayout().NumBlocks)
+	cpu := cpuExecutor(t, m, shiftPlacements(base), x.KVLayout().NumBlocks)
 	vocab := x.Config().Vocab
 	prompt := fixture.Tokens(5, 13, vocab)
 	want := ref.Greedy(prompt, 48)
@@ -353,12 +355,12 @@ func switchPlans(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, b
 	rng := uint64(seed)
 	tokens := slices.Clone(prompt)
 	for i := 0; i <= len(want)-1; i++ {
-		b := &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokens[len(tokens)-1:], Pos: len(tokens) - 1, Blocks: blocks, NumLogits: 1}}}
-		plan := base
+		b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[len(tokens)-1:], Pos: len(tokens) - 1, Blocks: blocks, NumLogits: 1}}}
+		plan := parallel.Standard(base)
 		if i == 0 {
 			b.Seqs[0].Tokens, b.Seqs[0].Pos = tokens, 0
 		} else if rng = rng*6364136223846793005 + 1442695040888963407; rng>>63 == 1 {
-			plan = base.Shift()
+			plan = parallel.ShiftPlacement(base)
 		}
 		got, err := x.Step(context.Background(), b, plan)
 		if err != nil {
@@ -373,7 +375,7 @@ func switchPlans(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, b
 		}
 		tokens = append(tokens, next)
 	}
-	if x.PlanSteps()[base.Shift().String()] == 0 || x.PlanSteps()[base.String()] < 2 {
+	if x.PlanSteps()[parallel.ShiftPlacement(base).Name] == 0 || x.PlanSteps()[base.String()] < 2 {
 		t.Fatalf("plans run: %v; want both", x.PlanSteps())
 	}
 	if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
@@ -381,14 +383,18 @@ func switchPlans(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, b
 	}
 }
 
-// cpuExecutor is the CPU executor of plan (and its shift) with x's KV
-// geometry and one micro-batch, whose traffic the CUDA executor's must
-// equal.
-func cpuExecutor(t *testing.T, m *model.Model, plan parallel.Plan, shift bool, blocks int) *engine.Executor {
+// shiftPlacements are a base plan's placement and its shift placement.
+func shiftPlacements(base parallel.Plan) []parallel.Placement {
+	return []parallel.Placement{parallel.Standard(base), parallel.ShiftPlacement(base)}
+}
+
+// cpuExecutor is the CPU executor of the placements with x's KV geometry
+// and one micro-batch, whose traffic the CUDA executor's must equal.
+func cpuExecutor(t *testing.T, m *model.Model, placements []parallel.Placement, blocks int) *cpuexec.Executor {
 	t.Helper()
 	pool := tensor.NewPool(2)
 	t.Cleanup(pool.Close)
-	cpu, err := engine.NewExecutor(m.Config, m.Weights, engine.ExecutorOptions{Plan: plan, Shift: shift, BlockSize: 4, NumBlocks: blocks, MicroBatches: 1, Pool: pool})
+	cpu, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: placements, BlockSize: 4, NumBlocks: blocks, MicroBatches: 1, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,12 +402,12 @@ func cpuExecutor(t *testing.T, m *model.Model, plan parallel.Plan, shift bool, b
 }
 
 // scenariosLikeCPU runs the foundation scenarios on x and on the CPU
-// executor under plan, both against the oracle in float32, and checks that
-// x's collective traffic equals the CPU's.
-func scenariosLikeCPU(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, plan parallel.Plan) {
+// executor under placement p, both against the oracle in float32, and
+// checks that x's collective traffic equals the CPU's.
+func scenariosLikeCPU(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, p parallel.Placement) {
 	t.Helper()
 	runScenarios(t, x, ref, &checker{t: t, dt: model.Float32})
-	cpu := cpuExecutor(t, m, plan, false, x.KVLayout().NumBlocks)
+	cpu := cpuExecutor(t, m, []parallel.Placement{p}, x.KVLayout().NumBlocks)
 	runScenarios(t, cpu, ref, &checker{t: t, dt: model.Float32})
 	if got, want := x.CommStats(), cpu.CommStats(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("collective traffic differs from the CPU executor's:\nexecutor %v\nCPU      %v", got, want)
@@ -425,12 +431,12 @@ func TestStepGreedy(t *testing.T) {
 	m, _ := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: 2, Seed: 61})
 	for _, plan := range []parallel.Plan{parallel.Single, {DP: 1, PP: 1, SP: 1, TP: 2}, {DP: 1, PP: 1, SP: 2, TP: 1}} {
 		x := newExec(t, m.Config, m.Weights, Options{Plan: plan, DType: model.BFloat16, BlockSize: 4, NumBlocks: 128, MaxNumSeqs: 8})
-		var b engine.Batch
+		var b forward.Batch
 		for i := 0; i < 5; i++ {
 			blocks := []int{8 * i, 8*i + 1, 8*i + 2, 8*i + 3, 8*i + 4}
-			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: fixture.Tokens(70+i, 3+4*i, m.Config.Vocab), Blocks: blocks, NumLogits: 1 + i%2})
+			b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: fixture.Tokens(70+i, 3+4*i, m.Config.Vocab), Blocks: blocks, NumLogits: 1 + i%2})
 		}
-		logits, err := x.Step(context.Background(), &b, plan)
+		logits, err := x.Step(context.Background(), &b, parallel.Standard(plan))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +444,7 @@ func TestStepGreedy(t *testing.T) {
 		for i := 0; i < b.NumLogits(); i++ {
 			want = append(want, argmax(logits[i*m.Config.Vocab:(i+1)*m.Config.Vocab]))
 		}
-		got, err := x.StepGreedy(context.Background(), &b, plan)
+		got, err := x.StepGreedy(context.Background(), &b, parallel.Standard(plan))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -55,7 +55,7 @@ type rowOut [][]int
 
 // step runs on the device thread. With argmax, each logits row's argmax
 // goes to e.tokens instead of the row to e.out.
-func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) error {
+func (e *Executor) step(dl *devLayout, b *forward.Batch, rows int, argmax bool) error {
 	n, seqs := b.NumTokens(), len(b.Seqs)
 	if n > e.cap.tokens || seqs > e.cap.seqs || rows > e.cap.logitRows {
 		c := e.cap
@@ -65,7 +65,7 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 		}
 	}
 	sp := dl.layout.Plan.SP
-	lay := newMetaLayout(e.cap, e.opts.Plan.SP)
+	lay := newMetaLayout(e.cap, e.maxSP)
 	sh := stepShape{tokens: n, seqs: seqs, logitRows: rows}
 	for i, s := range b.Seqs {
 		if len(s.Tokens) == 1 && sh.decodes == i {
@@ -91,7 +91,7 @@ func (e *Executor) step(dl *devLayout, b *engine.Batch, rows int, argmax bool) e
 		return err
 	}
 	if graph {
-		key := graphKey{plan: dl.layout.Plan, bucket: bucket}
+		key := graphKey{placement: dl.layout.Name, bucket: bucket}
 		g, ok := e.graphs[key]
 		if !ok {
 			var err error
@@ -155,7 +155,7 @@ func (e *Executor) readArgmax(dl *devLayout, sh stepShape, out rowOut) error {
 // where each SP member's logits rows go in the output. Padding tokens (up
 // to a multiple of SP, and the idle sequences of a graph bucket) get token
 // 0 at position 0 and no cache slot (slot −1), so they write nothing.
-func (e *Executor) uploadMeta(b *engine.Batch, lay metaLayout, sh *stepShape, sp int) rowOut {
+func (e *Executor) uploadMeta(b *forward.Batch, lay metaLayout, sh *stepShape, sp int) rowOut {
 	used := lay.tables + sh.seqs*sh.stride // the rest of the buffer is not read this step
 	if cap(e.host) < used {
 		e.host = make([]int32, used)
@@ -226,7 +226,7 @@ func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.Gr
 	if err != nil {
 		return 0, fmt.Errorf("instantiate graph for batch %d: %w", sh.seqs, err)
 	}
-	key := graphKey{plan: dl.layout.Plan, bucket: sh.seqs}
+	key := graphKey{placement: dl.layout.Name, bucket: sh.seqs}
 	e.graphs[key] = exec
 	if e.graphStats == nil {
 		e.graphStats = map[graphKey]comm.Stats{}
@@ -248,17 +248,18 @@ func (e *Executor) graphShape(bucket, sp int) stepShape {
 // device and writes no KV. It is a no-op with EnforceEager.
 func (e *Executor) CaptureGraphs() error {
 	return e.ctx.Do(func() error {
-		lay := newMetaLayout(e.cap, e.opts.Plan.SP)
-		for plan, dl := range e.layouts {
+		lay := newMetaLayout(e.cap, e.maxSP)
+		for name, dl := range e.layouts {
+			plan := dl.layout.Plan
 			for _, bucket := range e.buckets {
 				if bucket > e.cap.seqs || bucket > e.cap.logitRows || bucket > e.cap.tokens {
 					break
 				}
-				if _, ok := e.graphs[graphKey{plan: plan, bucket: bucket}]; ok {
+				if _, ok := e.graphs[graphKey{placement: name, bucket: bucket}]; ok {
 					continue
 				}
 				sh := e.graphShape(bucket, plan.SP)
-				e.uploadMeta(&engine.Batch{}, lay, &sh, plan.SP) // fills sh.rows; the tables are not copied
+				e.uploadMeta(&forward.Batch{}, lay, &sh, plan.SP) // fills sh.rows; the tables are not copied
 				if _, err := e.capture(dl, sh, lay); err != nil {
 					return err
 				}
@@ -497,7 +498,7 @@ func cudaType(d model.DType) cuda.DataType {
 // allReduce sums buf(rank) over each TP group among ranks, n elements of
 // elemBytes each, with kern's Add: member 0 accumulates the others, then
 // its sum is copied back to them.
-func (e *Executor) allReduce(l parallel.Layout, ranks []int, buf func(*devRank) cuda.DevicePtr, n int, kern *Kernels, elemBytes int) error {
+func (e *Executor) allReduce(l parallel.Placement, ranks []int, buf func(*devRank) cuda.DevicePtr, n int, kern *Kernels, elemBytes int) error {
 	if l.Plan.TP == 1 {
 		return nil
 	}
@@ -608,7 +609,7 @@ func (e *Executor) countAllToAll(label string, g parallel.Group, per int) {
 
 // countSendRecv counts a pipeline hand-off of n float32 residual elements
 // from rank r to rank next, in the group of r's pipeline peers.
-func (e *Executor) countSendRecv(l parallel.Layout, r, next, n int) {
+func (e *Executor) countSendRecv(l parallel.Placement, r, next, n int) {
 	var peers parallel.Group
 	for s := 0; s < l.Plan.PP; s++ {
 		peers = append(peers, l.Peer(r, s))

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
@@ -18,7 +18,7 @@ import (
 // each logits row and where it goes in the output.
 func TestUploadMeta(t *testing.T) {
 	e := &Executor{kv: kvcache.Layout{BlockSize: 4, NumBlocks: 16}, cap: capacity{tokens: 16, seqs: 8, logitRows: 8, maxBlocks: 4}}
-	b := &engine.Batch{Seqs: []engine.SeqBatch{
+	b := &forward.Batch{Seqs: []forward.SeqBatch{
 		{Tokens: []int{11, 12, 13, 14, 15}, Pos: 3, Blocks: []int{7, 2, 9}, NumLogits: 1},
 		{Tokens: []int{21}, Pos: 10, Blocks: []int{1, 4, 6}, NumLogits: 1},
 		{Tokens: []int{31, 32, 33}, Blocks: []int{5}, NumLogits: 3},
@@ -71,9 +71,9 @@ func TestUploadMeta(t *testing.T) {
 // goes nowhere, and the block tables use the capacity's fixed stride.
 func TestUploadMetaGraphPadding(t *testing.T) {
 	e := &Executor{kv: kvcache.Layout{BlockSize: 4, NumBlocks: 16}, cap: capacity{tokens: 16, seqs: 8, logitRows: 8, maxBlocks: 4}}
-	var b engine.Batch
+	var b forward.Batch
 	for i := 0; i < 3; i++ {
-		b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{40 + i}, Pos: 4 + i, Blocks: []int{2 * i, 2*i + 1}, NumLogits: 1})
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: []int{40 + i}, Pos: 4 + i, Blocks: []int{2 * i, 2*i + 1}, NumLogits: 1})
 	}
 	lay := newMetaLayout(e.cap, 1)
 	sh := e.graphShape(4, 1)

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
@@ -246,15 +246,15 @@ func hostKernels(h *hostMemory) *Kernels {
 
 // newHostExecutor builds an executor over the emulated device, in float32,
 // with blocks KV blocks of 4 tokens.
-func newHostExecutor(t *testing.T, cfg *model.Config, w *model.Weights, plan parallel.Plan, shift bool, blocks int) *Executor {
+func newHostExecutor(t *testing.T, cfg *model.Config, w *model.Weights, placements []parallel.Placement, blocks int) *Executor {
 	t.Helper()
 	h := &hostMemory{}
 	k := hostKernels(h)
 	e := &Executor{
 		cfg: cfg, dt: model.Float32, k: k, k32: k, ops: hostOps{h},
-		opts:    Options{Plan: plan, Shift: shift, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true},
-		base:    parallel.Standard(plan),
-		layouts: map[parallel.Plan]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
+		opts:    Options{Placements: placements, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true},
+		base:    placements[0],
+		layouts: map[string]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
 		stats: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
 	}
 	if err := fillDefaults(cfg, &e.opts); err != nil {
@@ -301,7 +301,8 @@ func TestStepOnHost(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				scenariosLikeCPU(t, newHostExecutor(t, m.Config, m.Weights, plan, false, 256), m, ref, plan)
+				p := parallel.Standard(plan)
+				scenariosLikeCPU(t, newHostExecutor(t, m.Config, m.Weights, []parallel.Placement{p}, 256), m, ref, p)
 			})
 		}
 	}
@@ -315,7 +316,24 @@ func TestShiftOnHost(t *testing.T) {
 		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
 			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 3, Seed: uint64(90 + kv)})
 			base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
-			switchPlans(t, newHostExecutor(t, m.Config, m.Weights, base, true, 128), m, ref, base, kv)
+			switchPlans(t, newHostExecutor(t, m.Config, m.Weights, shiftPlacements(base), 128), m, ref, base, kv)
+		})
+	}
+}
+
+// TestToyPlacementOnHost runs the foundation scenarios on the emulated
+// device under a placement the rank program was not written for —
+// pp=2,tp=2 with the stages on the ranks in reverse order — against the
+// oracle and the CPU executor's traffic.
+func TestToyPlacementOnHost(t *testing.T) {
+	toy, err := fixture.ReversedStages(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []int{4, 1} {
+		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
+			m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: kv, Layers: 4, Seed: uint64(120 + kv)})
+			scenariosLikeCPU(t, newHostExecutor(t, m.Config, m.Weights, []parallel.Placement{toy}, 256), m, ref, toy)
 		})
 	}
 }
@@ -330,12 +348,12 @@ func TestStepGreedyOnHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := newHostExecutor(t, m.Config, m.Weights, plan, false, 64)
-		var b engine.Batch
+		x := newHostExecutor(t, m.Config, m.Weights, []parallel.Placement{parallel.Standard(plan)}, 64)
+		var b forward.Batch
 		for i := 0; i < 4; i++ {
-			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: fixture.Tokens(60+i, 2+3*i, vocab), Blocks: []int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, NumLogits: 1 + i%2})
+			b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: fixture.Tokens(60+i, 2+3*i, vocab), Blocks: []int{4 * i, 4*i + 1, 4*i + 2, 4*i + 3}, NumLogits: 1 + i%2})
 		}
-		logits, err := x.Step(context.Background(), &b, plan)
+		logits, err := x.Step(context.Background(), &b, parallel.Standard(plan))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +361,7 @@ func TestStepGreedyOnHost(t *testing.T) {
 		for i := 0; i < b.NumLogits(); i++ {
 			want = append(want, tensor.MaxIndex(logits[i*vocab:(i+1)*vocab]))
 		}
-		got, err := x.StepGreedy(context.Background(), &b, plan)
+		got, err := x.StepGreedy(context.Background(), &b, parallel.Standard(plan))
 		if err != nil {
 			t.Fatal(err)
 		}

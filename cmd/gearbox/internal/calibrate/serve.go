@@ -109,7 +109,7 @@ const servedName = "calibrate-validation"
 // ValidateServe serves opts' workload for real and in simulation and
 // returns both reports. For real: gearbox serve's stack in this process
 // (an executor from opts.Runners under the single plan, by default
-// engine.Executor with a kernel pool of opts.Threads; engine.Engine with
+// cpuexec.Executor with a kernel pool of opts.Threads; engine.Engine with
 // the scheduler limits; server.Server on a loopback port) driven by the
 // load generator of gearbox bench serve (bench.Run, streaming
 // completions, ignore_eos). Simulated: sim.Run with the cost model of p

@@ -1,4 +1,4 @@
-package engine
+package cpuexec
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -16,12 +17,12 @@ import (
 
 // prefillStep is one sequence of n tokens with no logits, so only the
 // layers' collectives (and the embedding's) move data.
-func prefillStep(n, vocab int) Batch {
+func prefillStep(n, vocab int) forward.Batch {
 	blocks := make([]int, (n+3)/4)
 	for i := range blocks {
 		blocks[i] = i
 	}
-	return Batch{Seqs: []SeqBatch{{Tokens: fixture.Tokens(5, n, vocab), Blocks: blocks}}}
+	return forward.Batch{Seqs: []forward.SeqBatch{{Tokens: fixture.Tokens(5, n, vocab), Blocks: blocks}}}
 }
 
 // TestCommVolume holds the bytes the executor's collectives count to the
@@ -44,12 +45,12 @@ func TestCommVolume(t *testing.T) {
 	perRank := map[string]float64{}
 	for _, ps := range []string{"tp=8", "sp=8", "sp=4,tp=2", "sp=2,tp=4"} {
 		plan, _ := parallel.Parse(ps)
-		e, err := NewExecutor(c, m.Weights, ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 32})
+		e, err := NewExecutor(c, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 32})
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := prefillStep(n, c.Vocab)
-		if _, err := e.Step(context.Background(), &b, plan); err != nil {
+		if _, err := e.Step(context.Background(), &b, parallel.Standard(plan)); err != nil {
 			t.Fatal(err)
 		}
 		s, tp := float64(plan.SP), float64(plan.TP)
@@ -89,7 +90,7 @@ func TestRankFailureAndCancel(t *testing.T) {
 	defer pool.Close()
 	m := loadParallelFixture(t, 2)
 	plan := parallel.Plan{DP: 1, PP: 2, SP: 2, TP: 2}
-	e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 64, Pool: pool})
+	e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestRankFailureAndCancel(t *testing.T) {
 	}
 	b := prefillStep(40, m.Config.Vocab)
 	start := time.Now()
-	_, err = e.Step(context.Background(), &b, plan)
+	_, err = e.Step(context.Background(), &b, parallel.Standard(plan))
 	if !errors.Is(err, boom) {
 		t.Fatalf("failed rank: err = %v, want %v", err, boom)
 	}
@@ -124,7 +125,7 @@ func TestRankFailureAndCancel(t *testing.T) {
 	}
 	b = prefillStep(40, m.Config.Vocab)
 	start = time.Now()
-	_, err = e.Step(ctx, &b, plan)
+	_, err = e.Step(ctx, &b, parallel.Standard(plan))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled step: err = %v", err)
 	}
@@ -134,18 +135,18 @@ func TestRankFailureAndCancel(t *testing.T) {
 
 	// The executor recovers: a new world, correct logits.
 	e.fault = nil
-	single, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 64, Pool: pool})
+	single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b = prefillStep(40, m.Config.Vocab)
 	b.Seqs[0].NumLogits = 3
-	got, err := e.Step(context.Background(), &b, plan)
+	got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got = append([]float32(nil), got...)
-	want, err := single.Step(context.Background(), &b, parallel.Single)
+	want, err := single.Step(context.Background(), &b, parallel.Standard(parallel.Single))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestWeightMemoryPerRank(t *testing.T) {
 	}
 	for _, tp := range []int{1, 2, 4} {
 		plan := parallel.Plan{DP: 1, PP: 1, SP: 1, TP: tp}
-		e, err := NewExecutor(c, m.Weights, ExecutorOptions{Plan: plan, NumBlocks: 4})
+		e, err := NewExecutor(c, m.Weights, Options{Plan: plan, NumBlocks: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +194,7 @@ func TestWeightMemoryPerRank(t *testing.T) {
 	// Shift's separate-model approach: the shift shard adds 1/SP of the
 	// base's split weights (paper 000, eq. 1).
 	base := parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 2}
-	e, err := NewExecutor(c, m.Weights, ExecutorOptions{Plan: base, Shift: true, NumBlocks: 4})
+	e, err := NewExecutor(c, m.Weights, Options{Placements: []parallel.Placement{parallel.Standard(base), parallel.ShiftPlacement(base)}, NumBlocks: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,12 +213,12 @@ func TestShardBytesMatchPlanMath(t *testing.T) {
 		m := loadParallelFixture(t, kv)
 		for _, ps := range append(equivalencePlans, "pp=3", "pp=3,tp=2") {
 			plan, _ := parallel.Parse(ps)
-			e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: plan, NumBlocks: 2})
+			e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, NumBlocks: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
 			l := parallel.Standard(plan)
-			for r, got := range e.LayoutWeightBytes(plan) {
+			for r, got := range e.PlacementWeightBytes(plan.String()) {
 				if want := 4 * l.WeightElems(m.Config, r); got != want {
 					t.Fatalf("kv=%d %s rank %d: shard holds %d bytes, plan math says %d", kv, ps, r, got, want)
 				}

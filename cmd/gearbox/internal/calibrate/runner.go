@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
 	"github.com/gearboxlm/gearbox/model"
@@ -32,11 +34,11 @@ type RunnerSpec struct {
 // done with the runner.
 type Runners func(cfg *model.Config, w *model.Weights, spec RunnerSpec) (r engine.Runner, release func() error, err error)
 
-// CPURunners builds the CPU engine's executors (engine.Executor) with
+// CPURunners builds the CPU engine's executors (cpuexec.Executor) with
 // kernels on pool, in float32.
 func CPURunners(pool *tensor.Pool) Runners {
 	return func(cfg *model.Config, w *model.Weights, spec RunnerSpec) (engine.Runner, func() error, error) {
-		x, err := engine.NewExecutor(cfg, w, engine.ExecutorOptions{Plan: spec.Plan, BlockSize: spec.BlockSize, NumBlocks: spec.NumBlocks, Pool: pool})
+		x, err := cpuexec.NewExecutor(cfg, w, cpuexec.Options{Plan: spec.Plan, BlockSize: spec.BlockSize, NumBlocks: spec.NumBlocks, Pool: pool})
 		if err != nil {
 			return nil, nil, fmt.Errorf("calibrate: %w", err)
 		}
@@ -69,9 +71,9 @@ func GPURunners(device int, cache *gpu.KernelCache) Runners {
 
 // timeStep is the wall-clock seconds of one step of b under plan (Step
 // returns when the device has finished it).
-func timeStep(ctx context.Context, r engine.Runner, b *engine.Batch, plan parallel.Plan) (float64, error) {
+func timeStep(ctx context.Context, r engine.Runner, b *forward.Batch, plan parallel.Plan) (float64, error) {
 	start := time.Now()
-	if _, err := r.Step(ctx, b, plan); err != nil {
+	if _, err := r.Step(ctx, b, parallel.Standard(plan)); err != nil {
 		return 0, fmt.Errorf("calibrate: step under %s: %w", plan, err)
 	}
 	return time.Since(start).Seconds(), nil

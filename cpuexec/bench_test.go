@@ -1,4 +1,4 @@
-package engine
+package cpuexec
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/tensor"
@@ -114,25 +115,25 @@ func BenchmarkDecode1B(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			const ctxLen = 512
 			per := (ctxLen + 16 + 15) / 16
-			r, err := NewExecutor(cfg, w, ExecutorOptions{BlockSize: 16, NumBlocks: batch * per, Pool: pool})
+			r, err := NewExecutor(cfg, w, Options{BlockSize: 16, NumBlocks: batch * per, Pool: pool})
 			if err != nil {
 				b.Fatal(err)
 			}
-			step := Batch{Seqs: make([]SeqBatch, batch)}
+			step := forward.Batch{Seqs: make([]forward.SeqBatch, batch)}
 			for i := range step.Seqs {
 				blocks := make([]int, per)
 				for j := range blocks {
 					blocks[j] = i*per + j
 				}
-				step.Seqs[i] = SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
+				step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
 			}
 			ctx := context.Background()
-			if _, err := r.Step(ctx, &step, r.Plan()); err != nil {
+			if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := r.Step(ctx, &step, r.Plan()); err != nil {
+				if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -152,7 +153,7 @@ func BenchmarkPrefill1B(b *testing.B) {
 	defer pool.Close()
 	cfg, w := load1B(b, pool)
 	const n = 512
-	r, err := NewExecutor(cfg, w, ExecutorOptions{BlockSize: 16, NumBlocks: n / 16, Pool: pool})
+	r, err := NewExecutor(cfg, w, Options{BlockSize: 16, NumBlocks: n / 16, Pool: pool})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,10 +162,10 @@ func BenchmarkPrefill1B(b *testing.B) {
 		blocks[i] = i
 	}
 	tokens := fixture.Tokens(1, n, cfg.Vocab)
-	step := Batch{Seqs: []SeqBatch{{Tokens: tokens, Blocks: blocks, NumLogits: 1}}}
+	step := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens, Blocks: blocks, NumLogits: 1}}}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Step(context.Background(), &step, r.Plan()); err != nil {
+		if _, err := r.Step(context.Background(), &step, r.KVPlacement()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,17 +1,18 @@
-package engine
+package cpuexec
 
 import (
 	"context"
 	"math"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/internal/oracle"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
-	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
 // fixtureSpecs covers the architectures and storage formats the loader
@@ -70,7 +71,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 		t.Run(fx.Name, func(t *testing.T) {
 			l := load(t, fx.Spec)
 			cfg := l.m.Config
-			r, err := NewExecutor(cfg, l.m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 256, Pool: pool})
+			r, err := NewExecutor(cfg, l.m.Weights, Options{BlockSize: 4, NumBlocks: 256, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +88,7 @@ func TestLogitsMatchOracle(t *testing.T) {
 
 			// One sequence, all positions.
 			one := newSeq(37, 1)
-			logits, err := r.Step(ctx, &Batch{Seqs: []SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}}, r.Plan())
+			logits, err := r.Step(ctx, &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: one.tokens, Blocks: one.blocks, NumLogits: len(one.tokens)}}}, r.KVPlacement())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,14 +99,14 @@ func TestLogitsMatchOracle(t *testing.T) {
 
 			// Varlen batch of fresh sequences.
 			lens := []int{5, 1, 19, 8, 2}
-			var b Batch
+			var b forward.Batch
 			var seqs []*seqState
 			for i, n := range lens {
 				s := newSeq(n, 10+i)
 				seqs = append(seqs, s)
-				b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
+				b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
 			}
-			logits, err = r.Step(ctx, &b, r.Plan())
+			logits, err = r.Step(ctx, &b, r.KVPlacement())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,16 +123,16 @@ func TestLogitsMatchOracle(t *testing.T) {
 			a, c := newSeq(48, 20), newSeq(48, 21)
 			steps := []struct{ a, c int }{{7, 3}, {9, 1}, {1, 13}, {1, 1}, {11, 1}, {1, 8}, {1, 1}, {1, 1}, {1, 6}, {8, 1}, {1, 6}}
 			for _, st := range steps {
-				b := Batch{}
+				b := forward.Batch{}
 				for _, pair := range []struct {
 					s *seqState
 					n int
 				}{{a, st.a}, {c, st.c}} {
 					s := pair.s
-					b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens[s.done : s.done+pair.n], Pos: s.done, Blocks: s.blocks, NumLogits: 1})
+					b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done : s.done+pair.n], Pos: s.done, Blocks: s.blocks, NumLogits: 1})
 					s.done += pair.n
 				}
-				logits, err := r.Step(ctx, &b, r.Plan())
+				logits, err := r.Step(ctx, &b, r.KVPlacement())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -153,13 +154,17 @@ func TestGreedyMatchesOracle(t *testing.T) {
 	for _, fx := range fixtureSpecs {
 		t.Run(fx.Name, func(t *testing.T) {
 			l := load(t, fx.Spec)
-			r, err := NewExecutor(l.m.Config, l.m.Weights, ExecutorOptions{BlockSize: 8, Pool: pool})
+			r, err := NewExecutor(l.m.Config, l.m.Weights, Options{BlockSize: 8, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := startEngine(t, r, l.m.Tokenizer, nil, sched.Config{MaxNumBatchedTokens: 5})
+			g, err := engine.NewEngine(engine.Options{Exec: r, Tokenizer: l.m.Tokenizer, Sched: sched.Config{MaxNumBatchedTokens: 5}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Start()()
 			prompt := fixture.Tokens(99, 11, l.m.Config.Vocab)
-			req := Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
+			req := engine.Request{Prompt: prompt, MaxTokens: 64, Sampling: sample.Params{Temperature: 0, Logprobs: -1}, IgnoreEOS: true}
 			out, err := g.Generate(context.Background(), req, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -179,24 +184,4 @@ func TestGreedyMatchesOracle(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startEngine runs an engine loop over exec until the test ends.
-func startEngine(t testing.TB, exec *Executor, tok *tokenizer.Tokenizer, eos []int, cfg sched.Config) *Engine {
-	t.Helper()
-	e, err := NewEngine(Options{Exec: exec, Tokenizer: tok, EOS: eos, Sched: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = e.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return e
 }

@@ -1,4 +1,4 @@
-package engine
+package cpuexec
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -66,11 +67,11 @@ func newScenario(vocab, replicas, blocksPerSeq int) *scenario {
 }
 
 // batch builds step i; NumLogits covers every token of the step.
-func (sc *scenario) batch(i, replicas int) Batch {
-	var b Batch
+func (sc *scenario) batch(i, replicas int) forward.Batch {
+	var b forward.Batch
 	for _, st := range sc.steps[i] {
 		s := sc.seqs[st.seq]
-		b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens[s.done : s.done+st.n], Pos: s.done, Blocks: s.blocks, NumLogits: st.n, Replica: st.seq % replicas})
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done : s.done+st.n], Pos: s.done, Blocks: s.blocks, NumLogits: st.n, Replica: st.seq % replicas})
 	}
 	return b
 }
@@ -102,7 +103,7 @@ func TestPlanEquivalence(t *testing.T) {
 	defer pool.Close()
 	for _, kv := range []int{4, 2, 1} {
 		m := loadParallelFixture(t, kv)
-		single, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 200, Pool: pool})
+		single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 200, Pool: pool})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func TestPlanEquivalence(t *testing.T) {
 		var want [][]float32
 		for i := range ref.steps {
 			b := ref.batch(i, 1)
-			logits, err := single.Step(context.Background(), &b, parallel.Single)
+			logits, err := single.Step(context.Background(), &b, parallel.Standard(parallel.Single))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,14 +124,14 @@ func TestPlanEquivalence(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 200, Pool: pool})
+				e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 200, Pool: pool})
 				if err != nil {
 					t.Fatal(err)
 				}
 				sc := newScenario(m.Config.Vocab, plan.DP, 16)
 				for i := range sc.steps {
 					b := sc.batch(i, plan.DP)
-					got, err := e.Step(context.Background(), &b, plan)
+					got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -144,9 +145,9 @@ func TestPlanEquivalence(t *testing.T) {
 
 // greedyRun decodes every sequence of a 3-sequence batch greedily for n
 // steps after prefilling, choosing each step's plan with choose.
-func greedyRun(t *testing.T, e *Executor, m *model.Model, n int, choose func(step, tokens int) parallel.Plan) [][]int {
+func greedyRun(t *testing.T, e *Executor, m *model.Model, n int, choose func(step, tokens int) parallel.Placement) [][]int {
 	t.Helper()
-	replicas := e.Plan().DP
+	replicas := e.KVPlacement().Plan.DP
 	prompts := [][]int{fixture.Tokens(1, 23, m.Config.Vocab), fixture.Tokens(2, 9, m.Config.Vocab), fixture.Tokens(3, 14, m.Config.Vocab)}
 	seqs := make([]*seqState, len(prompts))
 	next := make([]int, replicas)
@@ -159,10 +160,10 @@ func greedyRun(t *testing.T, e *Executor, m *model.Model, n int, choose func(ste
 	}
 	out := make([][]int, len(prompts))
 	for step := 0; step < n; step++ {
-		var b Batch
+		var b forward.Batch
 		tokens := 0
 		for i, s := range seqs {
-			b.Seqs = append(b.Seqs, SeqBatch{Tokens: s.tokens[s.done:], Pos: s.done, Blocks: s.blocks, NumLogits: 1, Replica: i % replicas})
+			b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done:], Pos: s.done, Blocks: s.blocks, NumLogits: 1, Replica: i % replicas})
 			tokens += len(s.tokens) - s.done
 		}
 		logits, err := e.Step(context.Background(), &b, choose(step, tokens))
@@ -188,19 +189,19 @@ func TestGreedyUnderEveryPlan(t *testing.T) {
 	defer pool.Close()
 	for _, kv := range []int{4, 2, 1} {
 		m := loadParallelFixture(t, kv)
-		single, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 200, Pool: pool})
+		single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 200, Pool: pool})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := greedyRun(t, single, m, 64, func(int, int) parallel.Plan { return parallel.Single })
+		want := greedyRun(t, single, m, 64, func(int, int) parallel.Placement { return parallel.Standard(parallel.Single) })
 		for _, ps := range equivalencePlans {
 			t.Run(fmt.Sprintf("kv=%d/%s", kv, ps), func(t *testing.T) {
 				plan, _ := parallel.Parse(ps)
-				e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: plan, BlockSize: 4, NumBlocks: 200, Pool: pool})
+				e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 200, Pool: pool})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := greedyRun(t, e, m, 64, func(int, int) parallel.Plan { return plan })
+				got := greedyRun(t, e, m, 64, func(int, int) parallel.Placement { return parallel.Standard(plan) })
 				for i := range want {
 					for j := range want[i] {
 						if got[i][j] != want[i][j] {
@@ -224,11 +225,12 @@ func TestShiftSwitching(t *testing.T) {
 		t.Run(fmt.Sprintf("kv=%d", kv), func(t *testing.T) {
 			m := loadParallelFixture(t, kv)
 			base := parallel.Plan{DP: 1, PP: 1, SP: 4, TP: 2}
-			single, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{BlockSize: 4, NumBlocks: 200, Pool: pool})
+			shift := parallel.ShiftPlacement(base)
+			single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 200, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: base, Shift: true, BlockSize: 4, NumBlocks: 200, Pool: pool})
+			e, err := NewExecutor(m.Config, m.Weights, Options{Placements: []parallel.Placement{parallel.Standard(base), shift}, BlockSize: 4, NumBlocks: 200, Pool: pool})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,18 +238,18 @@ func TestShiftSwitching(t *testing.T) {
 			if testing.Short() {
 				steps = 16
 			}
-			want := greedyRun(t, single, m, steps, func(int, int) parallel.Plan { return parallel.Single })
+			want := greedyRun(t, single, m, steps, func(int, int) parallel.Placement { return parallel.Standard(parallel.Single) })
 			rng := rand.New(rand.NewPCG(uint64(kv), 1))
 			used := map[string]int{}
 			var prev comm.Stats
-			var prevPlan parallel.Plan
+			var prevPlan parallel.Placement
 			checkShiftStep := func() {
 				// A shift step over 3 decoding sequences moves exactly its
 				// activations: the embedding's and two per-layer TP
 				// all-reduces of [3, hidden] and the LM head's all-gather
 				// of 3 logits rows; no all-to-all, no send, and no KV.
 				now := e.CommStats()
-				if prevPlan == base.Shift() {
+				if prevPlan.Name == shift.Name {
 					delta := now.Sub(prev)
 					c := m.Config
 					ar, _ := comm.AllReduceBytes(3*c.Hidden, 8, 0, 4)
@@ -256,7 +258,7 @@ func TestShiftSwitching(t *testing.T) {
 						counts[i] = 3 * parallel.Even(c.Vocab, 8, i).Len()
 					}
 					for r := 0; r < 8; r++ {
-						ag, _ := comm.AllGatherBytes(counts, e.base.Coords[r].TP*4+e.base.Coords[r].SP, 4)
+						ag, _ := comm.AllGatherBytes(counts, base.Coord(r).TP*4+base.Coord(r).SP, 4)
 						arGot := delta.Sum(func(k comm.Key) bool { return k.Rank == r && k.Kind == comm.KindAllReduce }).SentBytes
 						agGot := delta.Sum(func(k comm.Key) bool { return k.Rank == r && k.Kind == comm.KindAllGather }).SentBytes
 						if want := int64(1+2*c.Layers) * ar; arGot != want || agGot != ag || delta.Rank(r).SentBytes != arGot+agGot {
@@ -267,13 +269,13 @@ func TestShiftSwitching(t *testing.T) {
 				}
 				prev = now
 			}
-			got := greedyRun(t, e, m, steps, func(step, tokens int) parallel.Plan {
+			got := greedyRun(t, e, m, steps, func(step, tokens int) parallel.Placement {
 				checkShiftStep()
-				p := base
+				p := parallel.Standard(base)
 				if step > 0 && rng.IntN(2) == 0 {
-					p = base.Shift()
+					p = shift
 				}
-				used[p.String()]++
+				used[p.Name]++
 				prevPlan = p
 				return p
 			})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -74,19 +75,19 @@ func measureAttention(ctx context.Context, runners Runners, pool *tensor.Pool, g
 		return attentionRates{}, err
 	}
 	defer func() { err = errors.Join(err, release()) }()
-	prefill := func(cached int) *engine.Batch {
-		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(tokens, cfg.Vocab), Pos: cached, Blocks: blockRange(0, (cached+tokens+bs-1)/bs), NumLogits: 1}}}
+	prefill := func(cached int) *forward.Batch {
+		return &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokenRun(tokens, cfg.Vocab), Pos: cached, Blocks: blockRange(0, (cached+tokens+bs-1)/bs), NumLogits: 1}}}
 	}
-	decode := func(cached int) *engine.Batch {
-		b := &engine.Batch{}
+	decode := func(cached int) *forward.Batch {
+		b := &forward.Batch{}
 		for i := 0; i < batch; i++ {
-			b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: cached, Blocks: blockRange(i*perSeq, perSeq), NumLogits: 1})
+			b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: cached, Blocks: blockRange(i*perSeq, perSeq), NumLogits: 1})
 		}
 		return b
 	}
-	steps := []*engine.Batch{prefill(0), prefill(longPrefill), decode(short), decode(long)}
+	steps := []*forward.Batch{prefill(0), prefill(longPrefill), decode(short), decode(long)}
 	for _, b := range steps { // warm-up: grows the ranks' scratch, captures a GPU's decode graph
-		if _, err := exec.Step(ctx, b, parallel.Single); err != nil {
+		if _, err := exec.Step(ctx, b, parallel.Standard(parallel.Single)); err != nil {
 			return attentionRates{}, fmt.Errorf("calibrate: %w", err)
 		}
 	}

@@ -1,10 +1,11 @@
-package engine
+package cpuexec
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
@@ -32,34 +33,34 @@ func BenchmarkPlanStep(b *testing.B) {
 		}
 		for _, kind := range []string{"decode", "prefill512"} {
 			b.Run(ps+"/"+kind, func(b *testing.B) {
-				e, err := NewExecutor(m.Config, m.Weights, ExecutorOptions{Plan: plan, BlockSize: 16, NumBlocks: 16 * 17, Pool: pool})
+				e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 16, NumBlocks: 16 * 17, Pool: pool})
 				if err != nil {
 					b.Fatal(err)
 				}
-				step := Batch{}
+				step := forward.Batch{}
 				if kind == "decode" {
 					for i := 0; i < 16; i++ {
 						blocks := make([]int, 17)
 						for j := range blocks {
 							blocks[j] = i*17 + j
 						}
-						step.Seqs = append(step.Seqs, SeqBatch{Tokens: []int{3 + i}, Pos: 256, Blocks: blocks, NumLogits: 1, Replica: i % plan.DP})
+						step.Seqs = append(step.Seqs, forward.SeqBatch{Tokens: []int{3 + i}, Pos: 256, Blocks: blocks, NumLogits: 1, Replica: i % plan.DP})
 					}
 				} else {
 					blocks := make([]int, 32)
 					for j := range blocks {
 						blocks[j] = j
 					}
-					step.Seqs = []SeqBatch{{Tokens: fixture.Tokens(1, 512, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}
+					step.Seqs = []forward.SeqBatch{{Tokens: fixture.Tokens(1, 512, m.Config.Vocab), Blocks: blocks, NumLogits: 1}}
 				}
 				ctx := context.Background()
-				if _, err := e.Step(ctx, &step, plan); err != nil {
+				if _, err := e.Step(ctx, &step, parallel.Standard(plan)); err != nil {
 					b.Fatal(err)
 				}
 				bytes0, time0 := e.CommStats().Total().SentBytes, e.CommTime()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if _, err := e.Step(ctx, &step, plan); err != nil {
+					if _, err := e.Step(ctx, &step, parallel.Standard(plan)); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -1,10 +1,12 @@
-package gpu
+package main
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gearboxlm/gearbox/gpu"
 )
 
 // Kind is the device family a run is asked to use.
@@ -53,41 +55,6 @@ func ParseDevice(s string) (Device, error) {
 	return Device{}, fmt.Errorf("gpu: device %q: want auto, cpu, cuda or cuda:N", s)
 }
 
-// Prober finds and loads the CUDA driver library.
-type Prober interface {
-	// ProbeDriver returns the path of the driver library it loaded, or an
-	// error saying why none could be loaded (wrapping ErrNotFound when no
-	// file was found).
-	ProbeDriver() (path string, err error)
-}
-
-// SystemProber searches the host with Search(Driver, Env) and loads the
-// file it finds with Open.
-type SystemProber struct {
-	Env SearchEnv
-	// Open loads a shared library; nil means dlopen with RTLD_NOW|RTLD_GLOBAL.
-	Open func(path string) error
-}
-
-// NewSystemProber probes the running host.
-func NewSystemProber() SystemProber { return SystemProber{Env: OSEnv()} }
-
-// ProbeDriver implements Prober.
-func (p SystemProber) ProbeDriver() (string, error) {
-	path, _, err := Search(Driver, p.Env)
-	if err != nil {
-		return "", err
-	}
-	open := p.Open
-	if open == nil {
-		open = dlopen
-	}
-	if err := open(path); err != nil {
-		return "", fmt.Errorf("gpu: load %s %s: %w", Driver.Name, path, err)
-	}
-	return path, nil
-}
-
 // Choice is the device a run will use.
 type Choice struct {
 	Device     Device // CPU or CUDA, never Auto
@@ -102,7 +69,7 @@ type Choice struct {
 // load. "auto" chooses CUDA device 0 when the driver loads and CPU
 // otherwise, with the prober's error in Reason. Resolve does not check that
 // device N exists: that needs cuInit, done by the backend.
-func Resolve(dev Device, probe Prober) (Choice, error) {
+func Resolve(dev Device, probe gpu.Prober) (Choice, error) {
 	switch dev.Kind {
 	case CPU:
 		return Choice{Device: dev, Reason: "cpu requested"}, nil

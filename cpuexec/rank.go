@@ -1,4 +1,4 @@
-package engine
+package cpuexec
 
 import (
 	"context"
@@ -64,9 +64,9 @@ type groups struct {
 	tp, sp, pp *comm.Comm
 }
 
-func (rk *rank) groups(el *execLayout) (groups, error) {
+func (rk *rank) groups(ep *execPlacement) (groups, error) {
 	var g groups
-	l, w, r := el.layout, rk.e.world, rk.id
+	l, w, r := ep.placement, rk.e.world, rk.id
 	get := func(kind string, members []int) (*comm.Comm, error) {
 		if len(members) == 1 {
 			return nil, nil
@@ -95,11 +95,11 @@ func (rk *rank) groups(el *execLayout) (groups, error) {
 // step runs this rank's part of one step: for each micro-batch, embed (or
 // receive from the previous stage), the stage's layers, then send to the
 // next stage or compute logits.
-func (rk *rank) step(ctx context.Context, el *execLayout, job []micro) error {
-	sh := el.shards[rk.id]
-	c := el.layout.Coords[rk.id]
-	pp := el.layout.Plan.PP
-	g, err := rk.groups(el)
+func (rk *rank) step(ctx context.Context, ep *execPlacement, job []micro) error {
+	sh := ep.shards[rk.id]
+	c := ep.placement.Coords[rk.id]
+	pp := ep.placement.Plan.PP
+	g, err := rk.groups(ep)
 	if err != nil {
 		return err
 	}

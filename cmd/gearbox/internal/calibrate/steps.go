@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/sim"
@@ -137,7 +138,7 @@ func (o *StepOptions) defaults(p *sim.Profile) error {
 }
 
 // ValidateSteps runs every (plan, shape) case of opts on an executor from
-// opts.Runners (by default the CPU engine, engine.Executor with a kernel
+// opts.Runners (by default the CPU engine, cpuexec.Executor with a kernel
 // pool of opts.Threads) with random weights of opts.Model or opts.Shape,
 // and predicts it with the cost model built from p alone: Node(p, ranks)
 // and sim.NewCostModel(node, p.Precision()), and with opts.Catalog where
@@ -206,10 +207,10 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []S
 			}
 		}
 	}
-	batches := make([]*engine.Batch, len(cases))
+	batches := make([]*forward.Batch, len(cases))
 	for i, c := range cases {
 		batches[i] = stepBatch(c, cfg, bs)
-		if _, err := execs[c.Plan].Step(ctx, batches[i], c.Plan); err != nil { // warm-up
+		if _, err := execs[c.Plan].Step(ctx, batches[i], parallel.Standard(c.Plan)); err != nil { // warm-up
 			return nil, fmt.Errorf("calibrate: %s under %s: %w", c, c.Plan, err)
 		}
 	}
@@ -269,20 +270,20 @@ func layoutOn(node sim.Node, prec sim.Precision, cfg *model.Config, plan paralle
 // stepBatch is the engine batch of a case: a prefill starts a sequence
 // at position 0 and wants the logits of its last token; decodes want one
 // row each. The KV cache's contents do not change the time.
-func stepBatch(c StepCase, cfg *model.Config, bs int) *engine.Batch {
+func stepBatch(c StepCase, cfg *model.Config, bs int) *forward.Batch {
 	if !c.Decode {
-		return &engine.Batch{Seqs: []engine.SeqBatch{{Tokens: tokenRun(c.Tokens, cfg.Vocab), Blocks: blockRange(0, (c.Tokens+bs-1)/bs), NumLogits: 1}}}
+		return &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokenRun(c.Tokens, cfg.Vocab), Blocks: blockRange(0, (c.Tokens+bs-1)/bs), NumLogits: 1}}}
 	}
 	per := (c.Context + 1 + bs - 1) / bs
-	b := &engine.Batch{}
+	b := &forward.Batch{}
 	for i := 0; i < c.Tokens; i++ {
-		b.Seqs = append(b.Seqs, engine.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: c.Context, Blocks: blockRange(i*per, per), NumLogits: 1})
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: []int{3 + i%(cfg.Vocab-3)}, Pos: c.Context, Blocks: blockRange(i*per, per), NumLogits: 1})
 	}
 	return b
 }
 
 // stepShape is the cost model's view of an engine batch.
-func stepShape(b *engine.Batch) sim.StepShape {
+func stepShape(b *forward.Batch) sim.StepShape {
 	var s sim.StepShape
 	for _, q := range b.Seqs {
 		s.Seqs = append(s.Seqs, sim.Seq{Context: q.Pos, New: len(q.Tokens), Logits: q.NumLogits, Replica: q.Replica})

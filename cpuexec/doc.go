@@ -1,0 +1,16 @@
+// Package cpuexec runs model steps on CPU ranks: one goroutine per rank,
+// each holding its weight shard and KV slice under a placement and talking
+// to its peers only through comm, over a flattened varlen batch against a
+// paged KV cache.
+//
+// Read these first: executor.go (placements held, Step, the ranks'
+// goroutines), rank.go (one rank's forward pass, top to bottom),
+// attention.go (paged attention with an online softmax that also returns
+// the log-sum-exp, so partial results over disjoint key ranges merge
+// exactly), transition.go (moving KV and weights to another placement).
+//
+// Invariant: under every placement, the executor computes the same
+// function as the naive float64 forward pass kept in the tests, for any
+// split of sequences into prefill chunks and decode steps; a transition
+// delivers every KV and weight element bit-exact.
+package cpuexec

@@ -1,0 +1,397 @@
+package cpuexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// Executor runs steps of a Llama-family model on CPU ranks: one goroutine
+// per rank, each holding only its weight shard and KV shard and talking to
+// the others only through comm. It holds the weight shards of one or more
+// placements by name; each step runs under one of them, and placements
+// that share their KV slices read the same KV cache. Transition moves the
+// KV cache (and, for a placement whose shards it does not hold, the
+// weights) to another placement. It is not safe for concurrent use.
+type Executor struct {
+	cfg     *model.Config
+	w       *model.Weights // the host copy every shard is cut from
+	kvAt    parallel.Placement
+	held    map[string]*execPlacement
+	order   []string // names of held placements, in Options order
+	ranks   []*rank
+	pool    *tensor.Pool
+	world   *comm.World
+	micro   int
+	invFreq []float64 // RoPE inverse frequencies
+	clock   clock.Clock
+	kv      kvcache.Layout // of rank 0; every rank has the same block count
+	out     []float32      // [NumLogits, vocab] of the last step
+	steps   map[string]int
+	comm    comm.Stats // counted by worlds that were replaced
+
+	transitions int
+
+	// fault, when set by tests, runs before every layer of every rank; an
+	// error it returns fails that rank as a kernel error would.
+	fault func(ctx context.Context, rank, layer int) error
+}
+
+type execPlacement struct {
+	placement parallel.Placement
+	shards    []*parallel.Shard // by global rank
+	built     bool              // by a transition (released when it is left), not Options
+}
+
+// Options configure an executor.
+type Options struct {
+	// Placements are the placements whose weight shards the executor
+	// holds; the KV cache starts under the first, and the others must
+	// share its KV slices or be reached by Transition. Empty means one
+	// rank. Names must be unique.
+	Placements []parallel.Placement
+	// Plan, when Placements is empty, is shorthand for its standard
+	// placement; the zero value is one rank.
+	Plan         parallel.Plan
+	BlockSize    int          // KV block size in tokens; default 16
+	NumBlocks    int          // KV blocks per replica; default one full context
+	MicroBatches int          // pipeline micro-batches per step; default PP
+	Pool         *tensor.Pool // kernel threads shared by all ranks; nil runs inline
+	Clock        clock.Clock  // times collectives for CommTime; default the wall clock
+}
+
+// NewExecutor shards w over the placements' ranks and allocates their KV
+// caches.
+func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
+	if len(opts.Placements) == 0 {
+		if opts.Plan == (parallel.Plan{}) {
+			opts.Plan = parallel.Single
+		}
+		opts.Placements = []parallel.Placement{parallel.Standard(opts.Plan)}
+	}
+	first := opts.Placements[0]
+	if opts.BlockSize == 0 {
+		opts.BlockSize = 16
+	}
+	if opts.NumBlocks == 0 {
+		opts.NumBlocks = (cfg.MaxPositions + opts.BlockSize - 1) / opts.BlockSize
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.MicroBatches <= 0 {
+		opts.MicroBatches = first.Plan.PP
+	}
+	e := &Executor{
+		cfg: cfg, w: w, held: map[string]*execPlacement{},
+		pool: opts.Pool, micro: opts.MicroBatches, invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
+	}
+	for _, p := range opts.Placements {
+		if err := e.check(p); err != nil {
+			return nil, err
+		}
+		if _, dup := e.held[p.Name]; dup {
+			return nil, fmt.Errorf("cpuexec: two placements are named %q", p.Name)
+		}
+		e.hold(p)
+	}
+	for r := range first.Coords {
+		e.ranks = append(e.ranks, &rank{id: r, e: e})
+	}
+	kv := kvcache.Layout{BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks}
+	if err := e.allocKV(first, kv); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// check validates a placement against the model and the executor's ranks.
+func (e *Executor) check(p parallel.Placement) error {
+	if err := p.Plan.Validate(e.cfg); err != nil {
+		return fmt.Errorf("cpuexec: placement %s: %w", p, err)
+	}
+	if len(p.Coords) != p.Plan.Ranks() {
+		return fmt.Errorf("cpuexec: placement %s has %d ranks, its plan %s %d", p, len(p.Coords), p.Plan, p.Plan.Ranks())
+	}
+	if e.ranks != nil && len(p.Coords) != len(e.ranks) {
+		return fmt.Errorf("cpuexec: placement %s has %d ranks, the executor %d", p, len(p.Coords), len(e.ranks))
+	}
+	if e.held != nil {
+		for _, h := range e.held {
+			if h.placement.Plan.DP != p.Plan.DP || len(h.placement.Coords) != len(p.Coords) {
+				return fmt.Errorf("cpuexec: placement %s (%d ranks, dp=%d) does not fit beside %s (%d ranks, dp=%d)",
+					p, len(p.Coords), p.Plan.DP, h.placement, len(h.placement.Coords), h.placement.Plan.DP)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// hold cuts p's shards from the host weights (views where the split is by
+// rows) and keeps them under p's name.
+func (e *Executor) hold(p parallel.Placement) {
+	ep := &execPlacement{placement: p}
+	for r := range p.Coords {
+		ep.shards = append(ep.shards, parallel.NewShard(e.cfg, e.w, p, r))
+	}
+	e.held[p.Name] = ep
+	e.order = append(e.order, p.Name)
+}
+
+// allocKV gives every rank an empty KV cache for its slice under p.
+func (e *Executor) allocKV(p parallel.Placement, geom kvcache.Layout) error {
+	for r, rk := range e.ranks {
+		s := p.KVSlice(e.cfg, r)
+		kv := geom
+		kv.Layers, kv.KVHeads, kv.HeadDim = s.Layers.Len(), s.Heads.Len(), e.cfg.HeadDim
+		cache, err := kvcache.New(kv)
+		if err != nil {
+			return fmt.Errorf("cpuexec: %w", err)
+		}
+		if r == 0 {
+			e.kv = kv
+		}
+		rk.cache = cache
+	}
+	e.kvAt = p
+	return nil
+}
+
+// Placements lists the placements whose weight shards the executor
+// holds, the one the KV cache is under first.
+func (e *Executor) Placements() []parallel.Placement {
+	out := []parallel.Placement{e.kvAt}
+	for _, name := range e.order {
+		if name != e.kvAt.Name {
+			out = append(out, e.held[name].placement)
+		}
+	}
+	return out
+}
+
+// KVPlacement is the placement the KV cache is laid out under now.
+func (e *Executor) KVPlacement() parallel.Placement { return e.kvAt }
+
+// KVLayout is the KV cache layout of each replica's block pool: block ids
+// run over [0, NumBlocks) in every replica.
+func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
+
+// Config is the model's config.
+func (e *Executor) Config() *model.Config { return e.cfg }
+
+// WeightBytes is the weight memory held by each rank, over all the
+// placements it holds.
+func (e *Executor) WeightBytes() []int64 {
+	out := make([]int64, len(e.ranks))
+	for _, ep := range e.held {
+		for r, sh := range ep.shards {
+			out[r] += 4 * sh.Elems()
+		}
+	}
+	return out
+}
+
+// PlacementWeightBytes is the weight memory each rank holds for the named
+// placement, nil when the executor does not hold it.
+func (e *Executor) PlacementWeightBytes(name string) []int64 {
+	ep, ok := e.held[name]
+	if !ok {
+		return nil
+	}
+	out := make([]int64, len(ep.shards))
+	for r, sh := range ep.shards {
+		out[r] = 4 * sh.Elems()
+	}
+	return out
+}
+
+// KVBytes is the KV cache memory held by each rank.
+func (e *Executor) KVBytes() []int64 {
+	out := make([]int64, len(e.ranks))
+	for r, rk := range e.ranks {
+		out[r] = rk.cache.Bytes()
+	}
+	return out
+}
+
+// PlanSteps returns how many steps ran under each placement, by name.
+func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
+
+// CommStats returns the bytes every collective moved so far.
+func (e *Executor) CommStats() comm.Stats {
+	out := comm.Stats{}
+	for k, v := range e.comm {
+		out[k] = v
+	}
+	if e.world != nil {
+		for k, v := range e.world.Stats() {
+			out[k] = out[k].Add(v)
+		}
+	}
+	return out
+}
+
+// CommTime is the time each rank has spent in collectives, including
+// waiting for its peers.
+func (e *Executor) CommTime() []time.Duration {
+	out := make([]time.Duration, len(e.ranks))
+	for r, rk := range e.ranks {
+		out[r] = rk.commTime
+	}
+	return out
+}
+
+// Step runs one batch under placement p, one the executor holds that
+// shares the KV cache's placement, and returns the requested logits,
+// [NumLogits, vocab] in batch order, valid until the next call. On error
+// the KV written for this step's tokens is undefined; the caller drops or
+// recomputes those sequences.
+func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error) {
+	ep, err := e.placement(p)
+	if err != nil {
+		return nil, err
+	}
+	c := e.cfg
+	if err := b.Validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.kvAt.Plan.DP); err != nil {
+		return nil, err
+	}
+	jobs := e.split(b)
+	if n := b.NumLogits() * c.Vocab; cap(e.out) < n {
+		e.out = make([]float32, n)
+	}
+	e.out = e.out[:b.NumLogits()*c.Vocab]
+	err = e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
+		job := jobs[ep.placement.Coords[rk.id].DP]
+		if len(job) == 0 {
+			return nil
+		}
+		return rk.step(ctx, ep, job)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cpuexec: step under %s: %w", p, err)
+	}
+	e.steps[p.Name]++
+	return e.out, nil
+}
+
+// placement returns the held placement named as p, which must share the
+// KV cache's slices.
+func (e *Executor) placement(p parallel.Placement) (*execPlacement, error) {
+	ep, ok := e.held[p.Name]
+	if !ok {
+		return nil, fmt.Errorf("cpuexec: placement %s is not held (this executor holds %v)", p, e.order)
+	}
+	if ep.placement.Name != e.kvAt.Name && !ep.placement.SharesKV(e.cfg, e.kvAt) {
+		return nil, fmt.Errorf("cpuexec: placement %s does not share the KV cache's placement %s; transition to it first", p, e.kvAt)
+	}
+	return ep, nil
+}
+
+// onRanks runs f on every rank at once, each in its own goroutine over the
+// executor's world (a fresh one after a failure), and returns the first
+// failure: one rank's error aborts the world, which wakes every peer
+// blocked in a collective.
+func (e *Executor) onRanks(ctx context.Context, f func(context.Context, *rank) error) error {
+	if e.world == nil || e.world.Err() != nil {
+		if e.world != nil {
+			for k, v := range e.world.Stats() {
+				e.comm[k] = e.comm[k].Add(v)
+			}
+		}
+		w, err := comm.NewWorld(len(e.ranks))
+		if err != nil {
+			return err
+		}
+		e.world = w
+	}
+	errs := make([]error, len(e.ranks))
+	var wg sync.WaitGroup
+	for r, rk := range e.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx, rk); err != nil {
+				errs[r] = err
+				e.world.Abort(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := e.world.Err(); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return ctxErr
+		}
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// micro is one micro-batch of one replica: sequence pieces and the output
+// row of each piece's first logits row.
+type micro struct {
+	seqs []forward.SeqBatch
+	rows []int
+}
+
+// split groups the batch by replica and cuts each replica's tokens into up
+// to e.micro contiguous micro-batches (a sequence may be cut; its later
+// piece follows its earlier one through every stage, so causality holds).
+func (e *Executor) split(b *forward.Batch) [][]micro {
+	dp := e.kvAt.Plan.DP
+	seqs := make([][]forward.SeqBatch, dp)
+	rows := make([][]int, dp)
+	row := 0
+	for _, s := range b.Seqs {
+		seqs[s.Replica] = append(seqs[s.Replica], s)
+		rows[s.Replica] = append(rows[s.Replica], row)
+		row += s.NumLogits
+	}
+	jobs := make([][]micro, dp)
+	for d := range jobs {
+		total := 0
+		for _, s := range seqs[d] {
+			total += len(s.Tokens)
+		}
+		if total == 0 {
+			continue
+		}
+		m := min(e.micro, total)
+		jobs[d] = make([]micro, m)
+		pos := 0 // flattened token index within the replica
+		for i, s := range seqs[d] {
+			n := len(s.Tokens)
+			firstLogit := n - s.NumLogits
+			for a := 0; a < n; {
+				part := pos * m / total // micro-batch of this token
+				end := (part + 1) * total / m
+				if end*m < (part+1)*total {
+					end++
+				}
+				end = min(end, total)
+				bEnd := min(n, a+end-pos)
+				piece := forward.SeqBatch{Tokens: s.Tokens[a:bEnd], Pos: s.Pos + a, Blocks: s.Blocks, Replica: d}
+				lo := max(a, firstLogit)
+				if bEnd > lo {
+					piece.NumLogits = bEnd - lo
+				}
+				jobs[d][part].seqs = append(jobs[d][part].seqs, piece)
+				jobs[d][part].rows = append(jobs[d][part].rows, rows[d][i]+max(0, lo-firstLogit))
+				pos += bEnd - a
+				a = bEnd
+			}
+		}
+	}
+	return jobs
+}

@@ -1,0 +1,276 @@
+package cpuexec
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// Transition moves the executor from the placement its KV cache is under
+// to placement to, between steps: every rank's KV slice under to is
+// assembled from the ranks that hold it now (parallel.Transition plans
+// the pieces), and, when the executor does not hold to's weight shards,
+// so are they — from the current placement's shards, or from the host
+// copy for a piece no rank holds. Pieces move between ranks by comm's
+// Send and Recv, in a group labelled "transition", so their bytes are
+// counted like collectives; a piece a rank keeps is copied within it. The
+// whole KV pool moves (every block, in use or not).
+//
+// The new caches and shards are built beside the old ones, so a failed
+// transition (an error, a cancelled ctx) leaves the executor as it was.
+// Shards built by a transition are released when a later transition
+// leaves their placement for one that does not share its KV; those of
+// Options.Placements are kept.
+func (e *Executor) Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error) {
+	var st parallel.TransitionStats
+	if err := e.check(to); err != nil {
+		return st, err
+	}
+	if to.Name == e.kvAt.Name {
+		return st, nil
+	}
+	if h, ok := e.held[to.Name]; ok && !samePlacement(h.placement, to) {
+		return st, fmt.Errorf("cpuexec: placement %s differs from the held placement of that name", to)
+	}
+	from := e.kvAt
+	src := e.held[from.Name]
+	dst, held := e.held[to.Name]
+	moves, err := parallel.Transition(e.cfg, from, to, held)
+	if err != nil {
+		return st, fmt.Errorf("cpuexec: %w", err)
+	}
+	if !held {
+		dst = &execPlacement{placement: to, built: true}
+		for r := range to.Coords {
+			dst.shards = append(dst.shards, parallel.NewEmptyShard(e.cfg, to, r))
+		}
+	}
+	caches := make([]*kvcache.Cache, len(e.ranks))
+	for r := range caches {
+		s := to.KVSlice(e.cfg, r)
+		kv := e.kv
+		kv.Layers, kv.KVHeads = s.Layers.Len(), s.Heads.Len()
+		if caches[r], err = kvcache.New(kv); err != nil {
+			return st, fmt.Errorf("cpuexec: %w", err)
+		}
+	}
+	x := &transition{e: e, from: from, to: to, moves: moves, src: src.shards, dst: dst.shards, caches: caches}
+	if err := x.index(); err != nil {
+		return st, err
+	}
+	if err := e.onRanks(ctx, func(ctx context.Context, rk *rank) error { return x.run(ctx, rk) }); err != nil {
+		return st, fmt.Errorf("cpuexec: transition %s → %s: %w", from, to, err)
+	}
+
+	for r, rk := range e.ranks {
+		rk.cache = caches[r]
+	}
+	e.kv = caches[0].Layout
+	e.kvAt = to
+	if !held {
+		e.held[to.Name] = dst
+		e.order = append(e.order, to.Name)
+	}
+	if src.built && !from.SharesKV(e.cfg, to) {
+		delete(e.held, from.Name)
+		e.order = slices.DeleteFunc(e.order, func(n string) bool { return n == from.Name })
+	}
+	for _, m := range moves {
+		n := x.elems(m) * 4
+		switch {
+		case m.From == m.To:
+			st.LocalBytes += n
+		case m.Tensor == parallel.TKV:
+			st.KVBytes += n
+			st.Moves++
+		default:
+			st.WeightBytes += n
+			st.Moves++
+		}
+	}
+	e.transitions++
+	return st, nil
+}
+
+// samePlacement reports whether two placements put every rank at the same
+// coordinate of the same plan.
+func samePlacement(a, b parallel.Placement) bool {
+	return a.Plan == b.Plan && slices.Equal(a.Coords, b.Coords)
+}
+
+// transition is one transition's plan and buffers, shared by the ranks
+// (each reads it and writes only its own shard and cache).
+type transition struct {
+	e        *Executor
+	from, to parallel.Placement
+	moves    []parallel.Move
+	src, dst []*parallel.Shard
+	caches   []*kvcache.Cache
+	// have and want are each rank's piece of every tensor under from and
+	// under to, by parallel.Tensor.
+	have, want [][]parallel.Piece
+}
+
+// index fills have and want and checks that every move's ranks hold its
+// tensor.
+func (x *transition) index() error {
+	byTensor := func(pieces []parallel.Piece) []parallel.Piece {
+		out := make([]parallel.Piece, parallel.TKV+1)
+		for _, p := range pieces {
+			out[p.Tensor] = p
+		}
+		return out
+	}
+	for r := range x.e.ranks {
+		x.have = append(x.have, byTensor(x.from.Pieces(x.e.cfg, r)))
+		x.want = append(x.want, byTensor(x.to.Pieces(x.e.cfg, r)))
+	}
+	for _, m := range x.moves {
+		if x.want[m.To][m.Tensor].Tensor != m.Tensor || (m.From >= 0 && x.have[m.From][m.Tensor].Tensor != m.Tensor) {
+			return fmt.Errorf("cpuexec: transition %s → %s: move %s from %d to %d names a piece a rank does not hold", x.from, x.to, m.Piece, m.From, m.To)
+		}
+	}
+	return nil
+}
+
+// elems is the number of float32 values move m carries: its weight
+// elements, or for the KV cache the keys and values of every block.
+func (x *transition) elems(m parallel.Move) int64 {
+	if m.Tensor != parallel.TKV {
+		return m.Elems()
+	}
+	kv := x.e.kv
+	return 2 * int64(m.Layers.Len()) * int64(m.Rows.Len()) * int64(kv.NumBlocks) * int64(kv.BlockSize) * int64(kv.HeadDim)
+}
+
+// run is rank rk's part: every move in plan order, sending what it holds
+// and receiving what it needs. All ranks walk the same order and each
+// move involves two ranks, so the synchronous sends cannot deadlock.
+func (x *transition) run(ctx context.Context, rk *rank) error {
+	members := make([]int, len(x.e.ranks))
+	for i := range members {
+		members[i] = i
+	}
+	grp, err := x.e.world.Group("transition", members...)
+	if err != nil {
+		return err
+	}
+	g := grp.Comm(rk.id)
+	var buf []float32
+	for _, m := range x.moves {
+		if m.From != rk.id && m.To != rk.id {
+			continue
+		}
+		n := int(x.elems(m))
+		if cap(buf) < n {
+			buf = make([]float32, n)
+		}
+		buf = buf[:n]
+		switch {
+		case m.From == rk.id && m.To == rk.id:
+			x.pack(buf, m, rk)
+			x.unpack(buf, m)
+		case m.From == rk.id:
+			x.pack(buf, m, rk)
+			if err := rk.timed(func() error { return g.Send(ctx, buf, m.To) }); err != nil {
+				return err
+			}
+		case m.From == parallel.Host:
+			x.packHost(buf, m)
+			x.unpack(buf, m)
+		default:
+			if err := rk.timed(func() error { return g.Recv(ctx, buf, m.From) }); err != nil {
+				return err
+			}
+			x.unpack(buf, m)
+		}
+	}
+	return nil
+}
+
+// layers lists the layers a move covers: its span, or one pass for a
+// tensor outside the layers.
+func layers(m parallel.Move) parallel.Span {
+	if m.Tensor == parallel.TKV || m.Layers.Len() > 0 {
+		return m.Layers
+	}
+	return parallel.Span{Lo: -1, Hi: 0}
+}
+
+// pack writes move m's data, as rank rk holds it under the current
+// placement, into buf: layer by layer, rows × cols row-major; for the KV
+// cache, per layer the keys then the values of every block's heads.
+func (x *transition) pack(buf []float32, m parallel.Move, rk *rank) {
+	if m.Tensor == parallel.TKV {
+		x.kvCopy(buf, m, rk.cache, x.from.KVSlice(x.e.cfg, rk.id), true)
+		return
+	}
+	have := x.have[rk.id][m.Tensor]
+	want := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
+	ls := layers(m)
+	for l := ls.Lo; l < ls.Hi; l++ {
+		src := *x.src[rk.id].Slot(m.Tensor, l)
+		parallel.CopyPiece(buf, want, src, have, want)
+		buf = buf[want.Rows.Len()*want.Cols.Len():]
+	}
+}
+
+// packHost writes move m's data from the host copy of the weights.
+func (x *transition) packHost(buf []float32, m parallel.Move) {
+	want := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
+	ls := layers(m)
+	for l := ls.Lo; l < ls.Hi; l++ {
+		full, cols := parallel.HostTensor(x.e.cfg, x.e.w, m.Tensor, l)
+		parallel.CopyPiece(buf, want, full, parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: len(full) / cols}, Cols: parallel.Span{Lo: 0, Hi: cols}}, want)
+		buf = buf[want.Rows.Len()*want.Cols.Len():]
+	}
+}
+
+// unpack writes buf, packed as pack does, into the destination rank's new
+// shard or cache.
+func (x *transition) unpack(buf []float32, m parallel.Move) {
+	if m.Tensor == parallel.TKV {
+		x.kvCopy(buf, m, x.caches[m.To], x.to.KVSlice(x.e.cfg, m.To), false)
+		return
+	}
+	have := x.want[m.To][m.Tensor]
+	part := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
+	ls := layers(m)
+	for l := ls.Lo; l < ls.Hi; l++ {
+		dst := *x.dst[m.To].Slot(m.Tensor, l)
+		parallel.CopyPiece(dst, have, buf, part, part)
+		buf = buf[part.Rows.Len()*part.Cols.Len():]
+	}
+}
+
+// kvCopy copies move m's keys and values between buf and cache c, which
+// holds KV slice s: out of the cache with toBuf, else into it.
+func (x *transition) kvCopy(buf []float32, m parallel.Move, c *kvcache.Cache, s parallel.KVSlice, toBuf bool) {
+	kv := x.e.kv
+	for l := m.Layers.Lo; l < m.Layers.Hi; l++ {
+		for _, keys := range []bool{true, false} {
+			for b := 0; b < kv.NumBlocks; b++ {
+				for h := m.Rows.Lo; h < m.Rows.Hi; h++ {
+					var slot []float32
+					if keys {
+						slot = c.Keys(l-s.Layers.Lo, b, h-s.Heads.Lo)
+					} else {
+						slot = c.Values(l-s.Layers.Lo, b, h-s.Heads.Lo)
+					}
+					if toBuf {
+						copy(buf, slot)
+					} else {
+						copy(slot, buf)
+					}
+					buf = buf[len(slot):]
+				}
+			}
+		}
+	}
+}
+
+// Transitions is the number of transitions the executor has run.
+func (e *Executor) Transitions() int { return e.transitions }
