@@ -7,20 +7,27 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
-// rank is one rank's state: its KV cache shard and per-step scratch. Its
-// program (step) is the same under every layout; the layout's shard says
-// which heads, columns, vocabulary rows and layers it computes.
+// rank is one rank's state: its KV cache shard and per-step scratch. It
+// implements forward.Ops with the CPU kernels and comm, and runs the one
+// rank program (forward.Run) under every placement; the placement's shard
+// says which heads, columns, vocabulary rows and layers it computes.
 type rank struct {
 	id       int
 	e        *Executor
 	cache    *kvcache.Cache
 	st       rankState
 	commTime time.Duration // time spent in collectives, waiting for peers included
+
+	// The micro-batch being run: the shard, groups and pieces of the step.
+	sh *parallel.Shard
+	g  groups
+	mb *micro
 }
 
 // timed runs one collective and adds its duration to the rank's comm time.
@@ -92,47 +99,25 @@ func (rk *rank) groups(ep *execPlacement) (groups, error) {
 	return g, err
 }
 
-// step runs this rank's part of one step: for each micro-batch, embed (or
-// receive from the previous stage), the stage's layers, then send to the
-// next stage or compute logits.
+// step runs this rank's part of one step: the rank program on each of its
+// replica's micro-batches.
 func (rk *rank) step(ctx context.Context, ep *execPlacement, job []micro) error {
 	sh := ep.shards[rk.id]
 	c := ep.placement.Coords[rk.id]
-	pp := ep.placement.Plan.PP
 	g, err := rk.groups(ep)
 	if err != nil {
 		return err
 	}
+	shape := forward.Shape{
+		First: c.PP == 0, Last: c.PP == ep.placement.Plan.PP-1, LayerLo: sh.Stage.Lo, LayerHi: sh.Stage.Hi,
+		TP: ep.placement.Plan.TP, SP: ep.placement.Plan.SP,
+	}
+	rk.sh, rk.g = sh, g
+	defer func() { rk.sh, rk.mb = nil, nil }()
 	for i := range job {
-		mb := &job[i]
-		rk.prepare(mb, sh)
-		st := &rk.st
-		x := st.x[:st.nl*rk.e.cfg.Hidden]
-		if c.PP == 0 {
-			if err := rk.embed(ctx, sh, g); err != nil {
-				return err
-			}
-		} else if err := rk.timed(func() error { return g.pp.Recv(ctx, x, c.PP-1) }); err != nil {
-			return err
-		}
-		for l := range sh.Layers {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if f := rk.e.fault; f != nil {
-				if err := f(ctx, rk.id, l); err != nil {
-					return err
-				}
-			}
-			if err := rk.layer(ctx, l, mb, sh, g); err != nil {
-				return err
-			}
-		}
-		if c.PP < pp-1 {
-			if err := rk.timed(func() error { return g.pp.Send(ctx, x, c.PP+1) }); err != nil {
-				return err
-			}
-		} else if err := rk.logits(ctx, sh, g); err != nil {
+		rk.mb = &job[i]
+		rk.prepare(rk.mb, sh)
+		if err := forward.Run(ctx, rk, shape); err != nil {
 			return err
 		}
 	}
@@ -199,10 +184,11 @@ func grow(buf *[]float32, n int) {
 	*buf = (*buf)[:n]
 }
 
-// embed looks up this rank's tokens in its vocabulary slice; under TP the
-// slices are summed (each token's row lives on exactly one member).
-func (rk *rank) embed(ctx context.Context, sh *parallel.Shard, g groups) error {
-	h, st := rk.e.cfg.Hidden, &rk.st
+// Embed looks up this rank's tokens in its vocabulary slice; under TP the
+// slices are summed by ReduceTP (each token's row lives on exactly one
+// member).
+func (rk *rank) Embed() {
+	h, st, sh := rk.e.cfg.Hidden, &rk.st, rk.sh
 	x := st.x[:st.nl*h]
 	clear(x)
 	for i := 0; i < st.real; i++ {
@@ -212,28 +198,54 @@ func (rk *rank) embed(ctx context.Context, sh *parallel.Shard, g groups) error {
 			copy(x[i*h:(i+1)*h], sh.Embed[r*h:(r+1)*h])
 		}
 	}
-	if g.tp != nil {
-		return rk.timed(func() error { return g.tp.AllReduce(ctx, x) })
+}
+
+// BeginLayer checks the context and runs the tests' fault hook.
+func (rk *rank) BeginLayer(ctx context.Context, l int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if f := rk.e.fault; f != nil {
+		return f(ctx, rk.id, l-rk.sh.Stage.Lo)
 	}
 	return nil
 }
 
-// layer runs decoder layer l (local to the stage) on this rank's rows of
-// the residual stream: Algorithm 1 of the Shift Parallelism paper, which
-// is plain TP when SP = 1 and plain Ulysses SP when TP = 1.
-func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *parallel.Shard, g groups) error {
-	e, st, w := rk.e, &rk.st, &sh.Layers[l]
-	cfg, pool := e.cfg, e.pool
-	h, d, nl := cfg.Hidden, cfg.HeadDim, st.nl
-	qs, ks := (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
-	eps := float32(cfg.RMSNormEps)
-	x := st.x[:nl*h]
+// layer is the shard's weights of layer l (a global index).
+func (rk *rank) layer(l int) *parallel.LayerShard { return &rk.sh.Layers[l-rk.sh.Stage.Lo] }
 
-	rmsNormRows(pool, st.xn, x, w.AttnNorm, nl, eps)
-	tensor.MatMul(pool, st.q, st.xn, w.WQ, nl, h, qs)
-	tensor.MatMul(pool, st.k, st.xn, w.WK, nl, h, ks)
-	tensor.MatMul(pool, st.v, st.xn, w.WV, nl, h, ks)
-	pool.Run(st.real, func(lo, hi int) {
+// widths are the rank's q and KV widths of its TP slice, in elements.
+func (rk *rank) widths() (qs, ks int) {
+	sl, d := rk.sh.Slice, rk.e.cfg.HeadDim
+	return (sl.QHi - sl.QLo) * d, (sl.KVHi - sl.KVLo) * d
+}
+
+// AttnNorm writes xn = RMSNorm(x) with the layer's attention norm.
+func (rk *rank) AttnNorm(l int) {
+	rmsNormRows(rk.e.pool, rk.st.xn, rk.st.x, rk.layer(l).AttnNorm, rk.st.nl, float32(rk.e.cfg.RMSNormEps))
+}
+
+// MLPNorm writes xn = RMSNorm(x) with the layer's MLP norm.
+func (rk *rank) MLPNorm(l int) {
+	rmsNormRows(rk.e.pool, rk.st.xn, rk.st.x, rk.layer(l).MLPNorm, rk.st.nl, float32(rk.e.cfg.RMSNormEps))
+}
+
+// QKV projects xn onto the slice's q, k and v heads.
+func (rk *rank) QKV(l int) {
+	st, w, pool, h := &rk.st, rk.layer(l), rk.e.pool, rk.e.cfg.Hidden
+	qs, ks := rk.widths()
+	tensor.MatMul(pool, st.q, st.xn, w.WQ, st.nl, h, qs)
+	tensor.MatMul(pool, st.k, st.xn, w.WK, st.nl, h, ks)
+	tensor.MatMul(pool, st.v, st.xn, w.WV, st.nl, h, ks)
+}
+
+// Position adds the q/k/v biases and applies the q/k norms and RoPE to the
+// rank's real rows.
+func (rk *rank) Position(l int) {
+	st, w := &rk.st, rk.layer(l)
+	qs, ks := rk.widths()
+	eps := float32(rk.e.cfg.RMSNormEps)
+	rk.e.pool.Run(st.real, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			q, k, v := st.q[i*qs:(i+1)*qs], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks]
 			if w.BQ != nil {
@@ -245,24 +257,52 @@ func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *parallel.Shard,
 			rk.positionHeads(k, w.KNorm, i, eps)
 		}
 	})
+}
 
-	if g.sp == nil {
-		// The slice is the chunk: attend from the projections directly.
+// CacheWrite stores the keys and values the rank attends with: its own
+// rows' without SP, every token's chunk after the SP all-to-all.
+func (rk *rank) CacheWrite(l int) {
+	st, li := &rk.st, l-rk.sh.Stage.Lo
+	if rk.sh.SPSize == 1 {
+		_, ks := rk.widths()
 		for i := 0; i < st.real; i++ {
 			t := st.first + i
-			rk.cache.Put(l, mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks])
+			rk.cache.Put(li, rk.mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], st.k[i*ks:(i+1)*ks], st.v[i*ks:(i+1)*ks])
 		}
-		rk.attention(l, mb, sh, st.q, qs, st.attn, qs)
-	} else if err := rk.ulysses(ctx, l, mb, sh, g.sp); err != nil {
-		return err
+		return
 	}
-
-	if err := rk.rowParallel(ctx, x, st.attn, w.WO, w.BO, qs, g.tp); err != nil {
-		return err
+	qc, kc, wd := rk.chunkWidths()
+	for t := 0; t < st.total; t++ {
+		row := st.recv[t*wd : (t+1)*wd]
+		rk.cache.Put(li, rk.mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], row[qc:qc+kc], row[qc+kc:])
 	}
+}
 
-	rmsNormRows(pool, st.xn, x, w.MLPNorm, nl, eps)
-	is := sh.Inter.Len()
+// Attention attends with the chunk's query heads: from the projections
+// directly without SP (the slice is the chunk), from the all-to-all's
+// receive buffer with it.
+func (rk *rank) Attention(l int) {
+	st, li := &rk.st, l-rk.sh.Stage.Lo
+	if rk.sh.SPSize == 1 {
+		qs, _ := rk.widths()
+		rk.attention(li, rk.mb, rk.sh, st.q, qs, st.attn, qs)
+		return
+	}
+	qc, _, wd := rk.chunkWidths()
+	rk.attention(li, rk.mb, rk.sh, st.recv, wd, st.attnC, qc)
+	clear(st.attnC[st.total*qc : st.nl*rk.sh.SPSize*qc])
+}
+
+// OutProj projects the attention output back to the hidden size.
+func (rk *rank) OutProj(l int) {
+	qs, _ := rk.widths()
+	rk.project(rk.st.attn, rk.layer(l).WO, qs)
+}
+
+// MLPUp computes SiLU(gate)·up over the rank's intermediate slice.
+func (rk *rank) MLPUp(l int) {
+	st, w, pool, h, nl := &rk.st, rk.layer(l), rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
+	is := rk.sh.Inter.Len()
 	tensor.MatMul(pool, st.gate, st.xn, w.WGate, nl, h, is)
 	tensor.MatMul(pool, st.up, st.xn, w.WUp, nl, h, is)
 	if w.BGate != nil {
@@ -272,44 +312,82 @@ func (rk *rank) layer(ctx context.Context, l int, mb *micro, sh *parallel.Shard,
 	pool.Run(nl, func(lo, hi int) {
 		tensor.SiLUMul(st.gate[lo*is:hi*is], st.gate[lo*is:hi*is], st.up[lo*is:hi*is])
 	})
-	if err := rk.rowParallel(ctx, x, st.gate, w.WDown, w.BDown, is, g.tp); err != nil {
-		return err
-	}
-	clear(x[st.real*h:]) // padding rows stay zero
-	return nil
 }
 
-// rowParallel adds in[nl, k]·wᵀ (+ bias) to the residual x; under TP each
-// member holds k columns of w and the partial products are all-reduced.
-func (rk *rank) rowParallel(ctx context.Context, x, in, w, bias []float32, k int, tp *comm.Comm) error {
+// MLPDown projects the MLP activation back to the hidden size.
+func (rk *rank) MLPDown(l int) { rk.project(rk.st.gate, rk.layer(l).WDown, rk.sh.Inter.Len()) }
+
+// project computes in[nl, k]·wᵀ: added to the residual directly without
+// TP, into the partial sum tmp for ReduceTP with it.
+func (rk *rank) project(in, w []float32, k int) {
 	pool, h, nl := rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
-	if tp == nil {
-		tensor.MatMulAcc(pool, x, in, w, nl, k, h)
-	} else {
-		tmp := rk.st.tmp[:nl*h]
-		tensor.MatMul(pool, tmp, in, w, nl, k, h)
-		if err := rk.timed(func() error { return tp.AllReduce(ctx, tmp) }); err != nil {
-			return err
-		}
-		tensor.Add(x, tmp)
+	if rk.g.tp == nil {
+		tensor.MatMulAcc(pool, rk.st.x[:nl*h], in, w, nl, k, h)
+		return
+	}
+	tensor.MatMul(pool, rk.st.tmp[:nl*h], in, w, nl, k, h)
+}
+
+// Residual adds the reduced partial sum (under TP) and the branch's bias
+// to the residual; padding rows stay zero.
+func (rk *rank) Residual(l int, b forward.Branch) {
+	st, h, nl := &rk.st, rk.e.cfg.Hidden, rk.st.nl
+	x := st.x[:nl*h]
+	if rk.g.tp != nil {
+		tensor.Add(x, st.tmp[:nl*h])
+	}
+	w := rk.layer(l)
+	bias := w.BO
+	if b == forward.MLPBranch {
+		bias = w.BDown
 	}
 	if bias != nil {
 		addRows(x, bias, nl)
 	}
-	return nil
+	if b == forward.MLPBranch {
+		clear(x[st.real*h:])
+	}
 }
 
-// ulysses is the SP part of attention: an all-to-all from sequence-sharded
-// to head-sharded q, k and v (KV heads replicated inside the send buffer
-// when chunks share one), attention of this rank's chunk over every token
-// of the micro-batch, and an all-to-all back.
-func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *parallel.Shard, sp *comm.Comm) error {
-	st, d := &rk.st, rk.e.cfg.HeadDim
-	s, nl := sh.SPSize, st.nl
-	n := s * nl
-	qs, ks := (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
-	qc, kc := (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
-	wd := qc + 2*kc
+// ReduceTP all-reduces the TP group's partial sums: the residual itself
+// after Embed, the projection's partial sum after a branch.
+func (rk *rank) ReduceTP(ctx context.Context, b forward.Branch) error {
+	buf := rk.st.tmp
+	if b == forward.EmbedBranch {
+		buf = rk.st.x
+	}
+	buf = buf[:rk.st.nl*rk.e.cfg.Hidden]
+	return rk.timed(func() error { return rk.g.tp.AllReduce(ctx, buf) })
+}
+
+// RecvResidual receives the residual from the previous pipeline stage.
+func (rk *rank) RecvResidual(ctx context.Context) error {
+	x, prev := rk.st.x[:rk.st.nl*rk.e.cfg.Hidden], rk.g.pp.Rank()-1
+	return rk.timed(func() error { return rk.g.pp.Recv(ctx, x, prev) })
+}
+
+// SendResidual sends the residual to the next pipeline stage.
+func (rk *rank) SendResidual(ctx context.Context) error {
+	x, next := rk.st.x[:rk.st.nl*rk.e.cfg.Hidden], rk.g.pp.Rank()+1
+	return rk.timed(func() error { return rk.g.pp.Send(ctx, x, next) })
+}
+
+// chunkWidths are the widths of the rank's attention chunk: q, KV, and a
+// row of the all-to-all buffers (q|k|v).
+func (rk *rank) chunkWidths() (qc, kc, wd int) {
+	ch, d := rk.sh.Chunk, rk.e.cfg.HeadDim
+	qc, kc = (ch.QHi-ch.QLo)*d, (ch.KVHi-ch.KVLo)*d
+	return qc, kc, qc + 2*kc
+}
+
+// PackHeads lays out, for each SP member j, the rank's rows of chunk j's
+// q, k and v heads (KV heads replicated inside the send buffer when
+// chunks share one).
+func (rk *rank) PackHeads() {
+	st, sh, d := &rk.st, rk.sh, rk.e.cfg.HeadDim
+	nl := st.nl
+	qs, ks := rk.widths()
+	qc, kc, wd := rk.chunkWidths()
 	for j, ch := range sh.Chunks {
 		qo, ko := (ch.QLo-sh.Slice.QLo)*d, (ch.KVLo-sh.Slice.KVLo)*d
 		for i := 0; i < nl; i++ {
@@ -319,24 +397,32 @@ func (rk *rank) ulysses(ctx context.Context, l int, mb *micro, sh *parallel.Shar
 			copy(row[qc+kc:], st.v[i*ks+ko:i*ks+ko+kc])
 		}
 	}
-	if err := rk.timed(func() error { return sp.AllToAll(ctx, st.send[:n*wd], st.recv[:n*wd]) }); err != nil {
-		return err
+}
+
+// ExchangeHeads is Ulysses' all-to-all: sequence-sharded q, k and v to
+// head-sharded before attention, the chunk's attention output back to
+// sequence-sharded after it.
+func (rk *rank) ExchangeHeads(ctx context.Context, back bool) error {
+	st := &rk.st
+	n := rk.sh.SPSize * st.nl
+	qc, _, wd := rk.chunkWidths()
+	if back {
+		return rk.timed(func() error { return rk.g.sp.AllToAll(ctx, st.attnC[:n*qc], st.back[:n*qc]) })
 	}
-	for t := 0; t < st.total; t++ {
-		row := st.recv[t*wd : (t+1)*wd]
-		rk.cache.Put(l, mb.seqs[st.tokSeq[t]].Blocks, st.tokPos[t], row[qc:qc+kc], row[qc+kc:])
-	}
-	rk.attention(l, mb, sh, st.recv, wd, st.attnC, qc)
-	clear(st.attnC[st.total*qc : n*qc])
-	if err := rk.timed(func() error { return sp.AllToAll(ctx, st.attnC[:n*qc], st.back[:n*qc]) }); err != nil {
-		return err
-	}
-	for j := 0; j < s; j++ {
-		for i := 0; i < nl; i++ {
-			copy(st.attn[i*qs+j*qc:i*qs+(j+1)*qc], st.back[(j*nl+i)*qc:(j*nl+i+1)*qc])
+	return rk.timed(func() error { return rk.g.sp.AllToAll(ctx, st.send[:n*wd], st.recv[:n*wd]) })
+}
+
+// UnpackHeads places each chunk's returned attention output in the
+// slice's columns.
+func (rk *rank) UnpackHeads() {
+	st := &rk.st
+	qs, _ := rk.widths()
+	qc, _, _ := rk.chunkWidths()
+	for j := 0; j < rk.sh.SPSize; j++ {
+		for i := 0; i < st.nl; i++ {
+			copy(st.attn[i*qs+j*qc:i*qs+(j+1)*qc], st.back[(j*st.nl+i)*qc:(j*st.nl+i+1)*qc])
 		}
 	}
-	return nil
 }
 
 // attention computes causal attention for this rank's chunk of query heads
@@ -395,11 +481,10 @@ func (rk *rank) positionHeads(x, norm []float32, i int, eps float32) {
 	}
 }
 
-// logits applies the final norm and this rank's LM-head slice to its rows
-// that want logits; under TP the vocabulary slices are all-gathered and
-// member 0 writes the rows into the step's output.
-func (rk *rank) logits(ctx context.Context, sh *parallel.Shard, g groups) error {
-	e, st := rk.e, &rk.st
+// Logits applies the final norm and this rank's LM-head slice to its rows
+// that want logits, and writes them to the step's output without TP.
+func (rk *rank) Logits() {
+	e, st, sh := rk.e, &rk.st, rk.sh
 	h, vocab := e.cfg.Hidden, e.cfg.Vocab
 	st.lrows = st.lrows[:0]
 	for i := 0; i < st.real; i++ {
@@ -409,7 +494,7 @@ func (rk *rank) logits(ctx context.Context, sh *parallel.Shard, g groups) error 
 	}
 	n := len(st.lrows)
 	if n == 0 {
-		return nil
+		return
 	}
 	vs := sh.Vocab.Len()
 	grow(&st.hl, n*h)
@@ -418,11 +503,20 @@ func (rk *rank) logits(ctx context.Context, sh *parallel.Shard, g groups) error 
 		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.Norm, float32(e.cfg.RMSNormEps))
 	}
 	tensor.MatMul(e.pool, st.logits, st.hl, sh.LMHead, n, h, vs)
-	if g.tp == nil {
+	if rk.g.tp == nil {
 		for j, i := range st.lrows {
 			row := st.rowOut[st.first+i]
 			copy(e.out[row*vocab:(row+1)*vocab], st.logits[j*vs:(j+1)*vs])
 		}
+	}
+}
+
+// GatherLogits all-gathers the TP group's vocabulary slices of the rows
+// that want logits; member 0 writes them into the step's output.
+func (rk *rank) GatherLogits(ctx context.Context) error {
+	e, st, g := rk.e, &rk.st, rk.g
+	vocab, n, vs := e.cfg.Vocab, len(st.lrows), rk.sh.Vocab.Len()
+	if n == 0 {
 		return nil
 	}
 	size := g.tp.Size()

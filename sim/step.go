@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 )
@@ -160,6 +162,7 @@ type LayoutCost struct {
 	micros     []microShape
 	bounds     []int
 	logitBuf   []int
+	ops        costOps
 	finish     []float64 // by stage: when it finished its latest micro-batch
 	busy       []float64 // by rank
 	last       []float64 // by rank: duration of the current micro-batch
@@ -309,108 +312,25 @@ func (lc *LayoutCost) prepare(b *StepShape, d int) int {
 	return m
 }
 
+// noCancel is the context the priced program runs under.
+var noCancel = context.Background()
+
 // rankMicro adds rank r's work on one micro-batch to b and returns its
-// duration. It follows cpuexec/rank.go step by step.
+// duration: the rank program (forward.Run) priced op by op (costOps).
 func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
-	c, cfg, rs := lc.m, lc.cfg, &lc.ranks[r]
-	p := lc.layout.Plan
-	lat := c.eff.KernelLatency
-	link := c.Node.Link
 	start := b.Total
-	h, e, ab := cfg.Hidden, lc.elem, c.actBytes
+	rs := &lc.ranks[r]
+	o := &lc.ops
+	*o = costOps{lc: lc, rs: rs, ms: ms, b: *b, times: 1} // b by value, so the caller's stays on its stack
+	p := lc.layout.Plan
 	T, nl := ms.tokens, ms.nl
-	n := nl * p.SP
-	real := max(0, min(nl, T-rs.coord.SP*nl))
-	L := rs.layers
-
-	allReduce := func(times int) {
-		sent, recv := comm.AllReduceBytes(nl*h, p.TP, rs.coord.TP, e)
-		b.addComm(CompAllReduce, comm.KindAllReduce, sent, recv, c.Collective(comm.KindAllReduce, max(sent, recv), p.TP, link), times)
-	}
-	allToAll := func(width int) {
-		for i := range lc.eq {
-			lc.eq[i] = nl * width
-		}
-		sent, recv := comm.AllToAllBytes(lc.eq, lc.eq, rs.coord.SP, e)
-		b.addComm(CompAllToAll, comm.KindAllToAll, sent, recv, c.Collective(comm.KindAllToAll, max(sent, recv), p.SP, link), L)
-	}
-
-	// Embedding (first stage) or the previous stage's activations.
-	if rs.first {
-		b.add(CompEmbed, c.streaming(int64(real+nl)*int64(h)*ab), lat, 1)
-		if p.TP > 1 {
-			allReduce(1)
-		}
-	} else {
-		v := int64(nl*h) * int64(e)
-		b.addComm(CompSendRecv, comm.KindRecv, 0, v, 0, 1) // waiting on the sender is the pipeline's, not this rank's
-	}
-
-	// Decoder layers: identical on every layer of the stage.
-	w := c.wgtDType
-	b.add(CompNorm, c.streaming(2*int64(nl*h)*ab), lat, L) // input RMSNorm
-	if c.w8a8 {
-		b.add(CompQuant, c.streaming(int64(nl*h)*(ab+1)), lat, L)
-	}
-	b.add(CompQKV, c.gemm(nl, rs.qs+2*rs.ks, h, w), lat, L)
-	b.add(CompNorm, c.streaming(2*int64(real*(rs.qs+rs.ks))*ab), lat, L) // (q/k norm and) RoPE
-	wd := rs.qc + 2*rs.kc
-	if p.SP > 1 {
-		b.add(CompNorm, c.streaming(2*int64(n*wd)*ab), lat, L) // pack the send buffer
-		allToAll(wd)
-	}
-	b.add(CompCache, c.streaming(int64(T*2*rs.kc)*(ab+c.kvBytes)), lat, L)
-	if ms.prefill.Queries > 0 {
-		b.add(CompAttnPrefill, c.attention(ms.prefill, rs.hq, rs.hkv, cfg.HeadDim, false), lat, L)
-	}
-	if ms.decode.Queries > 0 {
-		b.add(CompAttnDecode, c.attention(ms.decode, rs.hq, rs.hkv, cfg.HeadDim, true), lat, L)
-	}
-	if p.SP > 1 {
-		allToAll(rs.qc)
-		b.add(CompNorm, c.streaming(2*int64(n*rs.qc)*ab), lat, L) // unpack
-	}
-	if c.w8a8 {
-		b.add(CompQuant, c.streaming(int64(nl*rs.qs)*(ab+1)), lat, L)
-	}
-	b.add(CompOut, c.gemm(nl, h, rs.qs, w), lat, L)
-	if p.TP > 1 {
-		allReduce(L)
-		b.add(CompNorm, c.streaming(3*int64(nl*h)*ab), lat, L) // residual add
-	}
-	b.add(CompNorm, c.streaming(2*int64(nl*h)*ab), lat, L) // post-attention RMSNorm
-	if c.w8a8 {
-		b.add(CompQuant, c.streaming(int64(nl*h)*(ab+1)), lat, L)
-	}
-	b.add(CompMLPUp, c.gemm(nl, 2*rs.inter, h, w), lat, L)
-	b.add(CompNorm, c.streaming(3*int64(nl*rs.inter)*ab), lat, L) // SiLU·mul
-	if c.w8a8 {
-		b.add(CompQuant, c.streaming(int64(nl*rs.inter)*(ab+1)), lat, L)
-	}
-	b.add(CompMLPDown, c.gemm(nl, h, rs.inter, w), lat, L)
-	if p.TP > 1 {
-		allReduce(L)
-		b.add(CompNorm, c.streaming(3*int64(nl*h)*ab), lat, L)
-	}
-
-	// Next stage, or the logits of this rank's rows that want them.
-	if !rs.last {
-		v := int64(nl*h) * int64(e)
-		b.addComm(CompSendRecv, comm.KindSend, v, 0, c.Collective(comm.KindSend, v, 2, link), 1)
-	} else if rows := ms.logits[rs.coord.SP]; rows > 0 {
-		b.add(CompLMHead, c.streaming(2*int64(rows*h)*ab), lat, 1)
-		b.add(CompLMHead, c.gemm(rows, rs.vocab, h, c.actDType), lat, 1)
-		if r := c.eff.LogitsBytesPerS; r > 0 { // float32 logits to the host, for an engine that samples there
-			b.add(CompLMHead, kernel{memory: float64(rows) * float64(rs.vocab) * 4 / r}, 0, 1)
-		}
-		if p.TP > 1 {
-			for t, v := range lc.vocabs {
-				lc.counts[t] = rows * v
-			}
-			sent, recv := comm.AllGatherBytes(lc.counts, rs.coord.TP, e)
-			b.addComm(CompAllGather, comm.KindAllGather, sent, recv, c.Collective(comm.KindAllGather, max(sent, recv), p.TP, link), 1)
-		}
-	}
+	o.n = nl * p.SP
+	o.real = max(0, min(nl, T-rs.coord.SP*nl))
+	// The program's collectives never fail here: the cost model has no peers to wait for.
+	_ = forward.Run(noCancel, o, forward.Shape{
+		First: rs.first, Last: rs.last, LayerLo: 0, LayerHi: rs.layers, TP: p.TP, SP: p.SP,
+	})
+	*b = o.b
 	return b.Total - start
 }
 
