@@ -164,6 +164,12 @@ type devRank struct {
 	argmax         cuda.DevicePtr // int32 [logit rows]
 }
 
+// layerCache is the start of local layer li's keys and values.
+func (rk *devRank) layerCache(li int) (k, v cuda.DevicePtr) {
+	off := cuda.DevicePtr(int64(li) * rk.layerKV)
+	return rk.kCache + off, rk.vCache + off
+}
+
 // capacity is what the step buffers hold.
 type capacity struct {
 	tokens, seqs, logitRows int

@@ -1,13 +1,14 @@
 package cudaexec
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
-	"github.com/gearboxlm/gearbox/forward"
+	fwd "github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -55,7 +56,7 @@ type rowOut [][]int
 
 // step runs on the device thread. With argmax, each logits row's argmax
 // goes to e.tokens instead of the row to e.out.
-func (e *Executor) step(dl *devLayout, b *forward.Batch, rows int, argmax bool) error {
+func (e *Executor) step(dl *devLayout, b *fwd.Batch, rows int, argmax bool) error {
 	n, seqs := b.NumTokens(), len(b.Seqs)
 	if n > e.cap.tokens || seqs > e.cap.seqs || rows > e.cap.logitRows {
 		c := e.cap
@@ -155,7 +156,7 @@ func (e *Executor) readArgmax(dl *devLayout, sh stepShape, out rowOut) error {
 // where each SP member's logits rows go in the output. Padding tokens (up
 // to a multiple of SP, and the idle sequences of a graph bucket) get token
 // 0 at position 0 and no cache slot (slot −1), so they write nothing.
-func (e *Executor) uploadMeta(b *forward.Batch, lay metaLayout, sh *stepShape, sp int) rowOut {
+func (e *Executor) uploadMeta(b *fwd.Batch, lay metaLayout, sh *stepShape, sp int) rowOut {
 	used := lay.tables + sh.seqs*sh.stride // the rest of the buffer is not read this step
 	if cap(e.host) < used {
 		e.host = make([]int32, used)
@@ -259,7 +260,7 @@ func (e *Executor) CaptureGraphs() error {
 					continue
 				}
 				sh := e.graphShape(bucket, plan.SP)
-				e.uploadMeta(&forward.Batch{}, lay, &sh, plan.SP) // fills sh.rows; the tables are not copied
+				e.uploadMeta(&fwd.Batch{}, lay, &sh, plan.SP) // fills sh.rows; the tables are not copied
 				if _, err := e.capture(dl, sh, lay); err != nil {
 					return err
 				}
@@ -311,157 +312,272 @@ func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
 	return e.ops.sync()
 }
 
-// forward enqueues one step of shape sh under dl on the stream: for each
-// pipeline stage in turn, the embedding (first stage) or the previous
-// stage's residual, every layer of the stage (Algorithm 1 of the Shift
-// Parallelism paper: plain TP when SP = 1, plain Ulysses when TP = 1), and
-// the final norm and LM head (last stage). Collectives run as device
-// copies and reductions among the ranks' buffers and are counted in
-// e.stats.
+// forward enqueues one step of shape sh under dl on the stream: the rank
+// program (forward.Run) once per pipeline stage, in stage order, with
+// stageOps running each op for every rank of the stage. The ranks of a
+// stage reach each collective together, so a collective is the device
+// copies (and reduction) among their buffers, counted in e.stats as comm
+// counts the CPU's.
 func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
-	cfg, k, s := e.cfg, e.k, e.s
 	l := dl.layout
-	p := l.Plan
-	h, nl := cfg.Hidden, sh.nl
-	eps := float32(cfg.RMSNormEps)
-	meta := func(off int) cuda.DevicePtr { return e.meta + cuda.DevicePtr(4*off) }
-	elem := e.dt.Size()
-	type pending struct{ delta, bias cuda.DevicePtr }
-	last := make([]pending, len(e.ranks)) // each rank's MLP output not yet in its residual
-
-	for stage := 0; stage < p.PP; stage++ {
-		var ranks []int
+	so := &stageOps{e: e, dl: dl, sh: sh, lay: lay, pending: make([]pending, len(e.ranks))}
+	for stage := 0; stage < l.Plan.PP; stage++ {
+		so.ranks = so.ranks[:0]
 		for r, c := range l.Coords {
 			if c.PP == stage {
-				ranks = append(ranks, r)
+				so.ranks = append(so.ranks, r)
 			}
 		}
-		if stage == 0 {
-			for _, r := range ranks {
-				ds, first := dl.shards[r], l.Coords[r].SP*nl
-				if err := k.Embed(s, e.ranks[r].x, ds.embed, meta(lay.ids+first), nl, h, ds.spans.Vocab.Lo, ds.spans.Vocab.Hi); err != nil {
-					return err
-				}
-			}
-			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.x }, nl*h, e.k32, 4); err != nil {
-				return err
-			}
+		span := dl.shards[so.ranks[0]].spans.Stage
+		err := fwd.Run(context.Background(), so, fwd.Shape{
+			First: stage == 0, Last: stage == l.Plan.PP-1, LayerLo: span.Lo, LayerHi: span.Hi, TP: l.Plan.TP, SP: l.Plan.SP,
+		})
+		if err = errors.Join(err, so.err); err != nil {
+			return err
 		}
-		for li := range dl.shards[ranks[0]].layers {
-			for _, r := range ranks {
-				rk, ds := e.ranks[r], dl.shards[r]
-				w := &ds.layers[li]
-				if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, w.attnNorm, nl, h, eps); err != nil {
-					return err
-				}
-				if err := e.ops.linear(rk.qkv, rk.xn, w.qkv, nl, h, ds.sliceW, e.dt); err != nil {
-					return err
-				}
-			}
-			if p.SP > 1 {
-				if err := e.scatterHeads(dl, ranks, nl); err != nil {
-					return err
-				}
-			}
-			rowsAttn := nl // rows each rank attends for: its own without SP, every token with SP
-			if p.SP > 1 {
-				rowsAttn = p.SP * nl
-			}
-			for _, r := range ranks {
-				rk, ds := e.ranks[r], dl.shards[r]
-				w := &ds.layers[li]
-				kc := rk.kCache + cuda.DevicePtr(int64(li)*rk.layerKV)
-				vc := rk.vCache + cuda.DevicePtr(int64(li)*rk.layerKV)
-				hq, hkv := ds.spans.Chunk.QHi-ds.spans.Chunk.QLo, ds.spans.Chunk.KVHi-ds.spans.Chunk.KVLo
-				if err := k.QKVRope(s, QKVArgs{
-					Q: rk.q, KCache: kc, VCache: vc, QKV: headsIn(rk, p), Bias: w.qkvBias, QNorm: w.qNorm, KNorm: w.kNorm,
-					Cos: e.cos, Sin: e.sin, Pos: meta(lay.pos), Slot: meta(lay.slot),
-					N: rowsAttn, Heads: hq, KVHeads: hkv, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize, Eps: eps,
-				}); err != nil {
-					return err
-				}
-				if err := e.ops.attention(AttnArgs{
-					Out: rk.attnC, Q: rk.q, KCache: kc, VCache: vc, BlockTables: meta(lay.tables),
-					QStart: meta(lay.qStart), SeqPos: meta(lay.seqPos),
-					NumSeqs: sh.seqs, NumTokens: sh.tokens, MaxQLen: sh.maxQLen, DecodeSeqs: sh.decodes, MaxBlocks: sh.stride,
-					Heads: hq, KVHeads: hkv, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize,
-					Window: cfg.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(cfg.HeadDim))), Workspace: e.work,
-				}); err != nil {
-					return err
-				}
-			}
-			if p.SP > 1 {
-				if err := e.gatherHeads(dl, ranks, nl); err != nil {
-					return err
-				}
-			}
-			for _, r := range ranks {
-				rk, ds := e.ranks[r], dl.shards[r]
-				if err := e.ops.linear(rk.delta, headsOut(rk, p), ds.layers[li].o, nl, ds.qs, h, e.dt); err != nil {
-					return err
-				}
-			}
-			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.delta }, nl*h, k, elem); err != nil {
-				return err
-			}
-			for _, r := range ranks {
-				rk, ds := e.ranks[r], dl.shards[r]
-				w := &ds.layers[li]
-				if err := k.AddRMSNorm(s, rk.xn, rk.x, rk.delta, w.oBias, w.mlpNorm, nl, h, eps); err != nil {
-					return err
-				}
-				if err := e.ops.linear(rk.gateUp, rk.xn, w.gateUp, nl, h, 2*ds.inter, e.dt); err != nil {
-					return err
-				}
-				if err := k.SiLUMul(s, rk.mlp, rk.gateUp, w.guBias, nl, ds.inter); err != nil {
-					return err
-				}
-				if err := e.ops.linear(rk.delta, rk.mlp, w.down, nl, ds.inter, h, e.dt); err != nil {
-					return err
-				}
-				last[r] = pending{rk.delta, w.downBias}
-			}
-			if err := e.allReduce(l, ranks, func(rk *devRank) cuda.DevicePtr { return rk.delta }, nl*h, k, elem); err != nil {
-				return err
-			}
-		}
-		if stage < p.PP-1 {
-			// Fold the last MLP output into the residual (the norm's output
-			// is not used) and hand the residual to the next stage.
-			for _, r := range ranks {
-				rk, ds := e.ranks[r], dl.shards[r]
-				w := &ds.layers[len(ds.layers)-1]
-				if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, w.mlpNorm, nl, h, eps); err != nil {
-					return err
-				}
-				next := l.Peer(r, stage+1)
-				if err := e.ops.copy(e.ranks[next].x, rk.x, 4*int64(nl*h)); err != nil {
-					return err
-				}
-				e.countSendRecv(l, r, next, nl*h)
-			}
-			continue
-		}
-		for _, r := range ranks {
-			rk, ds := e.ranks[r], dl.shards[r]
-			j := l.Coords[r].SP
-			m := sh.rows[j]
-			if err := k.AddRMSNorm(s, rk.xn, rk.x, last[r].delta, last[r].bias, ds.norm, nl, h, eps); err != nil {
-				return err
-			}
-			if m == 0 {
-				continue
-			}
-			if err := k.GatherRows(s, rk.hl, rk.xn, meta(lay.rows+j*lay.rowsCap), m, h); err != nil {
-				return err
-			}
-			if err := e.ops.linear(rk.logits, rk.hl, ds.lmHead, m, h, ds.spans.Vocab.Len(), model.Float32); err != nil {
-				return err
-			}
-		}
-		e.countLogitsGather(dl, ranks, sh)
 	}
 	return nil
+}
+
+// pending is a rank's branch output not yet added to its residual: the
+// next norm (or the stage hand-off) folds it in with AddRMSNorm.
+type pending struct{ delta, bias cuda.DevicePtr }
+
+// stageOps runs the rank program for every rank of one pipeline stage at
+// once: each op enqueues its kernel for each rank in turn. A kernel
+// launch that fails is kept in err and the ops after it do nothing; the
+// next BeginLayer or collective returns it.
+type stageOps struct {
+	e       *Executor
+	dl      *devLayout
+	sh      stepShape
+	lay     metaLayout
+	ranks   []int     // global ranks of the stage
+	pending []pending // by global rank
+	err     error
+}
+
+var _ fwd.Ops = (*stageOps)(nil)
+
+func (so *stageOps) meta(off int) cuda.DevicePtr { return so.e.meta + cuda.DevicePtr(4*off) }
+
+// each runs f for every rank of the stage until one fails.
+func (so *stageOps) each(f func(rk *devRank, ds *devShard) error) {
+	for _, r := range so.ranks {
+		if so.err != nil {
+			return
+		}
+		so.err = f(so.e.ranks[r], so.dl.shards[r])
+	}
+}
+
+// weights is layer l's (a global index) weights of shard ds.
+func weights(ds *devShard, l int) *layerWeights { return &ds.layers[l-ds.spans.Stage.Lo] }
+
+func (so *stageOps) Embed() {
+	e, h, nl := so.e, so.e.cfg.Hidden, so.sh.nl
+	for _, r := range so.ranks {
+		if so.err != nil {
+			return
+		}
+		ds, first := so.dl.shards[r], so.dl.layout.Coords[r].SP*nl
+		so.err = e.k.Embed(e.s, e.ranks[r].x, ds.embed, so.meta(so.lay.ids+first), nl, h, ds.spans.Vocab.Lo, ds.spans.Vocab.Hi)
+	}
+}
+
+func (so *stageOps) BeginLayer(context.Context, int) error { return so.err }
+
+// norm folds each rank's pending branch output into its residual and
+// writes the normed residual with w.
+func (so *stageOps) norm(w func(rk *devRank, ds *devShard) (norm cuda.DevicePtr, next pending)) {
+	e := so.e
+	eps := float32(e.cfg.RMSNormEps)
+	so.each(func(rk *devRank, ds *devShard) error {
+		weight, next := w(rk, ds)
+		p := so.pending[rk.id]
+		so.pending[rk.id] = next
+		return e.k.AddRMSNorm(e.s, rk.xn, rk.x, p.delta, p.bias, weight, so.sh.nl, e.cfg.Hidden, eps)
+	})
+}
+
+func (so *stageOps) AttnNorm(l int) {
+	so.norm(func(_ *devRank, ds *devShard) (cuda.DevicePtr, pending) { return weights(ds, l).attnNorm, pending{} })
+}
+
+func (so *stageOps) MLPNorm(l int) {
+	so.norm(func(_ *devRank, ds *devShard) (cuda.DevicePtr, pending) { return weights(ds, l).mlpNorm, pending{} })
+}
+
+func (so *stageOps) QKV(l int) {
+	e := so.e
+	so.each(func(rk *devRank, ds *devShard) error {
+		return e.ops.linear(rk.qkv, rk.xn, weights(ds, l).qkv, so.sh.nl, e.cfg.Hidden, ds.sliceW, e.dt)
+	})
+}
+
+// Position is fused into CacheWrite: the QKVRope kernel adds the biases,
+// applies the q/k norms and RoPE and writes the cache, after the SP
+// all-to-all when there is one.
+func (so *stageOps) Position(int) {}
+
+// PackHeads is part of ExchangeHeads: the all-to-all copies straight from
+// each rank's q|k|v projections.
+func (so *stageOps) PackHeads() {}
+
+// UnpackHeads is part of ExchangeHeads: the all-to-all copies straight
+// into each rank's attention columns.
+func (so *stageOps) UnpackHeads() {}
+
+func (so *stageOps) ExchangeHeads(_ context.Context, back bool) error {
+	if so.err != nil {
+		return so.err
+	}
+	if back {
+		so.err = so.e.gatherHeads(so.dl, so.ranks, so.sh.nl)
+	} else {
+		so.err = so.e.scatterHeads(so.dl, so.ranks, so.sh.nl)
+	}
+	return so.err
+}
+
+// CacheWrite runs QKVRope: biases, q/k norms and RoPE of every row the
+// rank attends for, and its keys and values into the cache.
+func (so *stageOps) CacheWrite(l int) {
+	e, p, cfg := so.e, so.dl.layout.Plan, so.e.cfg
+	rows := so.rowsAttended()
+	so.each(func(rk *devRank, ds *devShard) error {
+		w := weights(ds, l)
+		kc, vc := rk.layerCache(l - ds.spans.Stage.Lo)
+		return e.k.QKVRope(e.s, QKVArgs{
+			Q: rk.q, KCache: kc, VCache: vc, QKV: headsIn(rk, p), Bias: w.qkvBias, QNorm: w.qNorm, KNorm: w.kNorm,
+			Cos: e.cos, Sin: e.sin, Pos: so.meta(so.lay.pos), Slot: so.meta(so.lay.slot),
+			N: rows, Heads: ds.spans.Chunk.QHi - ds.spans.Chunk.QLo, KVHeads: ds.spans.Chunk.KVHi - ds.spans.Chunk.KVLo,
+			HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize, Eps: float32(cfg.RMSNormEps),
+		})
+	})
+}
+
+// rowsAttended is the rows each rank attends for: its own without SP,
+// every token of the micro-batch with it.
+func (so *stageOps) rowsAttended() int {
+	if sp := so.dl.layout.Plan.SP; sp > 1 {
+		return sp * so.sh.nl
+	}
+	return so.sh.nl
+}
+
+func (so *stageOps) Attention(l int) {
+	e, cfg, sh, lay := so.e, so.e.cfg, so.sh, so.lay
+	so.each(func(rk *devRank, ds *devShard) error {
+		kc, vc := rk.layerCache(l - ds.spans.Stage.Lo)
+		return e.ops.attention(AttnArgs{
+			Out: rk.attnC, Q: rk.q, KCache: kc, VCache: vc, BlockTables: so.meta(lay.tables),
+			QStart: so.meta(lay.qStart), SeqPos: so.meta(lay.seqPos),
+			NumSeqs: sh.seqs, NumTokens: sh.tokens, MaxQLen: sh.maxQLen, DecodeSeqs: sh.decodes, MaxBlocks: sh.stride,
+			Heads: ds.spans.Chunk.QHi - ds.spans.Chunk.QLo, KVHeads: ds.spans.Chunk.KVHi - ds.spans.Chunk.KVLo,
+			HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize,
+			Window: cfg.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(cfg.HeadDim))), Workspace: e.work,
+		})
+	})
+}
+
+func (so *stageOps) OutProj(l int) {
+	e, p := so.e, so.dl.layout.Plan
+	so.each(func(rk *devRank, ds *devShard) error {
+		return e.ops.linear(rk.delta, headsOut(rk, p), weights(ds, l).o, so.sh.nl, ds.qs, e.cfg.Hidden, e.dt)
+	})
+}
+
+func (so *stageOps) MLPUp(l int) {
+	e := so.e
+	so.each(func(rk *devRank, ds *devShard) error {
+		w := weights(ds, l)
+		if err := e.ops.linear(rk.gateUp, rk.xn, w.gateUp, so.sh.nl, e.cfg.Hidden, 2*ds.inter, e.dt); err != nil {
+			return err
+		}
+		return e.k.SiLUMul(e.s, rk.mlp, rk.gateUp, w.guBias, so.sh.nl, ds.inter)
+	})
+}
+
+func (so *stageOps) MLPDown(l int) {
+	e := so.e
+	so.each(func(rk *devRank, ds *devShard) error {
+		return e.ops.linear(rk.delta, rk.mlp, weights(ds, l).down, so.sh.nl, ds.inter, e.cfg.Hidden, e.dt)
+	})
+}
+
+// Residual leaves the branch output pending: the next AddRMSNorm adds it
+// (and its bias) to the residual.
+func (so *stageOps) Residual(l int, b fwd.Branch) {
+	for _, r := range so.ranks {
+		rk, w := so.e.ranks[r], weights(so.dl.shards[r], l)
+		bias := w.oBias
+		if b == fwd.MLPBranch {
+			bias = w.downBias
+		}
+		so.pending[r] = pending{rk.delta, bias}
+	}
+}
+
+func (so *stageOps) ReduceTP(_ context.Context, b fwd.Branch) error {
+	if so.err != nil {
+		return so.err
+	}
+	e, n := so.e, so.sh.nl*so.e.cfg.Hidden
+	if b == fwd.EmbedBranch { // the float32 residual itself
+		so.err = e.allReduce(so.dl.layout, so.ranks, func(rk *devRank) cuda.DevicePtr { return rk.x }, n, e.k32, 4)
+	} else {
+		so.err = e.allReduce(so.dl.layout, so.ranks, func(rk *devRank) cuda.DevicePtr { return rk.delta }, n, e.k, e.dt.Size())
+	}
+	return so.err
+}
+
+// RecvResidual: the previous stage's SendResidual already wrote this
+// stage's residual.
+func (so *stageOps) RecvResidual(context.Context) error { return so.err }
+
+// SendResidual folds the last MLP output into each rank's residual (the
+// norm's output is not used) and copies the residual to the rank's peer
+// in the next stage.
+func (so *stageOps) SendResidual(context.Context) error {
+	e, l := so.e, so.dl.layout
+	last := so.dl.shards[so.ranks[0]].spans.Stage.Hi - 1
+	so.MLPNorm(last)
+	so.each(func(rk *devRank, _ *devShard) error {
+		next := l.Peer(rk.id, l.Coords[rk.id].PP+1)
+		if err := e.ops.copy(e.ranks[next].x, rk.x, 4*int64(so.sh.nl*e.cfg.Hidden)); err != nil {
+			return err
+		}
+		e.countSendRecv(l, rk.id, next, so.sh.nl*e.cfg.Hidden)
+		return nil
+	})
+	return so.err
+}
+
+// Logits applies the final norm and, for each rank's rows that want
+// logits, the LM head's vocabulary slice into the rank's logits buffer
+// (read back by the caller).
+func (so *stageOps) Logits() {
+	e, h := so.e, so.e.cfg.Hidden
+	so.norm(func(_ *devRank, ds *devShard) (cuda.DevicePtr, pending) { return ds.norm, pending{} })
+	so.each(func(rk *devRank, ds *devShard) error {
+		j := so.dl.layout.Coords[rk.id].SP
+		m := so.sh.rows[j]
+		if m == 0 {
+			return nil
+		}
+		if err := e.k.GatherRows(e.s, rk.hl, rk.xn, so.meta(so.lay.rows+j*so.lay.rowsCap), m, h); err != nil {
+			return err
+		}
+		return e.ops.linear(rk.logits, rk.hl, ds.lmHead, m, h, ds.spans.Vocab.Len(), model.Float32)
+	})
+}
+
+// GatherLogits counts the all-gather of the vocabulary slices; the host
+// reads every slice directly, which moves the same bytes.
+func (so *stageOps) GatherLogits(context.Context) error {
+	so.e.countLogitsGather(so.dl, so.ranks, so.sh)
+	return so.err
 }
 
 // headsIn is where a rank's attention input rows are under plan p: its own
