@@ -105,7 +105,8 @@ type Executor struct {
 	graphStats map[graphKey]comm.Stats
 	info       Info
 	steps      map[string]int
-	stats      comm.Stats
+	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
+	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
 	out        []float32 // [rows, vocab] host logits of the last step
 	part       []float32 // host staging of one rank's logits slice
 	tokens     []int     // [rows] argmax of the last greedy step
@@ -201,7 +202,7 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	e := &Executor{
 		cfg: cfg, opts: opts, log: opts.Logger, ctx: dctx, dt: cfg.ResolveDType(opts.DType),
 		base: opts.Placements[0], layouts: map[string]*devLayout{},
-		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, stats: comm.Stats{},
+		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, replayed: comm.Stats{},
 		allocs: map[cuda.DevicePtr]bool{},
 	}
 	e.ops = cudaOps{e}
@@ -651,7 +652,20 @@ func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
 // CommStats is the collective traffic of every step so far, counted as
 // the CPU executor counts it (comm's ring and pairwise formulas), in bytes
 // of the executor's dtype.
-func (e *Executor) CommStats() comm.Stats { return maps.Clone(e.stats) }
+func (e *Executor) CommStats() comm.Stats {
+	out := maps.Clone(e.replayed)
+	if e.world != nil {
+		for k, v := range e.world.Stats() {
+			out[k] = out[k].Add(v)
+		}
+	}
+	for k, v := range out {
+		if v == (comm.Counter{}) {
+			delete(out, k)
+		}
+	}
+	return out
+}
 
 // Step implements engine.Runner: it runs b under placement p (one the
 // executor holds) and returns the requested logits, float32 [NumLogits, vocab],

@@ -103,7 +103,7 @@ func (e *Executor) step(dl *devLayout, b *fwd.Batch, rows int, argmax bool) erro
 		if err := e.ctx.LaunchGraph(g, e.s); err != nil {
 			return err
 		}
-		e.addStats(e.graphStats[key])
+		e.launched(e.graphStats[key])
 	} else if err := e.forward(dl, sh, lay); err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func (e *Executor) uploadMeta(b *fwd.Batch, lay metaLayout, sh *stepShape, sp in
 // stands for (counted on each launch, not here).
 func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.GraphExec, error) {
 	before := e.CommStats()
-	defer func() { e.stats = before }()
+	defer func() { e.unlaunched(e.CommStats().Sub(before)) }() // capturing runs nothing
 	if err := e.ctx.BeginCapture(e.s); err != nil {
 		return 0, fmt.Errorf("capture graph for batch %d: %w", sh.seqs, err)
 	}
@@ -232,7 +232,7 @@ func (e *Executor) capture(dl *devLayout, sh stepShape, lay metaLayout) (cuda.Gr
 	if e.graphStats == nil {
 		e.graphStats = map[graphKey]comm.Stats{}
 	}
-	e.graphStats[key] = e.stats.Sub(before)
+	e.graphStats[key] = e.CommStats().Sub(before)
 	return exec, nil
 }
 
@@ -270,10 +270,37 @@ func (e *Executor) CaptureGraphs() error {
 	})
 }
 
-func (e *Executor) addStats(d comm.Stats) {
+// launched adds the traffic of a graph replay: what comm counted when
+// the graph was captured.
+func (e *Executor) launched(d comm.Stats) {
 	for k, v := range d {
-		e.stats[k] = e.stats[k].Add(v)
+		e.replayed[k] = e.replayed[k].Add(v)
 	}
+}
+
+// unlaunched takes back traffic comm counted for work that did not run (a
+// graph capture).
+func (e *Executor) unlaunched(d comm.Stats) {
+	for k, v := range d {
+		e.replayed[k] = e.replayed[k].Sub(v)
+	}
+}
+
+// group is the comm group of world ranks g, labelled kind+members as the
+// CPU executor labels its groups, on a live world (a fresh one after a
+// failure, its counts kept).
+func (e *Executor) group(kind string, g parallel.Group) (*comm.Group, error) {
+	if e.world == nil || e.world.Err() != nil {
+		if e.world != nil {
+			e.launched(e.world.Stats())
+		}
+		w, err := comm.New(comm.Options{Size: len(e.ranks), ElemBytes: e.dt.Size()})
+		if err != nil {
+			return nil, err
+		}
+		e.world = w
+	}
+	return e.world.Group(g.Label(kind), g...)
 }
 
 // readLogits copies each last-stage rank's logits slice to the host and
@@ -316,8 +343,8 @@ func (e *Executor) readLogits(dl *devLayout, sh stepShape, out rowOut) error {
 // program (forward.Run) once per pipeline stage, in stage order, with
 // stageOps running each op for every rank of the stage. The ranks of a
 // stage reach each collective together, so a collective is the device
-// copies (and reduction) among their buffers, counted in e.stats as comm
-// counts the CPU's.
+// copies (and reduction) among their buffers, run through comm's
+// Group.Drive, which counts them as it counts the CPU's.
 func (e *Executor) forward(dl *devLayout, sh stepShape, lay metaLayout) error {
 	l := dl.layout
 	so := &stageOps{e: e, dl: dl, sh: sh, lay: lay, pending: make([]pending, len(e.ranks))}
@@ -544,12 +571,7 @@ func (so *stageOps) SendResidual(context.Context) error {
 	last := so.dl.shards[so.ranks[0]].spans.Stage.Hi - 1
 	so.MLPNorm(last)
 	so.each(func(rk *devRank, _ *devShard) error {
-		next := l.Peer(rk.id, l.Coords[rk.id].PP+1)
-		if err := e.ops.copy(e.ranks[next].x, rk.x, 4*int64(so.sh.nl*e.cfg.Hidden)); err != nil {
-			return err
-		}
-		e.countSendRecv(l, rk.id, next, so.sh.nl*e.cfg.Hidden)
-		return nil
+		return e.sendResidual(l, rk.id, l.Peer(rk.id, l.Coords[rk.id].PP+1), so.sh.nl*e.cfg.Hidden)
 	})
 	return so.err
 }
@@ -576,7 +598,9 @@ func (so *stageOps) Logits() {
 // GatherLogits counts the all-gather of the vocabulary slices; the host
 // reads every slice directly, which moves the same bytes.
 func (so *stageOps) GatherLogits(context.Context) error {
-	so.e.countLogitsGather(so.dl, so.ranks, so.sh)
+	if so.err == nil {
+		so.err = so.e.gatherLogits(so.dl, so.ranks, so.sh)
+	}
 	return so.err
 }
 
@@ -623,21 +647,26 @@ func (e *Executor) allReduce(l parallel.Placement, ranks []int, buf func(*devRan
 		if g[0] != r {
 			continue // each group once, from its member 0
 		}
-		sum := buf(e.ranks[g[0]])
-		for _, m := range g[1:] {
-			if err := kern.Add(e.s, sum, buf(e.ranks[m]), int64(n)); err != nil {
-				return err
-			}
+		grp, err := e.group("tp", g)
+		if err != nil {
+			return err
 		}
-		for _, m := range g[1:] {
-			if err := e.ops.copy(buf(e.ranks[m]), sum, int64(n*elemBytes)); err != nil {
-				return err
+		err = grp.Drive(comm.Op{Kind: comm.KindAllReduce, Elems: n, ElemBytes: elemBytes}, func() error {
+			sum := buf(e.ranks[g[0]])
+			for _, m := range g[1:] {
+				if err := kern.Add(e.s, sum, buf(e.ranks[m]), int64(n)); err != nil {
+					return err
+				}
 			}
-		}
-		label := g.Label("tp")
-		for i, m := range g {
-			sent, recv := comm.AllReduceBytes(n, len(g), i, elemBytes)
-			e.count(label, m, comm.KindAllReduce, sent, recv)
+			for _, m := range g[1:] {
+				if err := e.ops.copy(buf(e.ranks[m]), sum, int64(n*elemBytes)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -653,24 +682,33 @@ func (e *Executor) scatterHeads(dl *devLayout, ranks []int, nl int) error {
 		if g[0] != r {
 			continue
 		}
-		for i, dst := range g {
-			di := dl.shards[dst]
-			for j, src := range g {
-				sj := dl.shards[src]
-				ch := sj.spans.Chunks[i]
-				qo, ko := (ch.QLo-sj.spans.Slice.QLo)*d, (ch.KVLo-sj.spans.Slice.KVLo)*d
-				rowOff := int64(j*nl*di.chunkW) * int64(e.dt.Size())
-				for _, c := range []struct{ dstCol, srcCol, cols int }{
-					{0, qo, di.qc}, {di.qc, sj.qs + ko, di.kc}, {di.qc + di.kc, sj.qs + sj.ks + ko, di.kc},
-				} {
-					if err := e.k.Copy2D(e.s, e.ranks[dst].recv+cuda.DevicePtr(rowOff+int64(c.dstCol*e.dt.Size())), di.chunkW,
-						e.ranks[src].qkv+cuda.DevicePtr(c.srcCol*e.dt.Size()), sj.sliceW, nl, c.cols); err != nil {
-						return err
+		grp, err := e.group("sp", g)
+		if err != nil {
+			return err
+		}
+		err = grp.Drive(comm.Op{Kind: comm.KindAllToAll, Elems: nl * dl.shards[g[0]].chunkW}, func() error {
+			for i, dst := range g {
+				di := dl.shards[dst]
+				for j, src := range g {
+					sj := dl.shards[src]
+					ch := sj.spans.Chunks[i]
+					qo, ko := (ch.QLo-sj.spans.Slice.QLo)*d, (ch.KVLo-sj.spans.Slice.KVLo)*d
+					rowOff := int64(j*nl*di.chunkW) * int64(e.dt.Size())
+					for _, c := range []struct{ dstCol, srcCol, cols int }{
+						{0, qo, di.qc}, {di.qc, sj.qs + ko, di.kc}, {di.qc + di.kc, sj.qs + sj.ks + ko, di.kc},
+					} {
+						if err := e.k.Copy2D(e.s, e.ranks[dst].recv+cuda.DevicePtr(rowOff+int64(c.dstCol*e.dt.Size())), di.chunkW,
+							e.ranks[src].qkv+cuda.DevicePtr(c.srcCol*e.dt.Size()), sj.sliceW, nl, c.cols); err != nil {
+							return err
+						}
 					}
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		e.countAllToAll(g.Label("sp"), g, nl*dl.shards[g[0]].chunkW)
 	}
 	return nil
 }
@@ -685,63 +723,56 @@ func (e *Executor) gatherHeads(dl *devLayout, ranks []int, nl int) error {
 		if g[0] != r {
 			continue
 		}
-		for i, src := range g {
-			si := dl.shards[src]
-			for j, dst := range g {
-				dj := dl.shards[dst]
-				col := (dj.spans.Chunks[i].QLo - dj.spans.Slice.QLo) * d
-				if err := e.k.Copy2D(e.s, e.ranks[dst].attn+cuda.DevicePtr(col*elem), dj.qs,
-					e.ranks[src].attnC+cuda.DevicePtr(j*nl*si.qc*elem), si.qc, nl, si.qc); err != nil {
-					return err
+		grp, err := e.group("sp", g)
+		if err != nil {
+			return err
+		}
+		err = grp.Drive(comm.Op{Kind: comm.KindAllToAll, Elems: nl * dl.shards[g[0]].qc}, func() error {
+			for i, src := range g {
+				si := dl.shards[src]
+				for j, dst := range g {
+					dj := dl.shards[dst]
+					col := (dj.spans.Chunks[i].QLo - dj.spans.Slice.QLo) * d
+					if err := e.k.Copy2D(e.s, e.ranks[dst].attn+cuda.DevicePtr(col*elem), dj.qs,
+						e.ranks[src].attnC+cuda.DevicePtr(j*nl*si.qc*elem), si.qc, nl, si.qc); err != nil {
+						return err
+					}
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		e.countAllToAll(g.Label("sp"), g, nl*dl.shards[g[0]].qc)
 	}
 	return nil
 }
 
-func (e *Executor) count(label string, rank int, kind comm.Kind, sent, recv int64) {
-	key := comm.Key{Group: label, Rank: rank, Kind: kind}
-	c := e.stats[key]
-	c.Calls++
-	c.SentBytes += sent
-	c.RecvBytes += recv
-	e.stats[key] = c
-}
-
-// countAllToAll counts an all-to-all in which every member sends per
-// elements to each member, as the CPU's AllToAll of a [SP·per] buffer.
-func (e *Executor) countAllToAll(label string, g parallel.Group, per int) {
-	counts := make([]int, len(g))
-	for i := range counts {
-		counts[i] = per
-	}
-	for i, m := range g {
-		sent, recv := comm.AllToAllBytes(counts, counts, i, e.dt.Size())
-		e.count(label, m, comm.KindAllToAll, sent, recv)
-	}
-}
-
-// countSendRecv counts a pipeline hand-off of n float32 residual elements
-// from rank r to rank next, in the group of r's pipeline peers.
-func (e *Executor) countSendRecv(l parallel.Placement, r, next, n int) {
+// sendResidual copies rank r's n float32 residual elements to rank next,
+// its peer in the next pipeline stage, as a send in the group of r's
+// pipeline peers.
+func (e *Executor) sendResidual(l parallel.Placement, r, next, n int) error {
 	var peers parallel.Group
 	for s := 0; s < l.Plan.PP; s++ {
 		peers = append(peers, l.Peer(r, s))
 	}
-	label := peers.Label("pp")
-	e.count(label, r, comm.KindSend, 4*int64(n), 0)
-	e.count(label, next, comm.KindRecv, 0, 4*int64(n))
+	grp, err := e.group("pp", peers)
+	if err != nil {
+		return err
+	}
+	from, to := l.Coords[r].PP, l.Coords[next].PP
+	return grp.Drive(comm.Op{Kind: comm.KindSend, Elems: n, From: from, To: to, ElemBytes: 4}, func() error {
+		return e.ops.copy(e.ranks[next].x, e.ranks[r].x, 4*int64(n))
+	})
 }
 
-// countLogitsGather counts the all-gather of the LM head's vocabulary
-// slices in each TP group of the last stage (the host reads every slice
-// directly, which moves the same bytes).
-func (e *Executor) countLogitsGather(dl *devLayout, ranks []int, sh stepShape) {
+// gatherLogits is the all-gather of the LM head's vocabulary slices in
+// each TP group of the last stage: the host reads every slice directly
+// (readLogits), which moves the same bytes, so the move is empty here.
+func (e *Executor) gatherLogits(dl *devLayout, ranks []int, sh stepShape) error {
 	l := dl.layout
 	if l.Plan.TP == 1 {
-		return
+		return nil
 	}
 	for _, r := range ranks {
 		g := l.TPGroup(r)
@@ -753,10 +784,13 @@ func (e *Executor) countLogitsGather(dl *devLayout, ranks []int, sh stepShape) {
 		for i, mem := range g {
 			counts[i] = m * dl.shards[mem].spans.Vocab.Len()
 		}
-		label := g.Label("tp")
-		for i, mem := range g {
-			sent, recv := comm.AllGatherBytes(counts, i, 4)
-			e.count(label, mem, comm.KindAllGather, sent, recv)
+		grp, err := e.group("tp", g)
+		if err != nil {
+			return err
+		}
+		if err := grp.Drive(comm.Op{Kind: comm.KindAllGather, Counts: counts, ElemBytes: 4}, func() error { return nil }); err != nil {
+			return err
 		}
 	}
+	return nil
 }

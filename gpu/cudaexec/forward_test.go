@@ -152,7 +152,7 @@ func TestHeadsAllToAll(t *testing.T) {
 				h.copy2d(a)
 				return nil
 			}}
-			e := &Executor{cfg: cfg, k: k, dt: model.Float32, stats: comm.Stats{}}
+			e := &Executor{cfg: cfg, k: k, dt: model.Float32, replayed: comm.Stats{}}
 			l := parallel.Standard(plan)
 			dl := &devLayout{layout: l}
 			const nl, d = 3, 4
@@ -229,7 +229,7 @@ func TestHeadsAllToAll(t *testing.T) {
 				}
 			}
 			// Traffic: two all-to-alls per SP group, as the CPU counts them.
-			if n := e.stats.Kind(comm.KindAllToAll).Calls; n != int64(2*len(l.Coords)) {
+			if n := e.CommStats().Kind(comm.KindAllToAll).Calls; n != int64(2*len(l.Coords)) {
 				t.Errorf("%s: %d all-to-all calls counted, want %d", plan, n, 2*len(l.Coords))
 			}
 		}

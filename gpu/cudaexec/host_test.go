@@ -255,7 +255,7 @@ func newHostExecutor(t *testing.T, cfg *model.Config, w *model.Weights, placemen
 		opts:    Options{Placements: placements, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true},
 		base:    placements[0],
 		layouts: map[string]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
-		stats: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
+		replayed: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
 	}
 	if err := fillDefaults(cfg, &e.opts); err != nil {
 		t.Fatal(err)
