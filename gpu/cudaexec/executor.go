@@ -107,11 +107,11 @@ type Executor struct {
 	steps      map[string]int
 	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
 	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
-	out        []float32 // [rows, vocab] host logits of the last step
-	part       []float32 // host staging of one rank's logits slice
-	tokens     []int     // [rows] argmax of the last greedy step
-	ids        []int32   // host staging of one rank's argmax rows
-	host       []int32   // host staging of the step's int32 tables
+	out        []float32   // [rows, vocab] host logits of the last step
+	part       []float32   // host staging of one rank's logits slice
+	tokens     []int       // [rows] argmax of the last greedy step
+	ids        []int32     // host staging of one rank's argmax rows
+	host       []int32     // host staging of the step's int32 tables
 	allocs     map[cuda.DevicePtr]bool
 	closed     bool
 }
