@@ -127,14 +127,12 @@ func (e *Executor) check(p parallel.Placement) error {
 	if e.ranks != nil && len(p.Coords) != len(e.ranks) {
 		return fmt.Errorf("cpuexec: placement %s has %d ranks, the executor %d", p, len(p.Coords), len(e.ranks))
 	}
-	if e.held != nil {
-		for _, h := range e.held {
-			if h.placement.Plan.DP != p.Plan.DP || len(h.placement.Coords) != len(p.Coords) {
-				return fmt.Errorf("cpuexec: placement %s (%d ranks, dp=%d) does not fit beside %s (%d ranks, dp=%d)",
-					p, len(p.Coords), p.Plan.DP, h.placement, len(h.placement.Coords), h.placement.Plan.DP)
-			}
-			break
+	for _, h := range e.held { // every held placement has the same ranks and replicas: check one
+		if h.placement.Plan.DP != p.Plan.DP || len(h.placement.Coords) != len(p.Coords) {
+			return fmt.Errorf("cpuexec: placement %s (%d ranks, dp=%d) does not fit beside %s (%d ranks, dp=%d)",
+				p, len(p.Coords), p.Plan.DP, h.placement, len(h.placement.Coords), h.placement.Plan.DP)
 		}
+		break
 	}
 	return nil
 }
