@@ -209,24 +209,18 @@ func (x *transition) pack(buf []float32, m parallel.Move, rk *rank) {
 		return
 	}
 	have := x.have[rk.id][m.Tensor]
-	want := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
-	ls := layers(m)
-	for l := ls.Lo; l < ls.Hi; l++ {
-		src := *x.src[rk.id].Slot(m.Tensor, l)
-		parallel.CopyPiece(buf, want, src, have, want)
-		buf = buf[want.Rows.Len()*want.Cols.Len():]
-	}
+	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
+		parallel.CopyPiece(part, p, *x.src[rk.id].Slot(m.Tensor, l), have, p)
+	})
 }
 
 // packHost writes move m's data from the host copy of the weights.
 func (x *transition) packHost(buf []float32, m parallel.Move) {
-	want := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
-	ls := layers(m)
-	for l := ls.Lo; l < ls.Hi; l++ {
+	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
 		full, cols := parallel.HostTensor(x.e.cfg, x.e.w, m.Tensor, l)
-		parallel.CopyPiece(buf, want, full, parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: len(full) / cols}, Cols: parallel.Span{Lo: 0, Hi: cols}}, want)
-		buf = buf[want.Rows.Len()*want.Cols.Len():]
-	}
+		whole := parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: len(full) / cols}, Cols: parallel.Span{Lo: 0, Hi: cols}}
+		parallel.CopyPiece(part, p, full, whole, p)
+	})
 }
 
 // unpack writes buf, packed as pack does, into the destination rank's new
@@ -237,12 +231,21 @@ func (x *transition) unpack(buf []float32, m parallel.Move) {
 		return
 	}
 	have := x.want[m.To][m.Tensor]
-	part := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
+	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
+		parallel.CopyPiece(*x.dst[m.To].Slot(m.Tensor, l), have, part, p, p)
+	})
+}
+
+// eachLayer calls f for each layer of weight move m (once, with layer -1,
+// for a tensor outside the layers) with that layer's part of buf, packed
+// layer by layer, and the piece the part holds.
+func eachLayer(buf []float32, m parallel.Move, f func(layer int, part []float32, p parallel.Piece)) {
+	p := parallel.Piece{Tensor: m.Tensor, Rows: m.Rows, Cols: m.Cols}
+	n := p.Rows.Len() * p.Cols.Len()
 	ls := layers(m)
 	for l := ls.Lo; l < ls.Hi; l++ {
-		dst := *x.dst[m.To].Slot(m.Tensor, l)
-		parallel.CopyPiece(dst, have, buf, part, part)
-		buf = buf[part.Rows.Len()*part.Cols.Len():]
+		f(l, buf[:n], p)
+		buf = buf[n:]
 	}
 }
 

@@ -144,16 +144,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = eng.Run(runCtx)
-	}()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer eng.Start()()
 	ids := m.Tokenizer.Encode(*prompt, true)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
 
