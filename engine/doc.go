@@ -4,6 +4,10 @@
 // detokenizes, applies stop conditions and streams events. It knows no
 // device: the CPU executor (package cpuexec), the CUDA executor
 // (gpu/cudaexec) and the simulator's cost-model runner implement Runner.
+// Run drives the loop on its own goroutine; a caller can drive it one
+// iteration at a time instead (Iterate, with Options.OnEvent and
+// Stream.TryRecv to read what each produced), as the simulator does on a
+// virtual clock.
 //
 // Read these first: loop.go (Runner, Engine.Iterate: decide → schedule →
 // step → sample), stream.go (a request's events), stop.go (stop strings).

@@ -64,6 +64,9 @@ var (
 	ErrPromptTooLong = errors.New("prompt too long")
 	ErrQueueFull     = errors.New("waiting queue is full")
 	ErrDraining      = errors.New("engine is draining")
+	// ErrNoTokenizer: a request has stop strings, and the engine has no
+	// tokenizer to find them in the text.
+	ErrNoTokenizer = errors.New("engine: stop strings need a tokenizer, and this engine has none")
 )
 
 // Observer receives the engine's measurements (the server's Prometheus
@@ -113,7 +116,8 @@ type Runner interface {
 	// PlanSteps counts the steps run under each placement, by name.
 	PlanSteps() map[string]int
 	// Step runs one batch under placement p and returns [NumLogits, vocab]
-	// logits in batch order, valid until the next call.
+	// logits in batch order, valid until the next call. b is the engine's
+	// and valid only during the call.
 	Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error)
 }
 
@@ -140,13 +144,20 @@ type Transitioner interface {
 // Options configure an Engine.
 type Options struct {
 	Exec      Runner
-	Policy    policy.Policy // nil runs every step under the runner's first placement
-	Tokenizer *tokenizer.Tokenizer
+	Policy    policy.Policy        // nil runs every step under the runner's first placement
+	Tokenizer *tokenizer.Tokenizer // nil: no Event.Text, and Submit rejects stop strings (the simulator has none)
 	EOS       []int
 	Clock     clock.Clock // default the wall clock
 	Sched     sched.Config
 	Observer  Observer     // may be nil
 	Logger    *slog.Logger // default slog.Default()
+	// OnEvent, if set, is called each time an event is queued on a
+	// request's stream, from the goroutine running the loop and with the
+	// engine's lock held: it must neither block nor call the engine. A
+	// caller that drives the engine itself (the simulator, through
+	// Iterate) uses it to read, with Stream.TryRecv, only the streams
+	// that have events.
+	OnEvent func(*Stream)
 }
 
 // Engine is the serving loop: it admits requests into the scheduler, runs
@@ -161,9 +172,16 @@ type Engine struct {
 	clk    clock.Clock
 	obs    Observer
 	log    *slog.Logger
+	event  func(*Stream) // Options.OnEvent
 	maxLen int
 	kvAt   parallel.Placement // the placement the runner's KV cache is under
 	inKV   int                // steps since the last transition
+
+	// runStep's buffers, reused from step to step (Iterate runs on one
+	// goroutine at a time).
+	batch   forward.Batch
+	sampled []int
+	results []sample.Result
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -178,8 +196,8 @@ type Engine struct {
 type live struct {
 	req       Request
 	sampler   *sample.Sampler
-	dec       *tokenizer.Decoder
-	match     *stopMatcher
+	dec       *tokenizer.Decoder // nil without a tokenizer: no text
+	match     *stopMatcher       // nil without a tokenizer
 	stops     []int
 	out       *Stream
 	arrival   time.Time
@@ -193,8 +211,8 @@ type live struct {
 // NewEngine builds an engine; the scheduler's block geometry comes from
 // the executor.
 func NewEngine(opts Options) (*Engine, error) {
-	if opts.Exec == nil || opts.Tokenizer == nil {
-		return nil, fmt.Errorf("engine: an executor and a tokenizer are required")
+	if opts.Exec == nil {
+		return nil, fmt.Errorf("engine: an executor is required")
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -218,7 +236,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	return &Engine{
 		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
-		log: opts.Logger, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
+		log: opts.Logger, event: opts.OnEvent, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
 	}, nil
 }
@@ -227,8 +245,9 @@ func NewEngine(opts Options) (*Engine, error) {
 func (e *Engine) MaxModelLen() int { return e.maxLen }
 
 // Submit admits a request and returns its stream. It fails at once with
-// ErrPromptTooLong, ErrQueueFull or ErrDraining (wrapped), or a sampling
-// parameter error; otherwise the stream ends with exactly one final event.
+// ErrPromptTooLong, ErrQueueFull or ErrDraining (wrapped), ErrNoTokenizer
+// (stop strings without a tokenizer), or a sampling parameter error;
+// otherwise the stream ends with exactly one final event.
 func (e *Engine) Submit(req Request) (*Stream, error) {
 	n := len(req.Prompt)
 	if n == 0 {
@@ -240,22 +259,26 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
 	}
+	if e.tok == nil && slices.ContainsFunc(req.Stop, func(s string) bool { return s != "" }) {
+		return nil, ErrNoTokenizer
+	}
 	maxTokens := min(req.MaxTokens, e.maxLen-n)
-	sampler, err := sample.New(req.Sampling, req.Prompt, e.exec.Config().Vocab)
+	vocab := e.exec.Config().Vocab
+	sampler, err := sample.New(req.Sampling, req.Prompt, vocab)
 	if err != nil {
 		return nil, err
 	}
 	for _, id := range req.Prompt {
-		if id < 0 || id >= e.exec.Config().Vocab {
-			return nil, fmt.Errorf("engine: prompt token id %d outside the vocabulary [0, %d)", id, e.exec.Config().Vocab)
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("engine: prompt token id %d outside the vocabulary [0, %d)", id, vocab)
 		}
 	}
 	if req.ID == "" {
 		req.ID = fmt.Sprintf("req-%d", e.nextID.Add(1))
 	}
-	l := &live{
-		req: req, sampler: sampler, dec: e.tok.NewDecoder(req.Prompt, true), match: newStopMatcher(req.Stop),
-		out: newStream(req.ID), arrival: e.clk.Now(),
+	l := &live{req: req, sampler: sampler, out: newStream(req.ID), arrival: e.clk.Now()}
+	if e.tok != nil {
+		l.dec, l.match = e.tok.NewDecoder(req.Prompt, true), newStopMatcher(req.Stop)
 	}
 	l.req.MaxTokens = maxTokens
 	l.stops = slices.Clone(req.StopTokenIDs)
@@ -461,13 +484,15 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		}
 	}
 	e.mu.Unlock()
-	batch := forward.Batch{Seqs: make([]forward.SeqBatch, len(step.Seqs))}
+	batch := &e.batch
+	batch.Seqs = slices.Grow(batch.Seqs[:0], len(step.Seqs))[:len(step.Seqs)]
 	for i, s := range step.Seqs {
 		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
 		if s.Sample {
 			batch.Seqs[i].NumLogits = 1
 		}
 	}
+	defer clear(batch.Seqs) // drop the references to the step's token and block slices
 	plan := d.Placement
 	if e.policy != nil {
 		plan = e.policy.Place(d, policy.Batch{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
@@ -477,9 +502,9 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	var tokens []int // the argmax of each logits row, when the runner chose them
 	var err error
 	if onDevice {
-		tokens, err = greedy.StepGreedy(ctx, &batch, plan)
+		tokens, err = greedy.StepGreedy(ctx, batch, plan)
 	} else {
-		logits, err = e.exec.Step(ctx, &batch, plan)
+		logits, err = e.exec.Step(ctx, batch, plan)
 	}
 
 	e.mu.Lock()
@@ -487,7 +512,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	if err != nil {
 		for _, s := range step.Seqs {
 			if l, ok := e.reqs[s.ID]; ok {
-				l.out.push(Event{Finish: FinishError, Err: err, Usage: l.usage()})
+				e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
 				e.sched.Finish(s.ID, sched.Error)
 				e.forget(s.ID)
 			}
@@ -496,8 +521,10 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		return err
 	}
 	vocab := e.exec.Config().Vocab
-	sampled := make([]int, len(step.Seqs))
-	results := make([]sample.Result, len(step.Seqs))
+	sampled := slices.Grow(e.sampled[:0], len(step.Seqs))[:len(step.Seqs)]
+	results := slices.Grow(e.results[:0], len(step.Seqs))[:len(step.Seqs)]
+	e.sampled, e.results = sampled, results
+	defer clear(results) // drop the log-probabilities' slices
 	row := 0
 	now := e.clk.Now()
 	generated := 0
@@ -562,10 +589,15 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 		ev.Logprobs = []sample.Result{res}
 	}
 	finish := ""
-	if slices.Contains(l.stops, tok) {
+	switch {
+	case slices.Contains(l.stops, tok):
 		finish = FinishStop
 		ev.Text = l.flush()
-	} else {
+	case l.dec == nil: // no tokenizer: no text, no stop strings
+		if l.tokens >= l.req.MaxTokens {
+			finish = FinishLength
+		}
+	default:
 		text, stopped := l.match.Push(l.dec.Add(tok))
 		ev.Text = text
 		switch {
@@ -578,7 +610,7 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 	}
 	ev.Usage = l.usage()
 	if finish == "" {
-		l.out.push(ev)
+		e.send(l, ev)
 		return
 	}
 	ev.Finish = finish
@@ -591,8 +623,12 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 }
 
 // flush returns the text held back by the detokenizer and stop matcher
-// when generation ends on a stop token or the length limit.
+// when generation ends on a stop token or the length limit; "" without a
+// tokenizer.
 func (l *live) flush() string {
+	if l.dec == nil {
+		return ""
+	}
 	text, stopped := l.match.Push(l.dec.Flush())
 	if stopped {
 		return text
@@ -604,9 +640,17 @@ func (l *live) usage() Usage {
 	return Usage{PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, CachedTokens: l.cached}
 }
 
+// send queues an event on l's stream.
+func (e *Engine) send(l *live, ev Event) {
+	l.out.push(ev)
+	if e.event != nil {
+		e.event(l.out)
+	}
+}
+
 // finish sends a request's last event and records its metrics.
 func (e *Engine) finish(l *live, ev Event) {
-	l.out.push(ev)
+	e.send(l, ev)
 	if e.obs != nil {
 		f := FinishStats{Reason: ev.Finish, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
 		if l.tokens > 1 {

@@ -37,14 +37,26 @@ func (s *Stream) push(ev Event) {
 	}
 }
 
+// pop removes and returns the first queued event; s.mu is held and the
+// queue is not empty. An emptied queue keeps its array for the next push.
+func (s *Stream) pop() Event {
+	ev := s.queue[0]
+	s.queue[0] = Event{}
+	if len(s.queue) == 1 {
+		s.queue = s.queue[:0]
+	} else {
+		s.queue = s.queue[1:]
+	}
+	return ev
+}
+
 // Recv returns the next event, waiting for it; io.EOF after the final
 // event, or ctx's error.
 func (s *Stream) Recv(ctx context.Context) (Event, error) {
 	for {
 		s.mu.Lock()
 		if len(s.queue) > 0 {
-			ev := s.queue[0]
-			s.queue = s.queue[1:]
+			ev := s.pop()
 			s.mu.Unlock()
 			return ev, nil
 		}
@@ -59,4 +71,18 @@ func (s *Stream) Recv(ctx context.Context) (Event, error) {
 			return Event{}, ctx.Err()
 		}
 	}
+}
+
+// TryRecv returns the next event if one is queued, without waiting: ok is
+// false when none is (after the final event has been read, always). A
+// caller that drives the engine itself (Engine.Iterate, as the simulator
+// does) reads the events of each stream Options.OnEvent named after
+// every iteration.
+func (s *Stream) TryRecv() (ev Event, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return Event{}, false
+	}
+	return s.pop(), true
 }

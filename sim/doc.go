@@ -3,13 +3,25 @@
 // GPUs and nodes (8xH200, 4xA10-pcie, …, and calibrated cpu and GPU profiles),
 // presets of real models' configs, and one cost model of GEMMs,
 // attention, memory-bound kernels, collectives and host copies. The
-// discrete-event simulator drives the real scheduler and policies with it.
+// discrete-event simulator (Run) runs the real serving loop,
+// engine.Engine with its scheduler and policy, on a virtual clock over a
+// CostRunner: an engine.Runner that computes no model but advances the
+// clock by the cost model's duration of each step.
 //
 // Read these first: step.go (StepShape, LayoutCost.StepTime and Step: one
 // rank's step walked exactly as cpuexec/rank.go runs it, with collective
 // bytes from package comm's volume functions and shard shapes from package
 // parallel), cost.go (the kernel and collective formulas), hardware.go
-// (the catalog and every global constant with its source).
+// (the catalog and every global constant with its source), runner.go (the
+// cost-model runner) and run.go (the event driver: arrivals, dispatch,
+// Engine.Iterate, the streams' events stamped in virtual time).
+//
+// Data parallelism: a plan with DP = d is simulated as d independent
+// engines, each over its own DP=1 cost runner, virtual clock and KV pool,
+// behind a least-outstanding-tokens dispatcher. That is vLLM's data
+// parallelism of a dense model, the baseline the papers compare against.
+// Gearbox's own --plan dp=N instead runs its replicas in one engine,
+// stepping them in lockstep; the simulator does not model that mode.
 //
 // Invariant: one cost model with global
 // constants. The efficiency numbers are per GPU type, each documented with

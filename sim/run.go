@@ -1,17 +1,23 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
-	"math"
+	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
 )
 
@@ -80,35 +86,49 @@ func (r *RunResult) addTokens(start, end float64, tokens int) {
 	}
 }
 
-// replica is one independent engine of the deployment.
+// epoch is the virtual time a run starts at; arrivals are offsets from it.
+var epoch = time.Unix(0, 0)
+
+// quiet discards the engines' logs.
+var quiet = slog.New(slog.DiscardHandler)
+
+// replica is one independent engine of the deployment: an engine.Engine
+// over its own cost runner and virtual clock.
 type replica struct {
 	id     int
-	sched  *sched.Scheduler
-	free   float64                // virtual time its next step may start
-	active bool                   // has requests
-	layout map[string]*LayoutCost // by placement name
+	eng    *engine.Engine
+	runner *CostRunner
+	clk    *clock.Fake
+	free   time.Duration // virtual time its next step may start
+	active bool          // has requests
 	span   *PlanSpan
-	load   int // outstanding tokens (prompt + generated) of its unfinished requests, for dispatch
+	load   int                       // outstanding tokens (prompt + generated) of its unfinished requests, for dispatch
+	live   map[*engine.Stream]*track // requests submitted to its engine and not ended, by stream
+	ready  []*engine.Stream          // streams the engine queued events on since the last collect
 }
 
 // track is one request's progress.
 type track struct {
 	req     bench.Request
 	rep     *replica
-	arrival float64
-	first   float64
-	last    float64
+	arrival time.Duration
+	first   time.Duration
+	last    time.Duration
 	tokens  int
 	itl     []time.Duration
-	done    bool
 	failed  string
 }
 
-// Run simulates serving opts.Requests: the real scheduler (sched) and
-// policy decide every step, the cost model says how long it takes, and a
-// virtual clock jumps from event to event. Data-parallel replicas are
-// independent engines fed by a least-outstanding-tokens dispatcher, as
-// vLLM data-parallel deployments are.
+// Run simulates serving opts.Requests: each replica is the real serving
+// loop (engine.Engine, with its scheduler and opts.Policy) over a
+// CostRunner, which advances a virtual clock by the cost model's duration
+// of every step. Run is a discrete-event driver: it submits each request
+// when the virtual clock reaches its arrival, steps the replica whose next
+// step starts first (Engine.Iterate), reads the tokens the step produced
+// from the request streams, and jumps an idle replica's clock to its next
+// arrival. Data-parallel replicas are independent engines, each with its
+// own clock and KV pool, fed by a least-outstanding-tokens dispatcher, as
+// vLLM data-parallel deployments are (see the package documentation).
 func Run(opts RunOptions) (*RunResult, error) {
 	if opts.Model == nil || opts.Cost == nil {
 		return nil, errors.New("sim: a model and a cost model are required")
@@ -116,55 +136,51 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if opts.BlockSize == 0 {
 		opts.BlockSize = 16
 	}
-	engine := opts.Plan
-	engine.DP = 1
-	pol := opts.Policy
-	if pol == nil {
-		pol = policy.NewStatic(engine)
+	base := opts.Plan
+	base.DP = 1
+	placements := policy.NewStatic(base).Placements()
+	if opts.Policy != nil {
+		placements = opts.Policy.Placements()
 	}
-	placements := pol.Placements()
 	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
-	kv, err := opts.Cost.KVCapacity(opts.Model, engine, mem)
+	kv, err := opts.Cost.KVCapacity(opts.Model, base, mem)
 	if err != nil {
 		return nil, err
 	}
 	blocks := int(kv[0] / int64(opts.BlockSize))
 	if blocks < 1 {
-		return nil, fmt.Errorf("sim: %s leaves no memory for the KV cache", engine)
+		return nil, fmt.Errorf("sim: %s leaves no memory for the KV cache", base)
 	}
-	layouts := map[string]*LayoutCost{}
-	for _, p := range placements {
-		if layouts[p.Name], err = opts.Cost.Layout(opts.Model, p); err != nil {
+	reps := make([]*replica, max(opts.Plan.DP, 1))
+	for i := range reps {
+		r := &replica{id: i, clk: clock.NewFake(epoch), live: map[*engine.Stream]*track{}}
+		if r.runner, err = NewCostRunner(opts.Cost, opts.Model, placements, opts.BlockSize, blocks, r.clk); err != nil {
 			return nil, err
 		}
-	}
-	sc := opts.Sched
-	sc.BlockSize, sc.NumBlocks, sc.Replicas = opts.BlockSize, blocks, 1
-	if sc.MaxModelLen == 0 {
-		sc.MaxModelLen = opts.Model.MaxPositions
-	}
-	reps := make([]*replica, opts.Plan.DP)
-	for i := range reps {
-		s, err := sched.New(sc)
+		// No tokenizer and no EOS: the engine produces no text and
+		// generates each request's output tokens in full.
+		r.eng, err = engine.NewEngine(engine.Options{
+			Exec: r.runner, Policy: opts.Policy, Clock: r.clk, Sched: opts.Sched, Logger: quiet,
+			OnEvent: func(s *engine.Stream) { r.ready = append(r.ready, s) },
+		})
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
 		}
-		reps[i] = &replica{id: i, sched: s, layout: layouts}
+		reps[i] = r
 	}
 
 	tracks := make([]*track, len(opts.Requests))
-	byID := map[string]*track{}
 	order := make([]int, len(opts.Requests))
 	for i, r := range opts.Requests {
-		tracks[i] = &track{req: r, arrival: r.Arrival.Seconds()}
+		tracks[i] = &track{req: r, arrival: r.Arrival}
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(tracks[a].arrival, tracks[b].arrival) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(tracks[a].arrival, tracks[b].arrival) })
 
 	res := &RunResult{KVTokens: kv[0]}
+	ctx := context.Background()
 	var q replicaQueue
 	next := 0 // next arrival in order
-	var shape StepShape
 	loads := make([]sched.Load, len(reps))
 	var dispatch sched.LeastLoaded
 	for {
@@ -176,22 +192,16 @@ func Run(opts RunOptions) (*RunResult, error) {
 		if next < len(order) && (rep == nil || tracks[order[next]].arrival <= rep.free) {
 			t := tracks[order[next]]
 			next++
-			// The replicas' schedulers only count admitted requests, so
-			// dispatch by every request routed to a replica and not done.
+			// The engines only count admitted requests, so dispatch by
+			// every request routed to a replica and not done.
 			for i, r := range reps {
 				loads[i] = sched.Load{QueuedPrefill: r.load}
 			}
 			target := reps[dispatch.Pick(loads)]
-			id := fmt.Sprint(t.req.Index)
-			byID[id] = t
-			err := target.sched.Add(&sched.Request{ID: id, Prompt: promptTokens(t.req, opts.Model.Vocab), MaxTokens: t.req.OutputTokens,
-				Arrival: time.Unix(0, 0).Add(t.req.Arrival)})
-			if err != nil {
-				t.failed, t.done = failure(err), true
+			if err := target.submit(t, opts.Model.Vocab); err != nil {
+				t.failed = failure(err)
 				continue
 			}
-			t.rep = target
-			target.load += t.req.InputTokens
 			if !target.active {
 				target.active, target.free = true, max(target.free, t.arrival)
 				heap.Push(&q, target)
@@ -201,68 +211,27 @@ func Run(opts RunOptions) (*RunResult, error) {
 		if rep == nil {
 			break // no arrivals left and every replica idle
 		}
-		step := rep.sched.Schedule()
-		finishDrained(rep, byID, rep.free)
-		if len(step.Seqs) == 0 {
+		rep.clk.Set(epoch.Add(rep.free))
+		ran, err := rep.eng.Iterate(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		end := rep.clk.Now().Sub(epoch)
+		rep.collect(rep.free, end)
+		if !ran {
 			heap.Pop(&q)
 			rep.active = false
 			continue
 		}
-		shape.Seqs = shape.Seqs[:0]
-		for _, s := range step.Seqs {
-			seq := Seq{Context: s.Pos, New: len(s.Tokens)}
-			if s.Sample {
-				seq.Logits = 1
-			}
-			shape.Seqs = append(shape.Seqs, seq)
-		}
-		plan := pol.Place(pol.Decide(policy.State{}), policy.Batch{Tokens: step.NumBatchedTokens, Seqs: len(step.Seqs)})
-		lc, ok := rep.layout[plan.Name]
-		if !ok {
-			return nil, fmt.Errorf("sim: policy %s chose %s, which the deployment does not hold", pol, plan)
-		}
-		start := rep.free
-		end := start + lc.Step(&shape).Seconds
+		st := rep.runner.Last()
 		res.Steps++
-		res.addTokens(start, end, step.NumBatchedTokens)
-		rep.note(plan.Name, start, end, &res.Timeline)
-		sampled := make([]int, len(step.Seqs))
-		for i, s := range step.Seqs {
-			sampled[i] = -1
-			if s.Sample {
-				sampled[i] = 1 + i%7 // the token's value does not change the cost
-			}
-		}
-		if err := rep.sched.Update(step, sampled); err != nil {
-			return nil, fmt.Errorf("sim: %w", err)
-		}
-		for i, s := range step.Seqs {
-			if sampled[i] < 0 {
-				continue
-			}
-			t := byID[s.ID]
-			if t == nil || t.done {
-				continue
-			}
-			t.tokens++
-			rep.load++
-			if t.tokens == 1 {
-				t.first = end
-			} else {
-				t.itl = append(t.itl, seconds(end-t.last))
-			}
-			t.last = end
-			if t.tokens >= t.req.OutputTokens {
-				t.finish()
-				_ = rep.sched.Finish(s.ID, sched.Length)
-			}
-		}
-		finishDrained(rep, byID, end)
+		res.addTokens(rep.free.Seconds(), end.Seconds(), st.Tokens)
+		rep.note(st.Plan, rep.free.Seconds(), end.Seconds(), &res.Timeline)
 		rep.free = end
 		heap.Fix(&q, 0)
 	}
 	for _, r := range reps {
-		res.Preemptions += r.sched.Preemptions()
+		res.Preemptions += r.eng.Stats().Preemptions
 		if r.span != nil {
 			res.Timeline = append(res.Timeline, *r.span)
 		}
@@ -271,28 +240,92 @@ func Run(opts RunOptions) (*RunResult, error) {
 	return res, nil
 }
 
-// finishDrained marks requests the scheduler ended on its own (too long
-// for the KV pool) as failed.
-func finishDrained(rep *replica, byID map[string]*track, now float64) {
-	for _, f := range rep.sched.Drain() {
-		if t := byID[f.ID]; t != nil && !t.done {
-			t.finish()
-			t.failed, t.last = "kv capacity", now
-		}
+// submit hands t to the replica's engine at t's arrival: the clock reads
+// the arrival while the engine stamps it (it is set to the replica's next
+// step before that step runs). A request whose prompt and output exceed the
+// context length is refused as the server refuses it, before the engine.
+func (r *replica) submit(t *track, vocab int) error {
+	if t.req.InputTokens > 0 && t.req.OutputTokens > 0 && t.req.InputTokens+t.req.OutputTokens > r.eng.MaxModelLen() {
+		return fmt.Errorf("%w: %d prompt + %d output tokens exceed the context length %d", engine.ErrPromptTooLong,
+			t.req.InputTokens, t.req.OutputTokens, r.eng.MaxModelLen())
 	}
+	r.clk.Set(epoch.Add(t.arrival))
+	out, err := r.eng.Submit(engine.Request{
+		ID: strconv.Itoa(t.req.Index), Prompt: promptTokens(t.req, vocab), MaxTokens: t.req.OutputTokens, IgnoreEOS: true,
+		Sampling: sample.Params{Logprobs: -1},
+	})
+	if err != nil {
+		return err
+	}
+	t.rep = r
+	r.load += t.req.InputTokens
+	r.live[out] = t
+	return nil
 }
 
-// finish marks the request done and takes its tokens off its replica's load.
-func (t *track) finish() {
-	t.done = true
+// collect reads the events of the step that ran from start to now (or of
+// the iteration at start that ran nothing) from the streams the engine
+// queued them on: each token is stamped now; a request the scheduler ended
+// before its output tokens (its tokens no longer fit the KV pool) failed
+// at start.
+func (r *replica) collect(start, now time.Duration) {
+	for i, out := range r.ready {
+		r.ready[i] = nil
+		t := r.live[out]
+		if t == nil {
+			continue // ended, its events read
+		}
+		for {
+			ev, ok := out.TryRecv()
+			if !ok {
+				break
+			}
+			for range ev.Tokens {
+				t.token(now)
+			}
+			if ev.Finish != "" {
+				t.end(ev, start, now)
+				delete(r.live, out)
+			}
+		}
+	}
+	r.ready = r.ready[:0]
+}
+
+// token records one output token at now.
+func (t *track) token(now time.Duration) {
+	t.tokens++
+	t.rep.load++
+	if t.tokens == 1 {
+		t.first = now
+	} else {
+		t.itl = append(t.itl, now-t.last)
+	}
+	t.last = now
+}
+
+// end records the request's final event.
+func (t *track) end(ev engine.Event, start, now time.Duration) {
 	t.rep.load -= t.req.InputTokens + t.tokens
+	switch {
+	case ev.Finish == engine.FinishLength && t.tokens >= t.req.OutputTokens:
+	case ev.Finish == engine.FinishLength:
+		t.failed = "kv capacity"
+		if len(ev.Tokens) == 0 {
+			t.last = start // the scheduler ended it before the step
+		} else {
+			t.last = now
+		}
+	default:
+		t.failed = ev.Finish
+	}
 }
 
 func failure(err error) string {
 	switch {
-	case errors.Is(err, sched.ErrQueueFull):
+	case errors.Is(err, engine.ErrQueueFull):
 		return "queue full"
-	case errors.Is(err, sched.ErrTooLong):
+	case errors.Is(err, engine.ErrPromptTooLong):
 		return "too long"
 	}
 	return "rejected"
@@ -332,12 +365,14 @@ func promptTokens(r bench.Request, vocab int) []int {
 
 func report(tracks []*track, opts bench.ReportOptions) (*bench.Report, time.Duration) {
 	results := make([]bench.RequestResult, len(tracks))
-	first, last := math.Inf(1), 0.0
+	var first, last time.Duration
 	for i, t := range tracks {
-		first = min(first, t.arrival)
+		if i == 0 || t.arrival < first {
+			first = t.arrival
+		}
 		last = max(last, t.last)
 		r := bench.RequestResult{Index: t.req.Index, RequestedInputTokens: t.req.InputTokens, InputTokens: t.req.InputTokens,
-			OutputTokens: t.tokens, Start: seconds(t.arrival), ITL: t.itl}
+			OutputTokens: t.tokens, Start: t.arrival, ITL: t.itl}
 		if t.failed != "" || t.tokens < t.req.OutputTokens {
 			r.Failure = t.failed
 			if r.Failure == "" {
@@ -345,27 +380,12 @@ func report(tracks []*track, opts bench.ReportOptions) (*bench.Report, time.Dura
 			}
 			r.Error = r.Failure
 		} else {
-			r.TTFT, r.Latency = seconds(t.first-t.arrival), seconds(t.last-t.arrival)
+			r.TTFT, r.Latency = t.first-t.arrival, t.last-t.arrival
 		}
 		results[i] = r
 	}
-	if len(tracks) == 0 {
-		first = 0
-	}
-	opts.Duration = seconds(last - first)
+	opts.Duration = last - first
 	return bench.ComputeReport(results, opts), opts.Duration
-}
-
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // replicaQueue orders busy replicas by the time their next step starts,

@@ -73,6 +73,71 @@ func TestSingleRequestTimes(t *testing.T) {
 	}
 }
 
+// TestVirtualClockIsExact: sim.Run steps the real engine on a virtual
+// clock. Three requests with known arrivals (one alone, then, after an
+// idle gap the clock jumps over, a chunked prefill and a request arriving
+// during its first chunk, which waits for the step boundary and then
+// shares the second step) get TTFTs and latencies that are exactly sums of
+// LayoutCost.Step's predictions for the steps' shapes, computed here
+// independently (to the clock's nanosecond, once per step).
+func TestVirtualClockIsExact(t *testing.T) {
+	cm, opts := llama70B(t)
+	opts.Plan = parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 8}
+	gap, late := 10*time.Second, 10*time.Second+time.Millisecond
+	opts.Requests = []bench.Request{
+		{Index: 0, InputTokens: 1000, OutputTokens: 3},
+		{Index: 1, InputTokens: 3000, OutputTokens: 2, Arrival: gap},
+		{Index: 2, InputTokens: 500, OutputTokens: 2, Arrival: late},
+	}
+	res, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := cm.Layout(opts.Model, parallel.Standard(opts.Plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(seqs ...Seq) float64 { return lc.Step(&StepShape{Seqs: seqs}).Seconds }
+	// Request 0 alone: its prefill, then two decodes.
+	p0 := step(Seq{New: 1000, Logits: 1})
+	e0 := p0 + step(Seq{Context: 1000, New: 1, Logits: 1}) + step(Seq{Context: 1001, New: 1, Logits: 1})
+	// Request 1's first chunk fills the 2,048-token budget; request 2
+	// arrives during it and joins the next step beside request 1's last
+	// chunk; then both decode together.
+	c1 := step(Seq{New: 2048})
+	if late-gap >= seconds(c1) {
+		t.Fatalf("request 2 arrives after request 1's first chunk (%.2f ms)", 1000*c1)
+	}
+	s2 := step(Seq{Context: 2048, New: 952, Logits: 1}, Seq{New: 500, Logits: 1})
+	s3 := step(Seq{Context: 3000, New: 1, Logits: 1}, Seq{Context: 500, New: 1, Logits: 1})
+	want := []struct {
+		ttft, e2e float64 // seconds
+		steps     int
+	}{
+		{p0, e0, 3},
+		{c1 + s2, c1 + s2 + s3, 3},
+		{c1 + s2 - (late - gap).Seconds(), c1 + s2 + s3 - (late - gap).Seconds(), 2},
+	}
+	if res.Steps != 6 || res.Report.Completed != 3 {
+		t.Fatalf("%d steps, %d completed; want 6 and 3", res.Steps, res.Report.Completed)
+	}
+	for i, w := range want {
+		r := res.Report.Requests[i]
+		tol := time.Duration(w.steps) // the clock rounds each step to the nanosecond
+		if d := r.TTFT - seconds(w.ttft); d < -tol || d > tol {
+			t.Errorf("request %d: TTFT %v, the cost model's steps sum to %v", i, r.TTFT, seconds(w.ttft))
+		}
+		if d := r.Latency - seconds(w.e2e); d < -tol || d > tol {
+			t.Errorf("request %d: latency %v, the cost model's steps sum to %v", i, r.Latency, seconds(w.e2e))
+		}
+	}
+	if d := res.SimDuration - (gap + seconds(c1+s2+s3)); d < -3 || d > 3 {
+		t.Errorf("simulated %v, want the idle gap plus request 1's steps, %v", res.SimDuration, gap+seconds(c1+s2+s3))
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 // TestLoadedRunsComplete: under load every request finishes with its exact
 // output length, DP replicas share the work, and Shift uses both plans.
 func TestLoadedRunsComplete(t *testing.T) {
