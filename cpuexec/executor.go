@@ -42,6 +42,7 @@ type Executor struct {
 	comm    comm.Stats // counted by worlds that were replaced
 
 	transitions int
+	swapped     int64 // bytes SwapOut and SwapIn copied
 
 	// fault, when set by tests, runs before every layer of every rank; an
 	// error it returns fails that rank as a kernel error would.

@@ -25,6 +25,18 @@ import (
 // leaves their placement for one that does not share its KV; those of
 // Options.Placements are kept.
 func (e *Executor) Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error) {
+	return e.transition(ctx, to, true)
+}
+
+// Reshard is Transition without the KV cache: the weights move (when the
+// executor does not hold to's shards) and every rank gets an empty KV
+// cache for its slice under to. Seesaw reshards after swapping the KV out
+// to the host store (SwapOut) and fills the new caches by SwapIn.
+func (e *Executor) Reshard(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error) {
+	return e.transition(ctx, to, false)
+}
+
+func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV bool) (parallel.TransitionStats, error) {
 	var st parallel.TransitionStats
 	if err := e.check(to); err != nil {
 		return st, err
@@ -38,7 +50,14 @@ func (e *Executor) Transition(ctx context.Context, to parallel.Placement) (paral
 	from := e.kvAt
 	src := e.held[from.Name]
 	dst, held := e.held[to.Name]
-	moves, err := parallel.Transition(e.cfg, from, to, held)
+	var what parallel.Moves
+	if moveKV {
+		what |= parallel.MoveKV
+	}
+	if !held {
+		what |= parallel.MoveWeights
+	}
+	moves, err := parallel.Transition(e.cfg, from, to, what)
 	if err != nil {
 		return st, fmt.Errorf("cpuexec: %w", err)
 	}

@@ -156,15 +156,22 @@ type Move struct {
 	From, To int
 }
 
+// Moves says what a transition moves.
+type Moves uint8
+
+const (
+	MoveKV      Moves = 1 << iota // the KV cache, from the ranks that hold it
+	MoveWeights                   // the weight shards, from peers or the host
+)
+
 // Transition plans the moves that take ranks from placement from to
-// placement to: for every piece of every tensor and of the KV cache that a
-// rank holds under to, where it comes from. A piece the rank already
-// holds under from comes from itself; otherwise from the lowest rank
-// holding it under from (of the same replica, for the KV cache); a weight
-// piece no rank holds comes from the Host. With keep set, weight pieces
-// are not planned (the ranks already hold to's shards) and only the KV
-// cache moves. Both placements must have the same ranks and replicas.
-func Transition(cfg *model.Config, from, to Placement, keep bool) ([]Move, error) {
+// placement to: for every piece of every tensor (with MoveWeights) and of
+// the KV cache (with MoveKV) that a rank holds under to, where it comes
+// from. A piece the rank already holds under from comes from itself;
+// otherwise from the lowest rank holding it under from (of the same
+// replica, for the KV cache); a weight piece no rank holds comes from the
+// Host. Both placements must have the same ranks and replicas.
+func Transition(cfg *model.Config, from, to Placement, what Moves) ([]Move, error) {
 	if len(from.Coords) != len(to.Coords) || from.Plan.DP != to.Plan.DP {
 		return nil, fmt.Errorf("parallel: transition %s → %s: %d ranks in %d replicas to %d in %d", from, to,
 			len(from.Coords), from.Plan.DP, len(to.Coords), to.Plan.DP)
@@ -176,7 +183,7 @@ func Transition(cfg *model.Config, from, to Placement, keep bool) ([]Move, error
 	var moves []Move
 	for r := range to.Coords {
 		for _, want := range to.Pieces(cfg, r) {
-			if keep && want.Tensor != TKV {
+			if (want.Tensor == TKV && what&MoveKV == 0) || (want.Tensor != TKV && what&MoveWeights == 0) {
 				continue
 			}
 			ms, err := sources(want, r, held, from, to)

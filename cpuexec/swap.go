@@ -1,0 +1,94 @@
+package cpuexec
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gearboxlm/gearbox/kvcache"
+)
+
+// Swap is a set of KV blocks of one data-parallel replica to move between
+// the device KV cache and a host store: Device[i] ↔ Host[i].
+type Swap struct {
+	Replica      int
+	Device, Host []int
+}
+
+// SwapOut copies the swaps' device blocks into host store h: every rank
+// pushes its KV slice under the placement the cache is under now (a
+// pipeline stage's layers, a TP rank's heads), and together the slices
+// tile the model's KV exactly once — of ranks holding the same slice (KV
+// heads replicated across TP ranks), only the lowest pushes. It returns
+// the bytes copied. The ranks push in parallel; on error the host blocks
+// are undefined.
+func (e *Executor) SwapOut(ctx context.Context, h *kvcache.HostStore, swaps []Swap) (int64, error) {
+	return e.swap(ctx, h, swaps, true)
+}
+
+// SwapIn copies the swaps' host blocks into the device KV cache: every
+// rank pulls its slice under the current placement, which may differ
+// from the placement that pushed (the re-shard of Seesaw's swap). It
+// returns the bytes copied.
+func (e *Executor) SwapIn(ctx context.Context, h *kvcache.HostStore, swaps []Swap) (int64, error) {
+	return e.swap(ctx, h, swaps, false)
+}
+
+// SwapBytes is the bytes SwapOut and SwapIn have copied so far.
+func (e *Executor) SwapBytes() int64 { return e.swapped }
+
+func (e *Executor) swap(ctx context.Context, h *kvcache.HostStore, swaps []Swap, out bool) (int64, error) {
+	if h.Layers != e.cfg.Layers || h.KVHeads != e.cfg.KVHeads {
+		return 0, fmt.Errorf("cpuexec: a host store of %d layers × %d KV heads for a model of %d × %d", h.Layers, h.KVHeads, e.cfg.Layers, e.cfg.KVHeads)
+	}
+	for _, s := range swaps {
+		if s.Replica < 0 || s.Replica >= e.kvAt.Plan.DP {
+			return 0, fmt.Errorf("cpuexec: swap of replica %d; the placement has %d", s.Replica, e.kvAt.Plan.DP)
+		}
+	}
+	var total atomic.Int64
+	err := e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
+		ks := e.kvAt.KVSlice(e.cfg, rk.id)
+		if out && e.replicatedBelow(rk.id) {
+			return nil
+		}
+		slice := kvcache.Slice{LayerLo: ks.Layers.Lo, LayerHi: ks.Layers.Hi, HeadLo: ks.Heads.Lo, HeadHi: ks.Heads.Hi}
+		for _, s := range swaps {
+			if s.Replica != ks.Replica {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var n int64
+			var err error
+			if out {
+				n, err = h.Push(rk.cache, slice, s.Device, s.Host)
+			} else {
+				n, err = h.Pull(rk.cache, slice, s.Device, s.Host)
+			}
+			if err != nil {
+				return err
+			}
+			total.Add(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cpuexec: swap under %s: %w", e.kvAt, err)
+	}
+	e.swapped += total.Load()
+	return total.Load(), nil
+}
+
+// replicatedBelow reports whether a lower rank holds exactly rank r's KV
+// slice under the current placement.
+func (e *Executor) replicatedBelow(r int) bool {
+	mine := e.kvAt.KVSlice(e.cfg, r)
+	for o := 0; o < r; o++ {
+		if e.kvAt.KVSlice(e.cfg, o) == mine {
+			return true
+		}
+	}
+	return false
+}
