@@ -69,8 +69,11 @@ type Finished struct {
 type state uint8
 
 const (
-	waiting state = iota
-	running
+	waiting     state = iota
+	running           // KV on the device; scheduled
+	swappingOut       // KV being copied to the host tier (SwapOut until SwapDone)
+	parked            // KV on the host tier only
+	swappingIn        // KV being copied back (SwapIn until SwapDone)
 	done
 )
 
@@ -84,7 +87,8 @@ type request struct {
 	tokens    []int // known: prompt, then sampled outputs
 	computed  int   // tokens of tokens whose KV is in kv
 	replica   int   // -1 until first admitted
-	kv        *kvcache.Seq
+	kv        *kvcache.Seq // device blocks
+	host      *kvcache.Seq // host-tier blocks, while parked or swapping
 	state     state
 	heapIdx   int // position in the waiting heap
 }

@@ -31,6 +31,10 @@ type Config struct {
 	// it holds that many. 0 means unlimited. Preempted requests re-enter
 	// waiting regardless.
 	MaxWaiting int
+	// HostBlocks is the size, in KV blocks per replica, of a host KV tier
+	// where requests are parked (SwapOut, SwapIn); 0 means none. Host
+	// block ids of replica d run over [d·HostBlocks, (d+1)·HostBlocks).
+	HostBlocks int
 }
 
 // Scheduler plans engine steps by continuous batching with chunked prefill,
@@ -45,6 +49,7 @@ type Scheduler struct {
 	byID     map[string]*request // live requests
 	waiting  waitQueue
 	running  []*request // sorted by compare
+	parked   []*request // on the host tier, sorted by compare
 	finished []Finished // since the last Drain
 	order    uint64     // next Add order
 
@@ -56,7 +61,8 @@ type Scheduler struct {
 
 type replica struct {
 	kv   *kvcache.BlockManager
-	load Load // of the requests assigned here: uncomputed known tokens and computed ones
+	host *kvcache.BlockManager // the host tier; nil without one
+	load Load                  // of the requests assigned here: uncomputed known tokens and computed ones
 }
 
 // New validates cfg, fills in the defaults and returns an idle scheduler.
@@ -88,6 +94,8 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("sched: Replicas %d is negative", cfg.Replicas)
 	case cfg.MaxWaiting < 0:
 		return nil, fmt.Errorf("sched: MaxWaiting %d is negative", cfg.MaxWaiting)
+	case cfg.HostBlocks < 0:
+		return nil, fmt.Errorf("sched: HostBlocks %d is negative", cfg.HostBlocks)
 	}
 	s := &Scheduler{
 		cfg:   cfg,
@@ -107,6 +115,11 @@ func New(cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("sched: %w", err)
 		}
 		s.reps[i].kv = kv
+		if cfg.HostBlocks > 0 {
+			if s.reps[i].host, err = kvcache.NewBlockManager(kvcache.ManagerConfig{NumBlocks: cfg.HostBlocks, BlockSize: cfg.BlockSize, Watermark: 0}); err != nil {
+				return nil, fmt.Errorf("sched: host tier: %w", err)
+			}
+		}
 	}
 	return s, nil
 }
@@ -293,11 +306,12 @@ func (s *Scheduler) terminate(r *request, reason FinishReason) {
 	switch r.state {
 	case running:
 		s.removeRunning(r)
-		s.reps[r.replica].kv.Free(r.kv)
-		r.kv = nil
 	case waiting:
 		s.waiting.remove(r)
+	case parked:
+		s.removeParked(r)
 	}
+	s.freeBlocks(r)
 	r.state = done
 	delete(s.byID, r.id)
 	s.finished = append(s.finished, Finished{ID: r.id, Reason: reason, Output: r.tokens[r.promptLen:]})

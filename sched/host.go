@@ -1,0 +1,185 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gearboxlm/gearbox/kvcache"
+)
+
+// HostSwap is a planned copy of one request's KV between its replica's
+// device blocks and the host tier: Device[i] ↔ Host[i], covering its
+// computed tokens. Host ids are global (see Config.HostBlocks).
+type HostSwap struct {
+	ID           string
+	Replica      int
+	Device, Host []int
+	out          bool
+}
+
+// Out reports whether the swap parks the request (device → host).
+func (sw HostSwap) Out() bool { return sw.out }
+
+// SwapOut plans to park running request id on the host tier: it takes
+// host blocks for the request's computed tokens and returns the copy to
+// make, or false (changing nothing) when the request is not running, has
+// nothing computed, or the tier lacks the blocks. From then until
+// SwapDone the request is neither scheduled nor preempted.
+func (s *Scheduler) SwapOut(id string) (HostSwap, bool) {
+	r := s.byID[id]
+	if r == nil || r.state != running || r.computed == 0 || s.reps[r.replica].host == nil {
+		return HostSwap{}, false
+	}
+	host, ok := s.reps[r.replica].host.Admit(kvcache.Prefix{}, r.computed)
+	if !ok {
+		return HostSwap{}, false
+	}
+	s.removeRunning(r)
+	r.host, r.state = host, swappingOut
+	return s.hostSwap(r, true), true
+}
+
+// SwapIn plans to bring parked requests back to their replicas' device
+// blocks, in priority order, first come first served per replica (a
+// replica stops at the first request whose blocks do not fit, watermark
+// included), at most max of them (max ≤ 0: no limit). From then until
+// SwapDone a request is neither scheduled nor preempted.
+func (s *Scheduler) SwapIn(max int) []HostSwap {
+	var out []HostSwap
+	blocked := make([]bool, len(s.reps))
+	for _, r := range slices.Clone(s.parked) {
+		if max > 0 && len(out) == max {
+			break
+		}
+		if blocked[r.replica] {
+			continue
+		}
+		kv, ok := s.reps[r.replica].kv.Admit(kvcache.Prefix{}, r.computed)
+		if !ok {
+			blocked[r.replica] = true
+			continue
+		}
+		s.removeParked(r)
+		r.kv, r.state = kv, swappingIn
+		out = append(out, s.hostSwap(r, false))
+	}
+	return out
+}
+
+// SwapDone ends a swap planned by SwapOut or SwapIn: with ok the copy
+// happened (a parked request's device blocks are freed, a returning one's
+// host blocks are, and it runs again), else it is undone. A request that
+// ended meanwhile (Abort, Finish) has had all its blocks freed already.
+func (s *Scheduler) SwapDone(sw HostSwap, ok bool) error {
+	r := s.byID[sw.ID]
+	if r == nil {
+		return nil
+	}
+	want := swappingIn
+	if sw.out {
+		want = swappingOut
+	}
+	if r.state != want {
+		return fmt.Errorf("%w: request %q is not in the swap being ended", ErrStaleStep, sw.ID)
+	}
+	rep := &s.reps[r.replica]
+	switch {
+	case sw.out && ok:
+		rep.kv.Free(r.kv)
+		r.kv, r.state = nil, parked
+		s.insertParked(r)
+	case sw.out:
+		rep.host.Free(r.host)
+		r.host, r.state = nil, running
+		s.insertRunning(r)
+	case ok:
+		rep.host.Free(r.host)
+		r.host, r.state = nil, running
+		s.insertRunning(r)
+	default:
+		rep.kv.Free(r.kv)
+		r.kv, r.state = nil, parked
+		s.insertParked(r)
+	}
+	return nil
+}
+
+// NumParked is the number of requests on the host tier, swapping
+// included.
+func (s *Scheduler) NumParked() int {
+	n := len(s.parked)
+	for _, r := range s.byID {
+		if r.state == swappingIn || r.state == swappingOut {
+			n++
+		}
+	}
+	return n
+}
+
+// HostBlocks returns the host tier's blocks in use and in all, summed
+// over replicas; 0, 0 without a tier.
+func (s *Scheduler) HostBlocks() (used, total int64) {
+	for _, r := range s.reps {
+		if r.host != nil {
+			used += int64(r.host.NumUsed())
+			total += int64(s.cfg.HostBlocks)
+		}
+	}
+	return used, total
+}
+
+// HostFits reports whether the next waiting request (the one admission
+// takes next) would fit on the host tier of the replica with the most
+// free host blocks once prefilled: Seesaw's "the CPU KV store is full"
+// is its negation. It is true when nothing waits.
+func (s *Scheduler) HostFits() bool {
+	if len(s.waiting) == 0 {
+		return true
+	}
+	need := (len(s.waiting.peek().tokens) + s.cfg.BlockSize - 1) / s.cfg.BlockSize
+	for _, r := range s.reps {
+		if r.host != nil && r.host.NumFree() >= need {
+			return true
+		}
+	}
+	return false
+}
+
+// hostSwap is r's planned copy: its device and host block tables over
+// its computed tokens, host ids made global.
+func (s *Scheduler) hostSwap(r *request, out bool) HostSwap {
+	n := (r.computed + s.cfg.BlockSize - 1) / s.cfg.BlockSize
+	sw := HostSwap{ID: r.id, Replica: r.replica, Device: slices.Clone(r.kv.Blocks()[:n]), out: out}
+	base := r.replica * s.cfg.HostBlocks
+	for _, b := range r.host.Blocks()[:n] {
+		sw.Host = append(sw.Host, base+b)
+	}
+	return sw
+}
+
+func (s *Scheduler) insertParked(r *request) {
+	i, _ := slices.BinarySearchFunc(s.parked, r, compare)
+	s.parked = slices.Insert(s.parked, i, r)
+}
+
+func (s *Scheduler) removeParked(r *request) {
+	if i, ok := slices.BinarySearchFunc(s.parked, r, compare); ok {
+		s.parked = slices.Delete(s.parked, i, i+1)
+	}
+}
+
+// freeBlocks returns every block r holds, on the device and the host.
+func (s *Scheduler) freeBlocks(r *request) {
+	if r.replica < 0 {
+		return
+	}
+	rep := &s.reps[r.replica]
+	if r.kv != nil {
+		rep.kv.Free(r.kv)
+		r.kv = nil
+	}
+	if r.host != nil {
+		rep.host.Free(r.host)
+		r.host = nil
+	}
+}
