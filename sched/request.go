@@ -84,9 +84,9 @@ type request struct {
 	arrival   time.Time
 	order     uint64 // Add order, the last tie-break
 	promptLen int
-	tokens    []int // known: prompt, then sampled outputs
-	computed  int   // tokens of tokens whose KV is in kv
-	replica   int   // -1 until first admitted
+	tokens    []int        // known: prompt, then sampled outputs
+	computed  int          // tokens of tokens whose KV is in kv
+	replica   int          // -1 until first admitted
 	kv        *kvcache.Seq // device blocks
 	host      *kvcache.Seq // host-tier blocks, while parked or swapping
 	state     state
