@@ -42,7 +42,9 @@ type Executor struct {
 	comm    comm.Stats // counted by worlds that were replaced
 
 	transitions int
-	swapped     int64 // bytes SwapOut and SwapIn copied
+	host        *kvcache.HostStore // nil without Options.HostBlocks
+	hostBlocks  int                // per replica
+	swapped     int64              // bytes SwapOut and SwapIn copied
 
 	// fault, when set by tests, runs before every layer of every rank; an
 	// error it returns fails that rank as a kernel error would.
@@ -70,6 +72,9 @@ type Options struct {
 	MicroBatches int          // pipeline micro-batches per step; default PP
 	Pool         *tensor.Pool // kernel threads shared by all ranks; nil runs inline
 	Clock        clock.Clock  // times collectives for CommTime; default the wall clock
+	// HostBlocks is the size of a host KV store (Seesaw's CPU tier) in
+	// blocks per replica, shared by the ranks; 0 means none.
+	HostBlocks int
 }
 
 // NewExecutor shards w over the placements' ranks and allocates their KV
@@ -113,6 +118,14 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	kv := kvcache.Layout{BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks}
 	if err := e.allocKV(first, kv); err != nil {
 		return nil, err
+	}
+	if opts.HostBlocks > 0 {
+		h, err := kvcache.NewHostStore(kvcache.Layout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim,
+			BlockSize: opts.BlockSize, NumBlocks: opts.HostBlocks * first.Plan.DP})
+		if err != nil {
+			return nil, fmt.Errorf("cpuexec: host KV store: %w", err)
+		}
+		e.host, e.hostBlocks = h, opts.HostBlocks
 	}
 	return e, nil
 }

@@ -5,41 +5,40 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
 )
 
-// Swap is a set of KV blocks of one data-parallel replica to move between
-// the device KV cache and a host store: Device[i] ↔ Host[i].
-type Swap struct {
-	Replica      int
-	Device, Host []int
-}
+// HostBlocks is the size of the executor's host KV store in blocks per
+// replica (Options.HostBlocks).
+func (e *Executor) HostBlocks() int { return e.hostBlocks }
 
-// SwapOut copies the swaps' device blocks into host store h: every rank
+// SwapOut copies the swaps' device blocks into the host store: every rank
 // pushes its KV slice under the placement the cache is under now (a
 // pipeline stage's layers, a TP rank's heads), and together the slices
 // tile the model's KV exactly once — of ranks holding the same slice (KV
 // heads replicated across TP ranks), only the lowest pushes. It returns
 // the bytes copied. The ranks push in parallel; on error the host blocks
 // are undefined.
-func (e *Executor) SwapOut(ctx context.Context, h *kvcache.HostStore, swaps []Swap) (int64, error) {
-	return e.swap(ctx, h, swaps, true)
+func (e *Executor) SwapOut(ctx context.Context, swaps []forward.Swap) (int64, error) {
+	return e.swap(ctx, swaps, true)
 }
 
 // SwapIn copies the swaps' host blocks into the device KV cache: every
 // rank pulls its slice under the current placement, which may differ
 // from the placement that pushed (the re-shard of Seesaw's swap). It
 // returns the bytes copied.
-func (e *Executor) SwapIn(ctx context.Context, h *kvcache.HostStore, swaps []Swap) (int64, error) {
-	return e.swap(ctx, h, swaps, false)
+func (e *Executor) SwapIn(ctx context.Context, swaps []forward.Swap) (int64, error) {
+	return e.swap(ctx, swaps, false)
 }
 
 // SwapBytes is the bytes SwapOut and SwapIn have copied so far.
 func (e *Executor) SwapBytes() int64 { return e.swapped }
 
-func (e *Executor) swap(ctx context.Context, h *kvcache.HostStore, swaps []Swap, out bool) (int64, error) {
-	if h.Layers != e.cfg.Layers || h.KVHeads != e.cfg.KVHeads {
-		return 0, fmt.Errorf("cpuexec: a host store of %d layers × %d KV heads for a model of %d × %d", h.Layers, h.KVHeads, e.cfg.Layers, e.cfg.KVHeads)
+func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (int64, error) {
+	h := e.host
+	if h == nil {
+		return 0, fmt.Errorf("cpuexec: no host KV store (Options.HostBlocks is 0)")
 	}
 	for _, s := range swaps {
 		if s.Replica < 0 || s.Replica >= e.kvAt.Plan.DP {

@@ -40,7 +40,7 @@ func TestSwapReshard(t *testing.T) {
 				t.Run(fmt.Sprintf("kv=%d/%s→%s", kv, cp, cd), func(t *testing.T) {
 					// One micro-batch: the GEMMs then see the single rank's rows,
 					// so a pure-PP prefill's arithmetic is the single rank's.
-					e, err := NewExecutor(cfg, l.m.Weights, Options{Plan: cp, BlockSize: 4, NumBlocks: 32, MicroBatches: 1, Pool: pool})
+					e, err := NewExecutor(cfg, l.m.Weights, Options{Plan: cp, BlockSize: 4, NumBlocks: 32, MicroBatches: 1, HostBlocks: 40, Pool: pool})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -106,22 +106,19 @@ func swapRun(t *testing.T, e *Executor, prompts [][]int, steps int, decode ...pa
 	dec := e.KVPlacement()
 	if len(decode) > 0 {
 		dec = decode[0]
-		host, err := kvcache.NewHostStore(kvcache.Layout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, BlockSize: e.kv.BlockSize, NumBlocks: 40})
-		if err != nil {
-			t.Fatal(err)
-		}
+		host := e.host
 		hostBlocks := make([][]int, len(prompts))
-		var out, in []Swap
+		var out, in []forward.Swap
 		moved := make([][]int, len(prompts))
 		for i := range prompts {
 			for j := range blocks[i] {
 				hostBlocks[i] = append(hostBlocks[i], 39-i*perSeq-j)
 				moved[i] = append(moved[i], 31-i*perSeq-j) // other device blocks: 31 down to 8
 			}
-			out = append(out, Swap{Device: blocks[i], Host: hostBlocks[i]})
-			in = append(in, Swap{Device: moved[i], Host: hostBlocks[i]})
+			out = append(out, forward.Swap{Device: blocks[i], Host: hostBlocks[i]})
+			in = append(in, forward.Swap{Device: moved[i], Host: hostBlocks[i]})
 		}
-		n, err := e.SwapOut(context.Background(), host, out)
+		n, err := e.SwapOut(context.Background(), out)
 		all := kvcache.Slice{LayerHi: cfg.Layers, HeadHi: cfg.KVHeads}
 		if want := 4 * int64(len(prompts)*perSeq) * all.Elems(e.kv.BlockSize, cfg.HeadDim); err != nil || n != want {
 			t.Fatalf("swap-out: %d bytes (want the model's KV once, %d), %v", n, want, err)
@@ -138,7 +135,7 @@ func swapRun(t *testing.T, e *Executor, prompts [][]int, steps int, decode ...pa
 		if _, err := e.Reshard(context.Background(), dec); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.SwapIn(context.Background(), host, in); err != nil {
+		if _, err := e.SwapIn(context.Background(), in); err != nil {
 			t.Fatal(err)
 		}
 		device := globalKV(e)

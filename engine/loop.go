@@ -141,6 +141,21 @@ type Transitioner interface {
 	Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error)
 }
 
+// Swapper is a Runner with a host KV tier (Seesaw's CPU KV store): it
+// copies KV blocks between its device cache and the host store, each rank
+// its KV slice under the placement the cache is under, so a request
+// parked under one placement comes back under another. The engine calls
+// it between steps when the policy's decision offloads prefilled
+// requests or onboards parked ones.
+type Swapper interface {
+	Runner
+	// HostBlocks is the host store's size in KV blocks per replica; 0
+	// means the runner has none.
+	HostBlocks() int
+	SwapOut(ctx context.Context, swaps []forward.Swap) (bytes int64, err error)
+	SwapIn(ctx context.Context, swaps []forward.Swap) (bytes int64, err error)
+}
+
 // Options configure an Engine.
 type Options struct {
 	Exec      Runner
@@ -176,6 +191,7 @@ type Engine struct {
 	maxLen int
 	kvAt   parallel.Placement // the placement the runner's KV cache is under
 	inKV   int                // steps since the last transition
+	stuck  bool               // the last iteration scheduled nothing while requests were live
 
 	// runStep's buffers, reused from step to step (Iterate runs on one
 	// goroutine at a time).
@@ -227,6 +243,9 @@ func NewEngine(opts Options) (*Engine, error) {
 	kv := opts.Exec.KVLayout()
 	cfg := opts.Sched
 	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, placements[0].Plan.DP
+	if sw, ok := opts.Exec.(Swapper); ok {
+		cfg.HostBlocks = sw.HostBlocks()
+	}
 	if cfg.MaxModelLen == 0 || cfg.MaxModelLen > opts.Exec.Config().MaxPositions {
 		cfg.MaxModelLen = opts.Exec.Config().MaxPositions
 	}
@@ -413,19 +432,91 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 	e.mu.Lock()
 	d := e.decide()
 	e.mu.Unlock()
+	moved := false // a transition or a swap: the next decision sees a new state
 	if d.Placement.Name != e.kvAt.Name && !d.Placement.SharesKV(e.exec.Config(), e.kvAt) {
 		if err := e.transition(ctx, d.Placement); err != nil {
 			return false, err
 		}
+		moved = true
+	}
+	if d.Onboard {
+		n, err := e.swap(ctx, false)
+		if err != nil {
+			return false, err
+		}
+		moved = moved || n > 0
 	}
 	e.mu.Lock()
 	step := e.sched.SchedulePhase(d.Phase)
 	e.drainTerminal()
+	wasStuck := e.stuck
+	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0
 	e.mu.Unlock()
 	if len(step.Seqs) == 0 {
-		return false, nil
+		if e.stuck && !wasStuck && !moved && e.policy != nil {
+			return e.Iterate(ctx) // once more: the policy sees Idle and may decide otherwise
+		}
+		return moved, nil
 	}
-	return true, e.runStep(ctx, step, d)
+	if err := e.runStep(ctx, step, d); err != nil {
+		return true, err
+	}
+	if d.Offload {
+		if _, err := e.swap(ctx, true); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// swap parks requests past their prompt on the runner's host tier (out),
+// or brings parked requests back as device blocks allow (in), and returns
+// how many it moved. A failed copy undoes the swaps; their requests stay
+// where they were.
+func (e *Engine) swap(ctx context.Context, out bool) (int, error) {
+	sw, ok := e.exec.(Swapper)
+	if !ok || sw.HostBlocks() == 0 {
+		return 0, nil
+	}
+	e.mu.Lock()
+	var plans []sched.HostSwap
+	if out {
+		for _, id := range e.sched.Decoding() {
+			p, ok := e.sched.SwapOut(id)
+			if !ok {
+				break // the host tier is full
+			}
+			plans = append(plans, p)
+		}
+	} else {
+		plans = e.sched.SwapIn(0)
+	}
+	e.mu.Unlock()
+	if len(plans) == 0 {
+		return 0, nil
+	}
+	swaps := make([]forward.Swap, len(plans))
+	for i, p := range plans {
+		swaps[i] = forward.Swap{Replica: p.Replica, Device: p.Device, Host: p.Host}
+	}
+	var err error
+	if out {
+		_, err = sw.SwapOut(ctx, swaps)
+	} else {
+		_, err = sw.SwapIn(ctx, swaps)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range plans {
+		if derr := e.sched.SwapDone(p, err == nil); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	e.drainTerminal()
+	if err != nil {
+		return 0, fmt.Errorf("engine: swap: %w", err)
+	}
+	return len(plans), nil
 }
 
 // decide asks the policy where the next step runs; without a policy every
@@ -435,9 +526,12 @@ func (e *Engine) decide() policy.Decision {
 		return policy.Decision{Placement: e.kvAt}
 	}
 	used, total := e.sched.KVBlocks()
+	hostUsed, hostTotal := e.sched.HostBlocks()
 	return e.policy.Decide(policy.State{
 		Waiting: e.sched.NumWaiting(), Running: e.sched.NumRunning(), Prefilling: e.sched.NumPrefilling(),
-		WaitingTokens: e.sched.WaitingTokens(), DeviceKV: policy.Tier{Used: used, Capacity: total},
+		Parked: e.sched.NumParked(), WaitingTokens: e.sched.WaitingTokens(),
+		DeviceKV: policy.Tier{Used: used, Capacity: total}, HostKV: policy.Tier{Used: hostUsed, Capacity: hostTotal},
+		HostFits: e.sched.HostFits(), DeviceFits: e.sched.DeviceFits(), Idle: e.stuck,
 		Current: e.kvAt.Name, StepsInCurrent: e.inKV,
 	})
 }

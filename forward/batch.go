@@ -71,3 +71,10 @@ func (b *Batch) Validate(vocab, maxPos, blockSize, numBlocks, replicas int) erro
 	}
 	return nil
 }
+
+// Swap is a set of KV blocks of one data-parallel replica to copy between
+// the device KV cache and the host KV store: Device[i] ↔ Host[i].
+type Swap struct {
+	Replica      int
+	Device, Host []int
+}

@@ -9,6 +9,7 @@ package policy
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/sched"
@@ -30,11 +31,15 @@ func (t Tier) Usage() float64 {
 // State is what a policy sees before a step's batch is formed.
 type State struct {
 	Waiting        int    // requests not yet admitted (preempted ones included)
-	Running        int    // admitted requests
+	Running        int    // requests with KV on the device
 	Prefilling     int    // running requests whose prompt is not fully computed
-	WaitingTokens  int    // prompt tokens of waiting requests
+	Parked         int    // requests whose KV is on the host tier
+	WaitingTokens  int    // known tokens of waiting requests
 	DeviceKV       Tier   // the executor's KV pool
-	HostKV         Tier   // the host KV store; zero without one
+	HostKV         Tier   // the host KV tier; zero without one
+	HostFits       bool   // the next waiting request's prompt fits the host tier's free blocks (true when none waits)
+	DeviceFits     bool   // it fits the device's free blocks (true when none waits)
+	Idle           bool   // the last iteration scheduled nothing while requests were live
 	Current        string // name of the placement the KV cache is under now
 	StepsInCurrent int    // steps run since the last transition
 }
@@ -47,6 +52,10 @@ type Decision struct {
 	// before the step.
 	Placement parallel.Placement
 	Phase     sched.Phase // what the batch may carry; Mixed by default
+	// Offload parks every request past its prompt on the host KV tier
+	// after the step (as far as the tier has room); Onboard brings parked
+	// requests back before the step, as far as device blocks allow.
+	Offload, Onboard bool
 }
 
 // Batch is what a policy knows about a formed batch.
@@ -136,3 +145,82 @@ func (s Shift) Placements() []parallel.Placement {
 }
 
 func (s Shift) String() string { return "shift" }
+
+// Seesaw is Seesaw's transition-minimising schedule (paper 004, §4.2):
+// a prefill phase under Prefill (pipeline parallelism, say) that parks
+// every prefilled request on the host KV tier, then a decode phase under
+// Decode (tensor parallelism) that brings parked requests back as device
+// blocks free up. The phase changes only when the host tier is full
+// (prefill → decode: the next waiting prompt no longer fits it) or empty
+// (decode → prefill: nothing parked, requests waiting), so transitions —
+// a weight re-shard each — are few and decode batches stay full.
+//
+// Choices the paper leaves open (its S7), stated: (a) requests still
+// decoding when the prefill phase starts keep their KV on the device
+// (moved to the prefill placement by the transition) and resume in the
+// next decode phase; the switch waits until the next prompt fits the
+// device's free blocks, so a device full of decodes keeps decoding; (b)
+// at the end of a workload, when nothing is left to prefill, the prefill
+// phase ends with whatever is parked; (c) "full" is the next waiting
+// prompt not fitting the tier's free blocks; (d) the prefill phase runs
+// chunked prefill under the scheduler's token budget, prefill chunks
+// only. A phase in which nothing can be scheduled (Idle) also ends.
+type Seesaw struct {
+	Prefill, Decode parallel.Placement
+
+	mu          sync.Mutex
+	decoding    bool
+	transitions int
+}
+
+// NewSeesaw validates a Seesaw policy: the two placements run the same
+// replicas on the same ranks.
+func NewSeesaw(prefill, decode parallel.Plan) (*Seesaw, error) {
+	if prefill.DP != decode.DP || prefill.Ranks() != decode.Ranks() {
+		return nil, fmt.Errorf("seesaw policy: the prefill plan %s and the decode plan %s must use the same ranks and data parallelism (Seesaw changes only TP and PP)", prefill, decode)
+	}
+	p, d := parallel.Standard(prefill), parallel.Standard(decode)
+	if p.Name == d.Name {
+		d.Name += " (decode)"
+	}
+	return &Seesaw{Prefill: p, Decode: d}, nil
+}
+
+// Decide keeps the phase unless the host tier is full (or nothing is left
+// to prefill) in the prefill phase, or empty with requests waiting (and
+// room for the next prompt) in the decode phase.
+func (s *Seesaw) Decide(st State) Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live := st.Running+st.Parked > 0
+	switch {
+	case !s.decoding && live && (!st.HostFits || st.Idle || (st.Waiting == 0 && st.Prefilling == 0)):
+		s.decoding = true
+		s.transitions++
+	case s.decoding && st.Waiting > 0 && ((st.Parked == 0 && st.DeviceFits) || (st.Idle && st.Running == 0)):
+		s.decoding = false
+		s.transitions++
+	}
+	if s.decoding {
+		return Decision{Placement: s.Decode, Phase: sched.DecodeOnly, Onboard: true}
+	}
+	return Decision{Placement: s.Prefill, Phase: sched.PrefillOnly, Offload: true}
+}
+
+// Place keeps the decision's placement.
+func (s *Seesaw) Place(d Decision, _ Batch) parallel.Placement { return d.Placement }
+
+// Placements returns the prefill placement, where the engine starts, and
+// the decode placement.
+func (s *Seesaw) Placements() []parallel.Placement {
+	return []parallel.Placement{s.Prefill, s.Decode}
+}
+
+// Transitions is the number of phase changes so far.
+func (s *Seesaw) Transitions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.transitions
+}
+
+func (s *Seesaw) String() string { return "seesaw" }

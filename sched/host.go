@@ -145,6 +145,33 @@ func (s *Scheduler) HostFits() bool {
 	return false
 }
 
+// DeviceFits reports whether the next waiting request's prompt would fit
+// the free device blocks of some replica (true when nothing waits).
+func (s *Scheduler) DeviceFits() bool {
+	if len(s.waiting) == 0 {
+		return true
+	}
+	need := (len(s.waiting.peek().tokens) + s.cfg.BlockSize - 1) / s.cfg.BlockSize
+	for _, r := range s.reps {
+		if r.kv.NumFree() >= need {
+			return true
+		}
+	}
+	return false
+}
+
+// Decoding lists the running requests past their prompt, in priority
+// order.
+func (s *Scheduler) Decoding() []string {
+	var out []string
+	for _, r := range s.running {
+		if r.decoding() {
+			out = append(out, r.id)
+		}
+	}
+	return out
+}
+
 // hostSwap is r's planned copy: its device and host block tables over
 // its computed tokens, host ids made global.
 func (s *Scheduler) hostSwap(r *request, out bool) HostSwap {

@@ -142,6 +142,11 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if opts.Policy != nil {
 		placements = opts.Policy.Placements()
 	}
+	for _, p := range placements[1:] {
+		if !p.SharesKV(opts.Model, placements[0]) {
+			return nil, fmt.Errorf("sim: policy %s moves the KV cache between placements (%s, %s); the simulator does not price transitions and host swaps yet", opts.Policy, placements[0], p)
+		}
+	}
 	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
 	kv, err := opts.Cost.KVCapacity(opts.Model, base, mem)
 	if err != nil {

@@ -42,6 +42,7 @@ func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
 // it.
 type runnerSpec struct {
 	placements  []parallel.Placement // the policy's, the first the one the KV starts under
+	hostBlocks  int                  // host KV store per replica, in blocks (seesaw); 0 for none
 	blockSize   int
 	numBlocks   int // 0: the device's default
 	maxTokens   int // largest step in tokens
@@ -101,7 +102,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		blocks = int(max(perSeq, min(int64(max(spec.maxSeqs, 1))*perSeq, (4<<30)/perBlock)))
 	}
 	pool := tensor.NewPool(d.threads)
-	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
+	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: spec.hostBlocks, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, err

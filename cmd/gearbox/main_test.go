@@ -153,3 +153,38 @@ func TestParallelFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateSeesaw: the built-in model under --policy seesaw prefills
+// under pp=2 and decodes under tp=2, with the single rank's tokens; bad
+// seesaw flags are refused with the flag to fix.
+func TestGenerateSeesaw(t *testing.T) {
+	out, _, err := runCLI(t, "generate", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json",
+		"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2", "--swap-space", "0.01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res generateResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON %q: %v", out, err)
+	}
+	if res.Text != ", there was a little girl named Lily. She loved to play" || res.Policy != "seesaw" ||
+		res.PlanSteps["pp=2"] != 1 || res.PlanSteps["tp=2"] != 15 {
+		t.Fatalf("result = %+v", res)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "seesaw", "--prefill-plan", "pp=2"}, "--decode-plan"},
+		{[]string{"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=4"}, "same ranks"},
+		{[]string{"--policy", "seesaw", "--prefill-plan", "sp=2", "--decode-plan", "tp=2"}, "sequence parallelism"},
+		{[]string{"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2", "--plan", "tp=2"}, "not --plan"},
+		{[]string{"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2", "--swap-space", "0"}, "--swap-space"},
+		{[]string{"--prefill-plan", "pp=2"}, "need --policy seesaw"},
+	} {
+		_, _, err := runCLI(t, append([]string{"generate", "--prompt", "x"}, bad.args...)...)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want an error naming %q", bad.args, err, bad.want)
+		}
+	}
+}

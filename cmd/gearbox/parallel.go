@@ -21,12 +21,18 @@ type parallelFlags struct {
 	dp, sp    int
 	shift     bool
 	arcticThr int
+	prefill   string  // --prefill-plan (seesaw)
+	decode    string  // --decode-plan (seesaw)
+	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan) or shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) or seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space)")
+	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
+	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
+	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
 	fs.IntVar(&p.threshold, "shift-threshold", policy.DefaultShiftThreshold, "batched tokens at or below which the shift policy runs full TP")
 	fs.IntVar(&p.tp, "tensor-parallel-size", 1, "vLLM spelling of tp= in --plan")
 	fs.IntVar(&p.pp, "pipeline-parallel-size", 1, "vLLM spelling of pp= in --plan")
@@ -87,7 +93,12 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		threshold = p.arcticThr
 	}
+	if name != "seesaw" && (set["prefill-plan"] || set["decode-plan"]) {
+		return plan, nil, fmt.Errorf("--prefill-plan and --decode-plan need --policy seesaw")
+	}
 	switch name {
+	case "seesaw":
+		return p.seesaw(cfg, set)
 	case "static":
 		if set["shift-threshold"] || set["shift-parallel-threshold"] {
 			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift (or --enable-shift-parallel)")
@@ -103,5 +114,51 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static or shift)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift or seesaw)", name)
+}
+
+// seesaw resolves --policy seesaw: two plans of the same ranks; the
+// engine starts under the prefill plan.
+func (p *parallelFlags) seesaw(cfg *model.Config, set map[string]bool) (parallel.Plan, policy.Policy, error) {
+	if !set["prefill-plan"] || !set["decode-plan"] {
+		return parallel.Plan{}, nil, fmt.Errorf("--policy seesaw needs --prefill-plan and --decode-plan, for example --prefill-plan pp=4 --decode-plan tp=4")
+	}
+	if set["plan"] || set["tensor-parallel-size"] || set["pipeline-parallel-size"] {
+		return parallel.Plan{}, nil, fmt.Errorf("--policy seesaw takes its layouts from --prefill-plan and --decode-plan, not --plan")
+	}
+	var plans [2]parallel.Plan
+	for i, f := range []struct{ flag, val string }{{"prefill-plan", p.prefill}, {"decode-plan", p.decode}} {
+		pl, err := parallel.Parse(f.val)
+		if err != nil {
+			return parallel.Plan{}, nil, fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		if pl.SP > 1 {
+			return parallel.Plan{}, nil, fmt.Errorf("--%s %s: Seesaw changes TP and PP; sequence parallelism is the shift policy's", f.flag, pl)
+		}
+		if err := pl.Validate(cfg); err != nil {
+			return parallel.Plan{}, nil, fmt.Errorf("--%s: %w", f.flag, err)
+		}
+		plans[i] = pl
+	}
+	if p.swapSpace <= 0 {
+		return parallel.Plan{}, nil, fmt.Errorf("--swap-space must be positive, got %g GiB", p.swapSpace)
+	}
+	pol, err := policy.NewSeesaw(plans[0], plans[1])
+	if err != nil {
+		return parallel.Plan{}, nil, err
+	}
+	return plans[0], pol, nil
+}
+
+// hostBlocks is the host KV store's size in blocks per replica for a
+// policy that parks KV on the host (seesaw): --swap-space GiB per rank of
+// the replica, in blocks of the whole model's float32 KV; 0 otherwise.
+func (p *parallelFlags) hostBlocks(cfg *model.Config, pol policy.Policy, blockSize int) int {
+	s, ok := pol.(*policy.Seesaw)
+	if !ok {
+		return 0
+	}
+	ranks := s.Prefill.Ranks() / s.Prefill.Plan.DP
+	perBlock := int64(cfg.KVBytesPerToken(4)) * int64(blockSize)
+	return max(1, int(p.swapSpace*float64(ranks)*(1<<30)/float64(perBlock)))
 }

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// phaseRecorder records, per step, the placement and whether the batch
+// held only prefill chunks (every prompt here is at least minPrompt
+// tokens and unchunked) or only decodes.
+type phaseRecorder struct {
+	*cpuexec.Executor
+	mu    sync.Mutex
+	steps []string // "placement:prefill" or "placement:decode" or "placement:mixed"
+}
+
+const minPrompt = 5
+
+func (p *phaseRecorder) Step(ctx context.Context, b *forward.Batch, pl parallel.Placement) ([]float32, error) {
+	kinds := map[bool]bool{}
+	for _, s := range b.Seqs {
+		kinds[len(s.Tokens) >= minPrompt] = true
+	}
+	kind := "mixed"
+	switch {
+	case kinds[true] && !kinds[false]:
+		kind = "prefill"
+	case kinds[false] && !kinds[true]:
+		kind = "decode"
+	}
+	p.mu.Lock()
+	p.steps = append(p.steps, pl.Name+":"+kind)
+	p.mu.Unlock()
+	return p.Executor.Step(ctx, b, pl)
+}
+
+// TestSeesawServesLikeOneRank serves 10 requests at once under Seesaw
+// (prefill under pp=2, decode under tp=2, KV parked on a host store too
+// small for all of them, so the phases cycle): every output equals the
+// request run alone on one rank, prefill steps run only under pp=2 and
+// decode steps only under tp=2, the policy changes phase several times,
+// and every device and host block comes back.
+func TestSeesawServesLikeOneRank(t *testing.T) {
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, Seed: 330})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	var reqs []Request
+	for i := 0; i < 10; i++ {
+		reqs = append(reqs, Request{ID: fmt.Sprint("r", i), Prompt: fixture.Tokens(400+i, minPrompt+3*(i%4), m.Config.Vocab),
+			MaxTokens: 3 + 2*(i%5), IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
+	}
+	single, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{BlockSize: 4, NumBlocks: 64, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := startEngine(t, single, m.Tokenizer, nil, sched.Config{})
+	want := make([]*Output, len(reqs))
+	for i, r := range reqs {
+		if want[i], err = ref.Generate(context.Background(), r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 24, HostBlocks: 12, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &phaseRecorder{Executor: x}
+	e, err := NewEngine(Options{Exec: rec, Policy: pol, Tokenizer: m.Tokenizer, Sched: sched.Config{MaxNumBatchedTokens: 512}}) // no prompt is chunked
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Start()()
+	got := make([]*Output, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = e.Generate(context.Background(), r, nil)
+		}()
+	}
+	wg.Wait()
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", reqs[i].ID, errs[i])
+		}
+		if fmt.Sprint(got[i].Tokens) != fmt.Sprint(want[i].Tokens) || got[i].FinishReason != FinishLength {
+			t.Fatalf("%s: %v (%s), alone on one rank %v", reqs[i].ID, got[i].Tokens, got[i].FinishReason, want[i].Tokens)
+		}
+	}
+	counts := map[string]int{}
+	for _, s := range rec.steps {
+		counts[s]++
+	}
+	if counts["pp=2:decode"]+counts["tp=2:prefill"]+counts["pp=2:mixed"]+counts["tp=2:mixed"] != 0 || counts["pp=2:prefill"] == 0 || counts["tp=2:decode"] == 0 {
+		t.Fatalf("steps by placement and kind: %v", counts)
+	}
+	if pol.Transitions() < 3 || x.Transitions() < 3 || x.SwapBytes() == 0 {
+		t.Fatalf("%d phase changes, %d transitions, %d bytes swapped; want several cycles", pol.Transitions(), x.Transitions(), x.SwapBytes())
+	}
+	if st := e.Stats(); st.KVUsage != 0 || st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("engine not idle: %+v", st)
+	}
+	e.mu.Lock()
+	used, _ := e.sched.HostBlocks()
+	e.mu.Unlock()
+	if used != 0 {
+		t.Fatalf("%d host blocks still in use", used)
+	}
+	t.Logf("steps %v; %d phase changes, %d swapped bytes", counts, pol.Transitions(), x.SwapBytes())
+}
