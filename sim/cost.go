@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
 )
 
 // CostModel predicts the duration of the kernels, collectives and copies
@@ -59,7 +61,11 @@ func NewCostModel(node Node, p Precision) (*CostModel, error) {
 		c.actPeak = g.BF16FLOPS / 2
 	}
 	c.w8a8 = p.Weights == FP8 && g.FP8FLOPS > 0 && p.Activations != FP32
-	c.hostBytes = g.PCIeBytesPerS * LinkEfficiency
+	host := node.Host.BytesPerS
+	if !(host > 0) {
+		host = g.PCIeBytesPerS // a Node built without NewNode
+	}
+	c.hostBytes = host * LinkEfficiency
 	if !(c.hostBytes > 0) {
 		c.hostBytes = g.HBMBytesPerS * g.Eff.Memory
 	}
@@ -277,15 +283,73 @@ func (c *CostModel) Collective(kind comm.Kind, bytesPerRank int64, ranks int, li
 	return t
 }
 
-// HostCopy returns the seconds of one host↔device copy of bytes over the
-// GPU's PCIe link (pinned memory, one direction), the transfers of
-// Seesaw's KV tier and weight reloads, SiDP's weight fetches and Nitsum's
-// KV migration through the host. It runs on a copy engine: the simulator
-// decides whether it overlaps compute. On a profiled CPU it is a memory
-// copy.
+// HostCopy returns the seconds of one host↔device copy of bytes over one
+// GPU's host link (Node.Host: pinned memory, one direction, at
+// LinkEfficiency of the link's bandwidth, plus a kernel latency), the
+// transfers of Seesaw's KV tier and weight reloads, SiDP's weight fetches
+// and Nitsum's KV migration through the host. Each GPU has its own host
+// link, so the GPUs of a node copy in parallel. A copy runs on the GPU's
+// copy engine, a resource apart from its compute: nothing here charges
+// it to a step, and whether it overlaps compute (or serializes with it, or
+// contends with PCIe collectives on the same link) is the caller's
+// decision. On a profiled CPU it is a memory copy.
 func (c *CostModel) HostCopy(bytes int64) float64 {
 	if bytes <= 0 {
 		return 0
 	}
 	return c.eff.KernelLatency + float64(bytes)/c.hostBytes
+}
+
+// checkRank validates rank r of placement l for cfg on the cost model's
+// node.
+func (c *CostModel) checkRank(cfg *model.Config, l parallel.Placement, r int) error {
+	if err := l.Plan.Validate(cfg); err != nil {
+		return fmt.Errorf("sim: placement %s: %w", l, err)
+	}
+	if len(l.Coords) != l.Plan.Ranks() {
+		return fmt.Errorf("sim: placement %s has %d ranks, its plan %d", l, len(l.Coords), l.Plan.Ranks())
+	}
+	if l.Plan.Ranks() > c.Node.Count {
+		return fmt.Errorf("sim: placement %s needs %d GPUs, node %s has %d", l, l.Plan.Ranks(), c.Node, c.Node.Count)
+	}
+	if r < 0 || r >= len(l.Coords) {
+		return fmt.Errorf("sim: rank %d outside placement %s's %d ranks", r, l, len(l.Coords))
+	}
+	return nil
+}
+
+// WeightReload returns the seconds to copy global rank r's weight shard
+// under placement l from host memory onto its GPU: the bytes the memory
+// model gives the shard (Memory's Weights for l: linear layers in the
+// weight dtype, the rest in the activation dtype) as one HostCopy over the
+// rank's host link. It is what Seesaw pays per GPU to re-shard its weights
+// from the host copy when it switches between its prefill and decode
+// layouts; every rank reloads in parallel over its own link, so a switch
+// takes the largest of its ranks'. Like HostCopy it runs on the copy
+// engine: whether it blocks or overlaps compute is the caller's decision.
+func (c *CostModel) WeightReload(cfg *model.Config, l parallel.Placement, r int) (float64, error) {
+	if err := c.checkRank(cfg, l, r); err != nil {
+		return 0, err
+	}
+	return c.HostCopy(c.weightBytes(cfg, l, r)), nil
+}
+
+// KVSwap returns the seconds to move tokens tokens of global rank r's KV
+// slice under placement l between host and device memory, in either
+// direction: the keys and values of the rank's KV heads in its stage's
+// layers (Placement.KVElemsPerToken) in the KV dtype, as one HostCopy over
+// the rank's host link. Seesaw swaps a sequence out under its prefill
+// layout and in under its decode layout, so each direction is priced with
+// its own placement. A swap of many sequences is one call with their
+// tokens summed (one latency) or one call each. Like HostCopy it runs on
+// the copy engine, apart from compute; overlap is the caller's decision,
+// and a host-side staging copy (pinned to shared memory) is not included.
+func (c *CostModel) KVSwap(cfg *model.Config, l parallel.Placement, r int, tokens int64) (float64, error) {
+	if err := c.checkRank(cfg, l, r); err != nil {
+		return 0, err
+	}
+	if tokens < 0 {
+		return 0, fmt.Errorf("sim: KV swap of %d tokens", tokens)
+	}
+	return c.HostCopy(tokens * l.KVElemsPerToken(cfg, r) * c.kvBytes), nil
 }

@@ -1,6 +1,6 @@
 // Package sim predicts how long a step of the engine takes, and how much
 // KV cache fits, on hardware the program is not running on: a catalog of
-// GPUs and nodes (8xH200, 4xA10-pcie, …, and calibrated cpu and GPU profiles),
+// GPUs and nodes (8xH200, 4xA10-pcie, g5.48xlarge, …, and calibrated cpu and GPU profiles),
 // presets of real models' configs, and one cost model of GEMMs,
 // attention, memory-bound kernels, collectives and host copies. The
 // discrete-event simulator (Run) runs the real serving loop,

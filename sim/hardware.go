@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,6 +127,17 @@ const (
 	// nccl-tests all_reduce of 8 bytes on 8 PCIe RTX 4090s took 42 µs
 	// (NVIDIA/nccl#1530): (42 − 5 launch) µs over the ring's 14 steps.
 	PCIeHopLatency = 2.6e-6
+
+	// PCIeGen4x8BytesPerS is the one-way bandwidth of a PCIe 4.0 x8 link,
+	// the host link of each GPU in AWS's g5.48xlarge (8×A10G) and
+	// g6.48xlarge (8×L4): the Seesaw paper (Su et al., "Seesaw:
+	// High-throughput LLM Inference via Model Re-sharding", MLSys 2025,
+	// §6.1) gives it as 16 GiB/s, taken here as binary gibibytes,
+	// 16·2³⁰ = 17,179,869,184 bytes/s. The catalog's other PCIe figures
+	// are datasheet decimal GB/s (Gen4 x16: 32 GB/s one way), by which x8
+	// would be 16e9 bytes/s (15.75e9 after 128b/130b encoding): the paper's
+	// figure is 7.4% above that nominal rate. LinkEfficiency applies on top.
+	PCIeGen4x8BytesPerS = 16 * gib
 )
 
 // catalogEff is the efficiency of a catalog GPU whose Matmul is matmul.
@@ -247,6 +259,19 @@ var catalog = []GPU{
 		},
 	},
 	{
+		Name: "A10G", names: []string{"a10g"}, devices: []string{"NVIDIA A10G"},
+		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 70e12,
+		PCIe: "Gen4 x8", PCIeBytesPerS: PCIeGen4x8BytesPerS, L2Bytes: 6 * mib,
+		Eff: catalogEff(a100PCIeMatmul),
+		Sources: []string{
+			"AWS's variant of the A10, sold only in EC2 G5 instances; NVIDIA publishes no A10G datasheet. Amazon EC2 G5 instance page (aws.amazon.com/ec2/instance-types/g5): 24 GB of GPU memory, 80 RT cores and 320 third-generation Tensor Cores per A10G",
+			"Baseten, \"NVIDIA A10 vs A10G for ML model inference\" (baseten.co/blog): the same 24 GB GDDR6 and 600 GB/s as the A10; dense BF16/FP16 tensor 70 TFLOPS (the A10's 125), FP32 35 TFLOPS; no FP8, no NVLink",
+			"Host link: PCIe 4.0 x8 per GPU, 16 GiB/s (PCIeGen4x8BytesPerS), as the Seesaw paper (MLSys 2025, §6.1) gives it for g5.48xlarge, the only A10G box with a published link width",
+			"GA102 L2: 6 MB (NVIDIA Ampere GA102 whitepaper)",
+			"No published matmul measurement: the A100 PCIe MAMF efficiency (same generation), as for the A10",
+		},
+	},
+	{
 		Name: "L4", names: []string{"l4", "l4-pcie"}, devices: []string{"NVIDIA L4"},
 		MemoryBytes: 24 * gib, HBMBytesPerS: 300e9, BF16FLOPS: 121e12, FP8FLOPS: 242.5e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 48 * mib,
@@ -351,18 +376,56 @@ type Link struct {
 	Efficiency float64 // fraction of BytesPerS large messages reach
 }
 
-// Node is Count GPUs of one type joined by one link.
+// HostLink is the link between one GPU and host memory, which
+// host↔device copies (CostModel.HostCopy) cross: its PCIe generation and
+// width, and its bandwidth in one direction. Each GPU of a node has its
+// own.
+type HostLink struct {
+	PCIe      string  // e.g. "Gen4 x8"
+	BytesPerS float64 // one direction
+	Source    string  // where the figure comes from
+}
+
+// hostLinks are the host links a node spec may name after "@" where a
+// box wires its GPUs narrower than their own interface (ParseNode).
+var hostLinks = map[string]HostLink{
+	"pcie4x8": {PCIe: "Gen4 x8", BytesPerS: PCIeGen4x8BytesPerS,
+		Source: "Seesaw paper (Su et al., MLSys 2025) §6.1: each GPU of AWS g5.48xlarge and g6.48xlarge on PCIe 4.0 x8, 16 GiB/s"},
+}
+
+// nodeAliases are whole boxes named by their cloud instance type.
+var nodeAliases = map[string]string{
+	"g5.48xlarge": "8xA10G@pcie4x8", // AWS: 8×A10G, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"g6.48xlarge": "8xL4@pcie4x8",   // AWS: 8×L4, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+}
+
+// Node is Count GPUs of one type joined by one link, each GPU with its own
+// link to host memory.
 type Node struct {
 	GPU   GPU
 	Count int
 	Link  Link
+	// Host is each GPU's link to host memory: the GPU's own PCIe
+	// interface unless the box wires it narrower (WithHost). The zero
+	// value means the GPU's PCIe figure (or, without one, a memory copy).
+	Host HostLink
+	// hostName is the hostLinks key the node was given, for String.
+	hostName string
 }
 
-// String writes the node as ParseNode reads it, e.g. "8xH200".
-func (n Node) String() string { return fmt.Sprintf("%dx%s", n.Count, n.GPU.Name) }
+// String writes the node as ParseNode reads it, e.g. "8xH200", or
+// "8xL4@pcie4x8" for a node whose host links differ from its GPUs' own.
+func (n Node) String() string {
+	s := fmt.Sprintf("%dx%s", n.Count, n.GPU.Name)
+	if n.hostName != "" {
+		s += "@" + n.hostName
+	}
+	return s
+}
 
-// NewNode builds a node of count GPUs of g with g's own link: NVLink when
-// the GPU has it, else PCIe.
+// NewNode builds a node of count GPUs of g with g's own links: NVLink
+// between the GPUs when the GPU has it, else PCIe; and g's PCIe interface
+// to the host.
 func NewNode(g GPU, count int) (Node, error) {
 	if count < 1 {
 		return Node{}, fmt.Errorf("sim: a node needs at least one GPU, got %d", count)
@@ -371,14 +434,42 @@ func NewNode(g GPU, count int) (Node, error) {
 	if g.NVLinkBytesPerS > 0 {
 		l = Link{Kind: NVLink, BytesPerS: g.NVLinkBytesPerS, HopLatency: NVLinkHopLatency, Efficiency: LinkEfficiency}
 	}
-	return Node{GPU: g, Count: count, Link: l}, nil
+	return Node{GPU: g, Count: count, Link: l, Host: HostLink{PCIe: g.PCIe, BytesPerS: g.PCIeBytesPerS}}, nil
 }
 
-// ParseNode reads a node written COUNTxGPU: "8xH200", "4xA10-pcie",
-// "8xA100-80gb-pcie", "2xL4". A bare GPU name is one GPU. The GPU names
-// are LookupGPU's.
+// WithHost returns the node with every GPU's host link h. On a PCIe node
+// the GPUs' peer-to-peer traffic crosses the same per-GPU links, so the
+// collective link's bandwidth becomes h's too; an NVLink node keeps its
+// NVLink.
+func (n Node) WithHost(h HostLink) Node {
+	n.Host, n.hostName = h, ""
+	for name, k := range hostLinks {
+		if k == h {
+			n.hostName = name
+		}
+	}
+	if n.Link.Kind == PCIe {
+		n.Link.BytesPerS = h.BytesPerS
+	}
+	return n
+}
+
+// ParseNode reads a node written COUNTxGPU[@HOST]: "8xH200", "4xA10-pcie",
+// "8xA100-80gb-pcie", "2xL4", "8xL4@pcie4x8". A bare GPU name is one GPU.
+// The GPU names are LookupGPU's. HOST names a host link narrower than the
+// GPU's own interface (WithHost); the one known is "pcie4x8", PCIe 4.0 x8
+// at PCIeGen4x8BytesPerS. An AWS instance type names its whole box:
+// "g5.48xlarge" is 8xA10G@pcie4x8 (the A10G's own link is already x8) and
+// "g6.48xlarge" 8xL4@pcie4x8 (the L4 card is x16; a plain 8xL4 keeps it).
 func ParseNode(s string) (Node, error) {
 	t := strings.TrimSpace(s)
+	if a, ok := nodeAliases[strings.ToLower(t)]; ok {
+		t = a
+	}
+	host, hasHost := "", false
+	if i := strings.LastIndexByte(t, '@'); i >= 0 {
+		t, host, hasHost = t[:i], strings.ToLower(strings.TrimSpace(t[i+1:])), true
+	}
 	count, name := 1, t
 	if i := strings.IndexAny(t, "xX"); i > 0 {
 		if n, err := strconv.Atoi(t[:i]); err == nil {
@@ -392,5 +483,14 @@ func ParseNode(s string) (Node, error) {
 	if err != nil {
 		return Node{}, fmt.Errorf("sim: node %q: %w", s, err)
 	}
-	return NewNode(g, count)
+	n, err := NewNode(g, count)
+	if err != nil || !hasHost {
+		return n, err
+	}
+	h, ok := hostLinks[host]
+	if !ok {
+		known := slices.Sorted(maps.Keys(hostLinks))
+		return Node{}, fmt.Errorf("sim: node %q: unknown host link %q (known: %s)", s, host, strings.Join(known, ", "))
+	}
+	return n.WithHost(h), nil
 }

@@ -18,6 +18,27 @@ import (
 // tokens, dtype), copied from the repository's config.json. The file of
 // "org/name" is presets/org--name.json.
 //
+// Provenance of the Seesaw paper's models (Su et al., MLSys 2025, §6.1),
+// where the file is not a verbatim copy:
+//   - meta-llama/Llama-2-70b-hf: the fields of its config.json (hidden
+//     8192, intermediate 28672, 80 layers, 64 heads, 8 KV heads, vocabulary
+//     32000, context 4096, float16), as mirrored byte for byte by
+//     TheBloke/Llama-2-70B-fp16 and quoted by fine-tunes whose
+//     _name_or_path is meta-llama/Llama-2-70b-hf; it has no rope_theta
+//     (the default 10000 applies).
+//   - elinas/Llama-3-15B-Instruct-zeroed: Meta-Llama-3-8B-Instruct with its
+//     layers duplicated to 64 (a mergekit passthrough merge whose added
+//     layers have zeroed o_proj and down_proj). The repository's own
+//     config.json could not be read here; every shape field (hidden 4096,
+//     intermediate 14336, 64 layers, 32 heads, 8 KV heads, vocabulary
+//     128256, context 8192, rope_theta 500000, untied embeddings, bfloat16)
+//     is the same in the config.json of three models fine-tuned from it
+//     that name it as _name_or_path (ZeusLabs/L3-Aethora-15B-V2, uploaded
+//     by elinas; SteelStorage/L3-NA-Aethora-15B;
+//     bullerwins/L3-Aethora-15B-V2-exl2_4.0bpw). Not verified: eos_token_id
+//     (128001 here, from L3-Aethora-15B-V2; L3-NA-Aethora-15B has 128009),
+//     which the simulator does not use.
+//
 //go:embed presets/*.json
 var presetFS embed.FS
 

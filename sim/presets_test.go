@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/model"
 )
 
 // TestPresets parses every preset through model.ParseConfig and checks
@@ -27,6 +28,10 @@ func TestPresets(t *testing.T) {
 		{"meta-llama/Llama-2-7b-hf", 6738415616, 6.74, 4096, 11008, 32, 32, 32, 32000},
 		{"meta-llama/Llama-2-13b-hf", 13015864320, 13.0, 5120, 13824, 40, 40, 40, 32000},
 		{"codellama/CodeLlama-34b-hf", 33743970304, 33.7, 8192, 22016, 48, 64, 8, 32000},
+		// The card calls it 70B; the Hub's safetensors metadata gives 69B.
+		{"meta-llama/Llama-2-70b-hf", 68976648192, 69.0, 8192, 28672, 80, 64, 8, 32000},
+		// 64 layers of Llama-3-8B's shape: the name's 15B.
+		{"elinas/Llama-3-15B-Instruct-zeroed", 15009845248, 15.0, 4096, 14336, 64, 32, 8, 128256},
 		{"meta-llama/Llama-3.3-70B-Instruct", 70553706496, 70.6, 8192, 28672, 80, 64, 8, 128256},
 		{"Qwen/Qwen3-32B", 32762123264, 32.8, 5120, 25600, 64, 64, 8, 151936},
 		{"Qwen/Qwen2.5-14B-Instruct", 14770033664, 14.7, 5120, 13824, 48, 40, 8, 152064},
@@ -62,6 +67,19 @@ func TestPresets(t *testing.T) {
 	}
 	if llama.RopeScaling.Type != "llama3" || llama.RopeScaling.Factor != 8 || llama.MaxPositions != 131072 || len(llama.EOS) != 3 {
 		t.Errorf("Llama-3.3-70B: %+v", llama)
+	}
+	// The Seesaw paper's models: contexts, RoPE and the KV bytes per
+	// token in fp16 (2 · layers · KV heads · 128 · 2 bytes: 320 KiB for
+	// the 70B, 256 KiB for the 15B).
+	l2, _ := LookupModel("meta-llama/Llama-2-70b-hf")
+	l3, _ := LookupModel("elinas/Llama-3-15B-Instruct-zeroed")
+	if l2.MaxPositions != 4096 || l2.RopeTheta != 10000 || l3.MaxPositions != 8192 || l3.RopeTheta != 500000 || l3.RopeScaling.Type != "" {
+		t.Errorf("Llama-2-70B %+v, Llama-3-15B %+v", l2, l3)
+	}
+	for cfg, kib := range map[*model.Config]int{l2: 320, l3: 256} {
+		if got := 2 * cfg.Layers * cfg.KVHeads * cfg.HeadDim * 2; got != kib<<10 {
+			t.Errorf("%d layers: %d KV bytes per token, want %d KiB", cfg.Layers, got, kib)
+		}
 	}
 	if q, _ := LookupModel("Qwen/Qwen2.5-14B-Instruct"); !q.AttentionBias || q.SlidingWindow != 0 {
 		t.Errorf("Qwen2.5-14B: bias %v, sliding window %d", q.AttentionBias, q.SlidingWindow)
