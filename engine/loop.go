@@ -193,6 +193,10 @@ type Engine struct {
 	inKV   int                // steps since the last transition
 	stuck  bool               // the last iteration scheduled nothing while requests were live
 
+	// Counters for Stats, written under mu.
+	phase                        sched.Phase
+	transitions, swapOut, swapIn int64
+
 	// runStep's buffers, reused from step to step (Iterate runs on one
 	// goroutine at a time).
 	batch   forward.Batch
@@ -358,21 +362,29 @@ func (e *Engine) Drain() <-chan struct{} {
 // Stats is a snapshot of the engine's queues and counters.
 type Stats struct {
 	Running, Waiting int
-	KVUsage          float64
+	Parked           int     // requests whose KV is on the host tier
+	KVUsage          float64 // fraction of device KV blocks in use
+	HostKVUsage      float64 // fraction of host-tier KV blocks in use; 0 without a tier
 	Preemptions      int64
 	PrefixQueries    int64
 	PrefixHits       int64
 	PlanSteps        map[string]int
+	Phase            sched.Phase // of the latest decision
+	Transitions      int64       // KV placement changes
+	SwapOutBytes     int64       // KV bytes parked on the host tier
+	SwapInBytes      int64       // KV bytes brought back
 }
 
 // Stats returns a snapshot.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	hostUsed, hostTotal := e.sched.HostBlocks()
 	return Stats{
-		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), KVUsage: e.sched.KVUsage(),
+		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), Parked: e.sched.NumParked(), KVUsage: e.sched.KVUsage(),
+		HostKVUsage: policy.Tier{Used: hostUsed, Capacity: hostTotal}.Usage(),
 		Preemptions: e.sched.Preemptions(), PrefixQueries: e.sched.PrefixQueries(), PrefixHits: e.sched.PrefixHits(),
-		PlanSteps: e.exec.PlanSteps(),
+		PlanSteps: e.exec.PlanSteps(), Phase: e.phase, Transitions: e.transitions, SwapOutBytes: e.swapOut, SwapInBytes: e.swapIn,
 	}
 }
 
@@ -431,6 +443,7 @@ func (e *Engine) Start() (stop func()) {
 func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 	e.mu.Lock()
 	d := e.decide()
+	e.phase = d.Phase
 	e.mu.Unlock()
 	moved := false // a transition or a swap: the next decision sees a new state
 	if d.Placement.Name != e.kvAt.Name && !d.Placement.SharesKV(e.exec.Config(), e.kvAt) {
@@ -500,13 +513,19 @@ func (e *Engine) swap(ctx context.Context, out bool) (int, error) {
 		swaps[i] = forward.Swap{Replica: p.Replica, Device: p.Device, Host: p.Host}
 	}
 	var err error
+	var n int64
 	if out {
-		_, err = sw.SwapOut(ctx, swaps)
+		n, err = sw.SwapOut(ctx, swaps)
 	} else {
-		_, err = sw.SwapIn(ctx, swaps)
+		n, err = sw.SwapIn(ctx, swaps)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err == nil && out {
+		e.swapOut += n
+	} else if err == nil {
+		e.swapIn += n
+	}
 	for _, p := range plans {
 		if derr := e.sched.SwapDone(p, err == nil); derr != nil && err == nil {
 			err = derr
@@ -550,7 +569,10 @@ func (e *Engine) transition(ctx context.Context, to parallel.Placement) error {
 	}
 	e.log.Debug("transition", "from", e.kvAt.Name, "to", to.Name, "kv_bytes", st.KVBytes, "weight_bytes", st.WeightBytes,
 		"duration", e.clk.Now().Sub(start))
+	e.mu.Lock()
 	e.kvAt, e.inKV = to, 0
+	e.transitions++
+	e.mu.Unlock()
 	return nil
 }
 

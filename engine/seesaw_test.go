@@ -123,8 +123,14 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 	if pol.Transitions() < 3 || x.Transitions() < 3 || x.SwapBytes() == 0 {
 		t.Fatalf("%d phase changes, %d transitions, %d bytes swapped; want several cycles", pol.Transitions(), x.Transitions(), x.SwapBytes())
 	}
-	if st := e.Stats(); st.KVUsage != 0 || st.Running != 0 || st.Waiting != 0 {
+	st := e.Stats()
+	if st.KVUsage != 0 || st.Running != 0 || st.Waiting != 0 || st.Parked != 0 || st.HostKVUsage != 0 {
 		t.Fatalf("engine not idle: %+v", st)
+	}
+	// Every parked byte came back (no KV head is replicated under tp=2
+	// with 4 KV heads, so the pulls add up to the pushes).
+	if st.Transitions != int64(x.Transitions()) || st.SwapOutBytes == 0 || st.SwapOutBytes != st.SwapInBytes || st.SwapOutBytes+st.SwapInBytes != x.SwapBytes() {
+		t.Fatalf("stats %+v; executor: %d transitions, %d bytes swapped", st, x.Transitions(), x.SwapBytes())
 	}
 	e.mu.Lock()
 	used, _ := e.sched.HostBlocks()

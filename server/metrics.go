@@ -107,6 +107,15 @@ func (m *Metrics) Watch(stats func() engine.Stats) {
 	gauge("num_requests_running", "Requests in the running batch.", func(s engine.Stats) float64 { return float64(s.Running) })
 	gauge("num_requests_waiting", "Requests waiting to be scheduled.", func(s engine.Stats) float64 { return float64(s.Waiting) })
 	gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = 100%).", func(s engine.Stats) float64 { return s.KVUsage })
+	gauge("num_requests_parked", "Requests whose KV is parked on the host KV tier (seesaw).", func(s engine.Stats) float64 { return float64(s.Parked) })
+	gauge("host_kv_cache_usage_perc", "Fraction of host-tier KV blocks in use (1 = 100%); 0 without a host tier.", func(s engine.Stats) float64 { return s.HostKVUsage })
+	gauge("engine_phase", "Phase of the latest step decision: 0 mixed (continuous batching), 1 prefill only, 2 decode only.", func(s engine.Stats) float64 { return float64(s.Phase) })
+	counter := func(name, help string, f func(engine.Stats) float64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gearbox:" + name, Help: help}, func() float64 { return f(stats()) }))
+	}
+	counter("placement_transitions_total", "Transitions of the KV cache to another placement (KV moved, weights re-sharded).", func(s engine.Stats) float64 { return float64(s.Transitions) })
+	counter("kv_swap_out_bytes_total", "KV bytes parked on the host tier.", func(s engine.Stats) float64 { return float64(s.SwapOutBytes) })
+	counter("kv_swap_in_bytes_total", "KV bytes brought back from the host tier.", func(s engine.Stats) float64 { return float64(s.SwapInBytes) })
 }
 
 // FirstToken implements engine.Observer.

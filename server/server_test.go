@@ -501,6 +501,13 @@ func TestOverloadAndDisconnect(t *testing.T) {
 			if metrics[`gearbox:request_success_total{finished_reason="cancelled"}`] != 3 {
 				t.Fatalf("cancelled requests counted: %v", metrics[`gearbox:request_success_total{finished_reason="cancelled"}`])
 			}
+			// The placement and host-tier metrics exist (zero without seesaw).
+			for _, name := range []string{"gearbox:num_requests_parked", "gearbox:host_kv_cache_usage_perc", "gearbox:engine_phase",
+				"gearbox:placement_transitions_total", "gearbox:kv_swap_out_bytes_total", "gearbox:kv_swap_in_bytes_total"} {
+				if v, ok := metrics[name]; !ok || v != 0 {
+					t.Fatalf("%s = %v (present %v), want 0", name, v, ok)
+				}
+			}
 			break
 		}
 		if time.Now().After(deadline) {
