@@ -42,6 +42,8 @@ type Executor struct {
 	comm    comm.Stats // counted by worlds that were replaced
 
 	transitions int
+	moved       parallel.TransitionStats // over all transitions
+	fromHost    bool               // Options.WeightsFromHost
 	host        *kvcache.HostStore // nil without Options.HostBlocks
 	hostBlocks  int                // per replica
 	swapped     int64              // bytes SwapOut and SwapIn copied
@@ -75,6 +77,11 @@ type Options struct {
 	// HostBlocks is the size of a host KV store (Seesaw's CPU tier) in
 	// blocks per replica, shared by the ranks; 0 means none.
 	HostBlocks int
+	// WeightsFromHost holds only the first placement's shards; a
+	// transition copies every weight piece of the new placement from the
+	// host copy of the weights (not from peers) and releases the old
+	// shards (Seesaw re-shards from host memory).
+	WeightsFromHost bool
 }
 
 // NewExecutor shards w over the placements' ranks and allocates their KV
@@ -103,14 +110,21 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 		cfg: cfg, w: w, held: map[string]*execPlacement{},
 		pool: opts.Pool, micro: opts.MicroBatches, invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
 	}
-	for _, p := range opts.Placements {
+	names := map[string]bool{}
+	for i, p := range opts.Placements {
 		if err := e.check(p); err != nil {
 			return nil, err
 		}
-		if _, dup := e.held[p.Name]; dup {
+		if names[p.Name] {
 			return nil, fmt.Errorf("cpuexec: two placements are named %q", p.Name)
 		}
-		e.hold(p)
+		names[p.Name] = true
+		if i == 0 || !opts.WeightsFromHost {
+			e.hold(p)
+		}
+	}
+	if opts.WeightsFromHost {
+		e.held[first.Name].built = true // re-sharded from the host when left and when reached again
 	}
 	for r := range first.Coords {
 		e.ranks = append(e.ranks, &rank{id: r, e: e})
@@ -119,6 +133,7 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	if err := e.allocKV(first, kv); err != nil {
 		return nil, err
 	}
+	e.fromHost = opts.WeightsFromHost
 	if opts.HostBlocks > 0 {
 		h, err := kvcache.NewHostStore(kvcache.Layout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim,
 			BlockSize: opts.BlockSize, NumBlocks: opts.HostBlocks * first.Plan.DP})

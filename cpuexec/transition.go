@@ -56,6 +56,9 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 	}
 	if !held {
 		what |= parallel.MoveWeights
+		if e.fromHost {
+			what |= parallel.FromHost
+		}
 	}
 	moves, err := parallel.Transition(e.cfg, from, to, what)
 	if err != nil {
@@ -111,8 +114,15 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 		}
 	}
 	e.transitions++
+	e.moved.KVBytes += st.KVBytes
+	e.moved.WeightBytes += st.WeightBytes
+	e.moved.LocalBytes += st.LocalBytes
+	e.moved.Moves += st.Moves
 	return st, nil
 }
+
+// Moved is what every transition so far moved, summed.
+func (e *Executor) Moved() parallel.TransitionStats { return e.moved }
 
 // samePlacement reports whether two placements put every rank at the same
 // coordinate of the same plan.

@@ -84,7 +84,7 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 24, HostBlocks: 12, Pool: pool})
+	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 24, HostBlocks: 12, WeightsFromHost: true, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +119,10 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 	}
 	if counts["pp=2:decode"]+counts["tp=2:prefill"]+counts["pp=2:mixed"]+counts["tp=2:mixed"] != 0 || counts["pp=2:prefill"] == 0 || counts["tp=2:decode"] == 0 {
 		t.Fatalf("steps by placement and kind: %v", counts)
+	}
+	// Each transition re-sharded the weights from the host copy.
+	if mv := x.Moved(); mv.WeightBytes < int64(x.Transitions())*4*m.Config.NumParams()/2 {
+		t.Fatalf("%d transitions moved %d weight bytes; each re-shards half the model per rank from the host", x.Transitions(), mv.WeightBytes)
 	}
 	if pol.Transitions() < 3 || x.Transitions() < 3 || x.SwapBytes() == 0 {
 		t.Fatalf("%d phase changes, %d transitions, %d bytes swapped; want several cycles", pol.Transitions(), x.Transitions(), x.SwapBytes())

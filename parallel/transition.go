@@ -162,6 +162,7 @@ type Moves uint8
 const (
 	MoveKV      Moves = 1 << iota // the KV cache, from the ranks that hold it
 	MoveWeights                   // the weight shards, from peers or the host
+	FromHost                      // with MoveWeights: every weight piece from the host copy (Seesaw re-shards from host memory)
 )
 
 // Transition plans the moves that take ranks from placement from to
@@ -184,6 +185,10 @@ func Transition(cfg *model.Config, from, to Placement, what Moves) ([]Move, erro
 	for r := range to.Coords {
 		for _, want := range to.Pieces(cfg, r) {
 			if (want.Tensor == TKV && what&MoveKV == 0) || (want.Tensor != TKV && what&MoveWeights == 0) {
+				continue
+			}
+			if want.Tensor != TKV && what&FromHost != 0 {
+				moves = append(moves, Move{Piece: want, From: Host, To: r})
 				continue
 			}
 			ms, err := sources(want, r, held, from, to)

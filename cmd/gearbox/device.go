@@ -102,7 +102,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		blocks = int(max(perSeq, min(int64(max(spec.maxSeqs, 1))*perSeq, (4<<30)/perBlock)))
 	}
 	pool := tensor.NewPool(d.threads)
-	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: spec.hostBlocks, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
+	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: spec.hostBlocks, WeightsFromHost: spec.hostBlocks > 0, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, err
