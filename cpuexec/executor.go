@@ -43,10 +43,10 @@ type Executor struct {
 
 	transitions int
 	moved       parallel.TransitionStats // over all transitions
-	fromHost    bool               // Options.WeightsFromHost
-	host        *kvcache.HostStore // nil without Options.HostBlocks
-	hostBlocks  int                // per replica
-	swapped     int64              // bytes SwapOut and SwapIn copied
+	fromHost    bool                     // Options.WeightsFromHost
+	host        *kvcache.HostStore       // nil without Options.HostBlocks
+	hostBlocks  int                      // per replica
+	swapped     int64                    // bytes SwapOut and SwapIn copied
 
 	// fault, when set by tests, runs before every layer of every rank; an
 	// error it returns fails that rank as a kernel error would.
