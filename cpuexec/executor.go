@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
@@ -46,7 +47,7 @@ type Executor struct {
 	fromHost    bool                     // Options.WeightsFromHost
 	host        *kvcache.HostStore       // nil without Options.HostBlocks
 	hostBlocks  int                      // per replica
-	swapped     int64                    // bytes SwapOut and SwapIn copied
+	swapped     atomic.Int64             // bytes SwapOut and SwapIn copied
 
 	// fault, when set by tests, runs before every layer of every rank; an
 	// error it returns fails that rank as a kernel error would.

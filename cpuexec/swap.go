@@ -2,7 +2,9 @@ package cpuexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/gearboxlm/gearbox/forward"
@@ -28,12 +30,17 @@ func (e *Executor) SwapOut(ctx context.Context, swaps []forward.Swap) (int64, er
 // rank pulls its slice under the current placement, which may differ
 // from the placement that pushed (the re-shard of Seesaw's swap). It
 // returns the bytes copied.
+//
+// SwapOut and SwapIn touch only the blocks the swaps name, the host store
+// and a byte counter, so they may run concurrently with Step on other
+// blocks (Seesaw's prefetcher overlaps swap-in with decode); not with a
+// transition, which replaces the caches.
 func (e *Executor) SwapIn(ctx context.Context, swaps []forward.Swap) (int64, error) {
 	return e.swap(ctx, swaps, false)
 }
 
 // SwapBytes is the bytes SwapOut and SwapIn have copied so far.
-func (e *Executor) SwapBytes() int64 { return e.swapped }
+func (e *Executor) SwapBytes() int64 { return e.swapped.Load() }
 
 func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (int64, error) {
 	h := e.host
@@ -46,38 +53,51 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 		}
 	}
 	var total atomic.Int64
-	err := e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
-		ks := e.kvAt.KVSlice(e.cfg, rk.id)
-		if out && e.replicatedBelow(rk.id) {
-			return nil
-		}
-		slice := kvcache.Slice{LayerLo: ks.Layers.Lo, LayerHi: ks.Layers.Hi, HeadLo: ks.Heads.Lo, HeadHi: ks.Heads.Hi}
-		for _, s := range swaps {
-			if s.Replica != ks.Replica {
-				continue
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var n int64
-			var err error
-			if out {
-				n, err = h.Push(rk.cache, slice, s.Device, s.Host)
-			} else {
-				n, err = h.Pull(rk.cache, slice, s.Device, s.Host)
-			}
-			if err != nil {
-				return err
-			}
-			total.Add(n)
-		}
-		return nil
-	})
-	if err != nil {
+	errs := make([]error, len(e.ranks))
+	var wg sync.WaitGroup
+	for r, rk := range e.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = e.swapRank(ctx, rk, h, swaps, out, &total)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return 0, fmt.Errorf("cpuexec: swap under %s: %w", e.kvAt, err)
 	}
-	e.swapped += total.Load()
+	e.swapped.Add(total.Load())
 	return total.Load(), nil
+}
+
+// swapRank is rank rk's part of a swap: its slice of every block pair of
+// its replica.
+func (e *Executor) swapRank(ctx context.Context, rk *rank, h *kvcache.HostStore, swaps []forward.Swap, out bool, total *atomic.Int64) error {
+	ks := e.kvAt.KVSlice(e.cfg, rk.id)
+	if out && e.replicatedBelow(rk.id) {
+		return nil
+	}
+	slice := kvcache.Slice{LayerLo: ks.Layers.Lo, LayerHi: ks.Layers.Hi, HeadLo: ks.Heads.Lo, HeadHi: ks.Heads.Hi}
+	for _, s := range swaps {
+		if s.Replica != ks.Replica {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var n int64
+		var err error
+		if out {
+			n, err = h.Push(rk.cache, slice, s.Device, s.Host)
+		} else {
+			n, err = h.Pull(rk.cache, slice, s.Device, s.Host)
+		}
+		if err != nil {
+			return err
+		}
+		total.Add(n)
+	}
+	return nil
 }
 
 // replicatedBelow reports whether a lower rank holds exactly rank r's KV

@@ -193,6 +193,11 @@ type Engine struct {
 	inKV   int                // steps since the last transition
 	stuck  bool               // the last iteration scheduled nothing while requests were live
 
+	// A swap-in running in the background (Seesaw's prefetcher): its plans
+	// and where its result arrives; nil plans when none is in flight.
+	prefetch     []sched.HostSwap
+	prefetchDone chan prefetchResult
+
 	// Counters for Stats, written under mu.
 	phase                        sched.Phase
 	transitions, swapOut, swapIn int64
@@ -259,7 +264,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	return &Engine{
 		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
-		log: opts.Logger, event: opts.OnEvent, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
+		log: opts.Logger, event: opts.OnEvent, prefetchDone: make(chan prefetchResult, 1), maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
 	}, nil
 }
@@ -441,91 +446,139 @@ func (e *Engine) Start() (stop func()) {
 // runnable. Callers that drive the engine themselves (the simulator, on a
 // virtual clock) call it instead of Run, from one goroutine.
 func (e *Engine) Iterate(ctx context.Context) (bool, error) {
+	moved, err := e.finishPrefetch(false) // a transition or a swap: the next decision sees a new state
+	if err != nil {
+		return false, err
+	}
 	e.mu.Lock()
 	d := e.decide()
 	e.phase = d.Phase
 	e.mu.Unlock()
-	moved := false // a transition or a swap: the next decision sees a new state
 	if d.Placement.Name != e.kvAt.Name && !d.Placement.SharesKV(e.exec.Config(), e.kvAt) {
+		if _, err := e.finishPrefetch(true); err != nil { // a transition replaces the caches a swap-in writes
+			return false, err
+		}
 		if err := e.transition(ctx, d.Placement); err != nil {
 			return false, err
 		}
 		moved = true
 	}
-	if d.Onboard {
-		n, err := e.swap(ctx, false)
-		if err != nil {
-			return false, err
-		}
-		moved = moved || n > 0
+	if d.Onboard && e.prefetch == nil {
+		e.startPrefetch(ctx)
 	}
 	e.mu.Lock()
 	step := e.sched.SchedulePhase(d.Phase)
 	e.drainTerminal()
 	wasStuck := e.stuck
-	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0
+	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0 && e.prefetch == nil
 	e.mu.Unlock()
 	if len(step.Seqs) == 0 {
 		if e.stuck && !wasStuck && !moved && e.policy != nil {
 			return e.Iterate(ctx) // once more: the policy sees Idle and may decide otherwise
 		}
-		return moved, nil
+		return moved, nil // a prefetch in flight wakes the loop when it lands
 	}
 	if err := e.runStep(ctx, step, d); err != nil {
 		return true, err
 	}
 	if d.Offload {
-		if _, err := e.swap(ctx, true); err != nil {
+		if err := e.offload(ctx); err != nil {
 			return true, err
 		}
 	}
 	return true, nil
 }
 
-// swap parks requests past their prompt on the runner's host tier (out),
-// or brings parked requests back as device blocks allow (in), and returns
-// how many it moved. A failed copy undoes the swaps; their requests stay
-// where they were.
-func (e *Engine) swap(ctx context.Context, out bool) (int, error) {
+// prefetchResult is what a background swap-in reports.
+type prefetchResult struct {
+	bytes int64
+	err   error
+}
+
+// startPrefetch brings parked requests back to the device in the
+// background, as far as device blocks allow: they are neither scheduled
+// nor preempted until finishPrefetch sees the copy done (Seesaw's
+// prefetcher and its completion notice), while the loop steps the others.
+func (e *Engine) startPrefetch(ctx context.Context) {
 	sw, ok := e.exec.(Swapper)
 	if !ok || sw.HostBlocks() == 0 {
-		return 0, nil
+		return
 	}
 	e.mu.Lock()
-	var plans []sched.HostSwap
-	if out {
-		for _, id := range e.sched.Decoding() {
-			p, ok := e.sched.SwapOut(id)
-			if !ok {
-				break // the host tier is full
-			}
-			plans = append(plans, p)
-		}
-	} else {
-		plans = e.sched.SwapIn(0)
-	}
+	plans := e.sched.SwapIn(0)
 	e.mu.Unlock()
 	if len(plans) == 0 {
-		return 0, nil
+		return
 	}
-	swaps := make([]forward.Swap, len(plans))
-	for i, p := range plans {
-		swaps[i] = forward.Swap{Replica: p.Replica, Device: p.Device, Host: p.Host}
+	e.prefetch = plans
+	swaps := hostSwaps(plans)
+	go func() {
+		n, err := sw.SwapIn(ctx, swaps)
+		e.prefetchDone <- prefetchResult{n, err}
+		e.signal()
+	}()
+}
+
+// finishPrefetch commits a finished background swap-in (waiting for it
+// with wait) and reports whether there was one. A failed copy leaves its
+// requests parked.
+func (e *Engine) finishPrefetch(wait bool) (bool, error) {
+	if e.prefetch == nil {
+		return false, nil
 	}
-	var err error
-	var n int64
-	if out {
-		n, err = sw.SwapOut(ctx, swaps)
+	var r prefetchResult
+	if wait {
+		r = <-e.prefetchDone
 	} else {
-		n, err = sw.SwapIn(ctx, swaps)
+		select {
+		case r = <-e.prefetchDone:
+		default:
+			return false, nil
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err == nil && out {
-		e.swapOut += n
-	} else if err == nil {
-		e.swapIn += n
+	err := r.err
+	for _, p := range e.prefetch {
+		if derr := e.sched.SwapDone(p, r.err == nil); derr != nil && err == nil {
+			err = derr
+		}
 	}
+	e.prefetch = nil
+	if r.err == nil {
+		e.swapIn += r.bytes
+	}
+	e.drainTerminal()
+	if err != nil {
+		return true, fmt.Errorf("engine: swap-in: %w", err)
+	}
+	return true, nil
+}
+
+// offload parks the requests past their prompt on the runner's host tier,
+// as far as it has room. A failed copy undoes the swaps; the requests
+// stay on the device.
+func (e *Engine) offload(ctx context.Context) error {
+	sw, ok := e.exec.(Swapper)
+	if !ok || sw.HostBlocks() == 0 {
+		return nil
+	}
+	e.mu.Lock()
+	var plans []sched.HostSwap
+	for _, id := range e.sched.Decoding() {
+		p, ok := e.sched.SwapOut(id)
+		if !ok {
+			break // the host tier is full
+		}
+		plans = append(plans, p)
+	}
+	e.mu.Unlock()
+	if len(plans) == 0 {
+		return nil
+	}
+	n, err := sw.SwapOut(ctx, hostSwaps(plans))
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, p := range plans {
 		if derr := e.sched.SwapDone(p, err == nil); derr != nil && err == nil {
 			err = derr
@@ -533,9 +586,19 @@ func (e *Engine) swap(ctx context.Context, out bool) (int, error) {
 	}
 	e.drainTerminal()
 	if err != nil {
-		return 0, fmt.Errorf("engine: swap: %w", err)
+		return fmt.Errorf("engine: swap-out: %w", err)
 	}
-	return len(plans), nil
+	e.swapOut += n
+	return nil
+}
+
+// hostSwaps are the runner's form of the scheduler's swap plans.
+func hostSwaps(plans []sched.HostSwap) []forward.Swap {
+	swaps := make([]forward.Swap, len(plans))
+	for i, p := range plans {
+		swaps[i] = forward.Swap{Replica: p.Replica, Device: p.Device, Host: p.Host}
+	}
+	return swaps
 }
 
 // decide asks the policy where the next step runs; without a policy every
@@ -577,6 +640,7 @@ func (e *Engine) transition(ctx context.Context, to parallel.Placement) error {
 }
 
 func (e *Engine) abortAll() {
+	_, _ = e.finishPrefetch(true) // the copy ends with the context; its requests end below
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id := range e.reqs {

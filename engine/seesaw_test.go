@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/forward"
@@ -24,6 +25,32 @@ type phaseRecorder struct {
 	*cpuexec.Executor
 	mu    sync.Mutex
 	steps []string // "placement:prefill" or "placement:decode" or "placement:mixed"
+
+	// A slow swap-in: the device blocks it is writing, the steps that ran
+	// while one was in flight, and any step that read such a block.
+	inflight   map[[2]int]bool // (replica, device block)
+	overlapped int
+	violations []string
+}
+
+// SwapIn copies slowly, so steps run while it is in flight.
+func (p *phaseRecorder) SwapIn(ctx context.Context, swaps []forward.Swap) (int64, error) {
+	p.mu.Lock()
+	if p.inflight == nil {
+		p.inflight = map[[2]int]bool{}
+	}
+	for _, s := range swaps {
+		for _, b := range s.Device {
+			p.inflight[[2]int{s.Replica, b}] = true
+		}
+	}
+	p.mu.Unlock()
+	time.Sleep(30 * time.Millisecond)
+	n, err := p.Executor.SwapIn(ctx, swaps)
+	p.mu.Lock()
+	clear(p.inflight)
+	p.mu.Unlock()
+	return n, err
 }
 
 const minPrompt = 5
@@ -42,16 +69,28 @@ func (p *phaseRecorder) Step(ctx context.Context, b *forward.Batch, pl parallel.
 	}
 	p.mu.Lock()
 	p.steps = append(p.steps, pl.Name+":"+kind)
+	if len(p.inflight) > 0 {
+		p.overlapped++
+	}
+	for _, s := range b.Seqs {
+		for _, blk := range s.Blocks[:(s.Pos+len(s.Tokens)+3)/4] {
+			if p.inflight[[2]int{s.Replica, blk}] {
+				p.violations = append(p.violations, fmt.Sprintf("block %d read before its swap-in completed", blk))
+			}
+		}
+	}
 	p.mu.Unlock()
 	return p.Executor.Step(ctx, b, pl)
 }
 
 // TestSeesawServesLikeOneRank serves 10 requests at once under Seesaw
 // (prefill under pp=2, decode under tp=2, KV parked on a host store too
-// small for all of them, so the phases cycle): every output equals the
-// request run alone on one rank, prefill steps run only under pp=2 and
-// decode steps only under tp=2, the policy changes phase several times,
-// and every device and host block comes back.
+// small for all of them, so the phases cycle; a slow swap-in): every
+// output equals the request run alone on one rank, prefill steps run only
+// under pp=2 and decode steps only under tp=2, decode steps run while a
+// swap-in is in flight but never read a block before it lands, the policy
+// changes phase several times, and every device and host block comes
+// back.
 func TestSeesawServesLikeOneRank(t *testing.T) {
 	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, Seed: 330})
 	if err != nil {
@@ -84,7 +123,7 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 24, HostBlocks: 12, WeightsFromHost: true, Pool: pool})
+	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 16, HostBlocks: 8, WeightsFromHost: true, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +151,9 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 		if fmt.Sprint(got[i].Tokens) != fmt.Sprint(want[i].Tokens) || got[i].FinishReason != FinishLength {
 			t.Fatalf("%s: %v (%s), alone on one rank %v", reqs[i].ID, got[i].Tokens, got[i].FinishReason, want[i].Tokens)
 		}
+	}
+	if len(rec.violations) > 0 || rec.overlapped == 0 {
+		t.Fatalf("prefetch: %v; %d steps ran while a swap-in was in flight (want some)", rec.violations, rec.overlapped)
 	}
 	counts := map[string]int{}
 	for _, s := range rec.steps {
