@@ -314,6 +314,22 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	return e.out, nil
 }
 
+// eachRank runs f on every rank at once, each in its own goroutine, and
+// returns their errors by rank.
+func (e *Executor) eachRank(f func(*rank) error) []error {
+	errs := make([]error, len(e.ranks))
+	var wg sync.WaitGroup
+	for r, rk := range e.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(rk)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 // placement returns the held placement named as p, which must share the
 // KV cache's slices.
 func (e *Executor) placement(p parallel.Placement) (*execPlacement, error) {
@@ -344,19 +360,13 @@ func (e *Executor) onRanks(ctx context.Context, f func(context.Context, *rank) e
 		}
 		e.world = w
 	}
-	errs := make([]error, len(e.ranks))
-	var wg sync.WaitGroup
-	for r, rk := range e.ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(ctx, rk); err != nil {
-				errs[r] = err
-				e.world.Abort(err)
-			}
-		}()
-	}
-	wg.Wait()
+	errs := e.eachRank(func(rk *rank) error {
+		err := f(ctx, rk)
+		if err != nil {
+			e.world.Abort(err)
+		}
+		return err
+	})
 	if err := e.world.Err(); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return ctxErr

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/gearboxlm/gearbox/forward"
@@ -53,16 +52,7 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 		}
 	}
 	var total atomic.Int64
-	errs := make([]error, len(e.ranks))
-	var wg sync.WaitGroup
-	for r, rk := range e.ranks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = e.swapRank(ctx, rk, h, swaps, out, &total)
-		}()
-	}
-	wg.Wait()
+	errs := e.eachRank(func(rk *rank) error { return e.swapRank(ctx, rk, h, swaps, out, &total) })
 	if err := errors.Join(errs...); err != nil {
 		return 0, fmt.Errorf("cpuexec: swap under %s: %w", e.kvAt, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/forward"
-	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -19,17 +18,10 @@ import (
 
 // flakyRunner fails its first step and returns zero logits after.
 type flakyRunner struct {
-	cfg   *model.Config
+	oneRank
 	calls int
 }
 
-func (f *flakyRunner) Config() *model.Config { return f.cfg }
-func (f *flakyRunner) Placements() []parallel.Placement {
-	return []parallel.Placement{parallel.Standard(parallel.Single)}
-}
-func (f *flakyRunner) KVLayout() kvcache.Layout {
-	return kvcache.Layout{Layers: 1, KVHeads: 1, HeadDim: 1, BlockSize: 16, NumBlocks: 64}
-}
 func (f *flakyRunner) PlanSteps() map[string]int { return nil }
 func (f *flakyRunner) Step(_ context.Context, b *forward.Batch, _ parallel.Placement) ([]float32, error) {
 	f.calls++
@@ -66,7 +58,7 @@ func TestStepErrorEndsRequestsAndIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	e, err := NewEngine(Options{Exec: &flakyRunner{cfg: m.Config}, Tokenizer: m.Tokenizer, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e, err := NewEngine(Options{Exec: &flakyRunner{oneRank: oneRank{m.Config}}, Tokenizer: m.Tokenizer, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

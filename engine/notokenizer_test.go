@@ -15,22 +15,27 @@ import (
 	"github.com/gearboxlm/gearbox/sample"
 )
 
+// oneRank is the part of a test runner that computes no model: one rank,
+// a 64-block pool of 16-token blocks.
+type oneRank struct{ cfg *model.Config }
+
+func (o oneRank) Config() *model.Config { return o.cfg }
+func (o oneRank) Placements() []parallel.Placement {
+	return []parallel.Placement{parallel.Standard(parallel.Single)}
+}
+func (o oneRank) KVLayout() kvcache.Layout {
+	return kvcache.Layout{Layers: 1, KVHeads: 1, HeadDim: 1, BlockSize: 16, NumBlocks: 64}
+}
+
 // fixedRunner computes no model: every logits row has its maximum at
 // token next, and each step advances the clock by a millisecond.
 type fixedRunner struct {
-	cfg   *model.Config
+	oneRank
 	clk   *clock.Fake
 	next  int
 	steps int
 }
 
-func (f *fixedRunner) Config() *model.Config { return f.cfg }
-func (f *fixedRunner) Placements() []parallel.Placement {
-	return []parallel.Placement{parallel.Standard(parallel.Single)}
-}
-func (f *fixedRunner) KVLayout() kvcache.Layout {
-	return kvcache.Layout{Layers: 1, KVHeads: 1, HeadDim: 1, BlockSize: 16, NumBlocks: 64}
-}
 func (f *fixedRunner) PlanSteps() map[string]int { return map[string]int{"single": f.steps} }
 func (f *fixedRunner) Step(_ context.Context, b *forward.Batch, _ parallel.Placement) ([]float32, error) {
 	f.steps++
@@ -46,7 +51,7 @@ func fixedEngine(t *testing.T, eos []int, onEvent func(*Stream)) (*Engine, *cloc
 	t.Helper()
 	clk := clock.NewFake(time.Unix(0, 0))
 	cfg := &model.Config{Vocab: 32, MaxPositions: 256, BOS: -1}
-	e, err := NewEngine(Options{Exec: &fixedRunner{cfg: cfg, clk: clk, next: 5}, EOS: eos, Clock: clk, OnEvent: onEvent})
+	e, err := NewEngine(Options{Exec: &fixedRunner{oneRank: oneRank{cfg}, clk: clk, next: 5}, EOS: eos, Clock: clk, OnEvent: onEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

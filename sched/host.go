@@ -184,16 +184,9 @@ func (s *Scheduler) hostSwap(r *request, out bool) HostSwap {
 	return sw
 }
 
-func (s *Scheduler) insertParked(r *request) {
-	i, _ := slices.BinarySearchFunc(s.parked, r, compare)
-	s.parked = slices.Insert(s.parked, i, r)
-}
+func (s *Scheduler) insertParked(r *request) { insertSorted(&s.parked, r) }
 
-func (s *Scheduler) removeParked(r *request) {
-	if i, ok := slices.BinarySearchFunc(s.parked, r, compare); ok {
-		s.parked = slices.Delete(s.parked, i, i+1)
-	}
-}
+func (s *Scheduler) removeParked(r *request) { removeSorted(&s.parked, r) }
 
 // freeBlocks returns every block r holds, on the device and the host.
 func (s *Scheduler) freeBlocks(r *request) {

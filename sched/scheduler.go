@@ -330,14 +330,20 @@ func (s *Scheduler) preempt(r *request) {
 	s.preemptions++
 }
 
-func (s *Scheduler) insertRunning(r *request) {
-	i, _ := slices.BinarySearchFunc(s.running, r, compare)
-	s.running = slices.Insert(s.running, i, r)
+func (s *Scheduler) insertRunning(r *request) { insertSorted(&s.running, r) }
+
+func (s *Scheduler) removeRunning(r *request) { removeSorted(&s.running, r) }
+
+// insertSorted adds r to a list kept sorted by compare.
+func insertSorted(list *[]*request, r *request) {
+	i, _ := slices.BinarySearchFunc(*list, r, compare)
+	*list = slices.Insert(*list, i, r)
 }
 
-func (s *Scheduler) removeRunning(r *request) {
-	if i, ok := slices.BinarySearchFunc(s.running, r, compare); ok {
-		s.running = slices.Delete(s.running, i, i+1)
+// removeSorted takes r out of a list kept sorted by compare.
+func removeSorted(list *[]*request, r *request) {
+	if i, ok := slices.BinarySearchFunc(*list, r, compare); ok {
+		*list = slices.Delete(*list, i, i+1)
 	}
 }
 
