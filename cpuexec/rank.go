@@ -65,7 +65,7 @@ type rankState struct {
 	counts     []int     // per TP member element counts
 }
 
-// groups are the communicators a rank uses under one layout; nil when the
+// groups are the communicators a rank uses under one placement; nil when the
 // degree is 1.
 type groups struct {
 	tp, sp, pp *comm.Comm

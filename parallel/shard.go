@@ -2,11 +2,13 @@ package parallel
 
 import "github.com/gearboxlm/gearbox/model"
 
-// Shard is the weights one rank holds under one layout, whatever device
-// runs it. Row splits (q, k,
-// v, gate, up, vocabulary) are views of the model's tensors; column splits
-// (o, down) are copies when TP > 1. A rank under a base plan and its shift
-// plan holds two shards, the paper's separate-model approach.
+// Shard is the weights one rank holds under one placement, whatever
+// device runs it: the tensors of its pieces (Placement.Pieces). Cut by
+// NewShard, row splits (q, k, v, gate, up, vocabulary) are views of the
+// model's tensors and column splits (o, down) copies; filled by a
+// transition, every tensor is the rank's own. A rank holding a base
+// placement and its shift placement holds two shards, the Shift paper's
+// separate-model approach.
 type Shard struct {
 	TP, TPSize int          // TP index and degree
 	SP, SPSize int          // SP index and degree

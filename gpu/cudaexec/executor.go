@@ -185,7 +185,7 @@ type graphKey struct {
 const blasWorkspace = 32 << 20 // set explicitly so graph capture works
 
 // New opens the device, compiles the kernels, uploads w in the chosen dtype
-// for every rank of the plan (and its shift plan), allocates the buffers
+// for every rank of every placement in Options, allocates the buffers
 // and sizes the KV pool. The caller must Close the executor.
 func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	if err := fillDefaults(cfg, &opts); err != nil {
