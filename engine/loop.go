@@ -464,7 +464,15 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 		moved = true
 	}
 	if d.Onboard && e.prefetch == nil {
-		e.startPrefetch(ctx)
+		if is, ok := e.exec.(inlineSwapper); ok && is.InlineSwaps() {
+			n, err := e.swapNow(ctx, false)
+			if err != nil {
+				return false, err
+			}
+			moved = moved || n > 0
+		} else {
+			e.startPrefetch(ctx)
+		}
 	}
 	e.mu.Lock()
 	step := e.sched.SchedulePhase(d.Phase)
@@ -482,12 +490,17 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	if d.Offload {
-		if err := e.offload(ctx); err != nil {
+		if _, err := e.swapNow(ctx, true); err != nil {
 			return true, err
 		}
 	}
 	return true, nil
 }
+
+// inlineSwapper is a Swapper whose swaps the engine runs inline rather
+// than in the background: the simulator's, which models their overlap
+// with compute in virtual time itself.
+type inlineSwapper interface{ InlineSwaps() bool }
 
 // prefetchResult is what a background swap-in reports.
 type prefetchResult struct {
@@ -555,28 +568,39 @@ func (e *Engine) finishPrefetch(wait bool) (bool, error) {
 	return true, nil
 }
 
-// offload parks the requests past their prompt on the runner's host tier,
-// as far as it has room. A failed copy undoes the swaps; the requests
-// stay on the device.
-func (e *Engine) offload(ctx context.Context) error {
+// swapNow parks the requests past their prompt on the runner's host
+// tier, as far as it has room (out), or brings parked requests back as
+// far as device blocks allow (in), and returns how many it moved. A
+// failed copy undoes the swaps; the requests stay where they were.
+func (e *Engine) swapNow(ctx context.Context, out bool) (int, error) {
 	sw, ok := e.exec.(Swapper)
 	if !ok || sw.HostBlocks() == 0 {
-		return nil
+		return 0, nil
 	}
 	e.mu.Lock()
 	var plans []sched.HostSwap
-	for _, id := range e.sched.Decoding() {
-		p, ok := e.sched.SwapOut(id)
-		if !ok {
-			break // the host tier is full
+	if out {
+		for _, id := range e.sched.Decoding() {
+			p, ok := e.sched.SwapOut(id)
+			if !ok {
+				break // the host tier is full
+			}
+			plans = append(plans, p)
 		}
-		plans = append(plans, p)
+	} else {
+		plans = e.sched.SwapIn(0)
 	}
 	e.mu.Unlock()
 	if len(plans) == 0 {
-		return nil
+		return 0, nil
 	}
-	n, err := sw.SwapOut(ctx, hostSwaps(plans))
+	var n int64
+	var err error
+	if out {
+		n, err = sw.SwapOut(ctx, hostSwaps(plans))
+	} else {
+		n, err = sw.SwapIn(ctx, hostSwaps(plans))
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range plans {
@@ -586,10 +610,14 @@ func (e *Engine) offload(ctx context.Context) error {
 	}
 	e.drainTerminal()
 	if err != nil {
-		return fmt.Errorf("engine: swap-out: %w", err)
+		return 0, fmt.Errorf("engine: swap: %w", err)
 	}
-	e.swapOut += n
-	return nil
+	if out {
+		e.swapOut += n
+	} else {
+		e.swapIn += n
+	}
+	return len(plans), nil
 }
 
 // hostSwaps are the runner's form of the scheduler's swap plans.

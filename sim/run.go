@@ -35,6 +35,9 @@ type RunOptions struct {
 	// Requests, with Arrival set (offsets from the start of the run).
 	Requests []bench.Request
 	Report   bench.ReportOptions // percentiles, metrics, SLOs; Duration is filled in
+	// HostKVBytes is the host memory per rank for a host KV tier (the
+	// policy parks KV there: seesaw's --swap-space); 0 means none.
+	HostKVBytes int64
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -142,15 +145,14 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if opts.Policy != nil {
 		placements = opts.Policy.Placements()
 	}
-	for _, p := range placements[1:] {
-		if !p.SharesKV(opts.Model, placements[0]) {
-			return nil, fmt.Errorf("sim: policy %s moves the KV cache between placements (%s, %s); the simulator does not price transitions and host swaps yet", opts.Policy, placements[0], p)
-		}
-	}
-	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
-	kv, err := opts.Cost.KVCapacity(opts.Model, base, mem)
+	kv, err := kvCapacity(opts, base, placements)
 	if err != nil {
 		return nil, err
+	}
+	hostBlocks := 0
+	if opts.HostKVBytes > 0 {
+		perBlock := int64(opts.BlockSize) * int64(opts.Model.KVBytesPerToken(int(opts.Cost.kvBytes)))
+		hostBlocks = int(opts.HostKVBytes * int64(base.Ranks()) / perBlock)
 	}
 	blocks := int(kv[0] / int64(opts.BlockSize))
 	if blocks < 1 {
@@ -161,6 +163,9 @@ func Run(opts RunOptions) (*RunResult, error) {
 		r := &replica{id: i, clk: clock.NewFake(epoch), live: map[*engine.Stream]*track{}}
 		if r.runner, err = NewCostRunner(opts.Cost, opts.Model, placements, opts.BlockSize, blocks, r.clk); err != nil {
 			return nil, err
+		}
+		if hostBlocks > 0 {
+			r.runner.EnableHostTier(hostBlocks)
 		}
 		// No tokenizer and no EOS: the engine produces no text and
 		// generates each request's output tokens in full.
@@ -229,9 +234,10 @@ func Run(opts RunOptions) (*RunResult, error) {
 			continue
 		}
 		st := rep.runner.Last()
+		start := st.Start.Sub(epoch) // after a transition or a wait for swapped KV, if any
 		res.Steps++
-		res.addTokens(rep.free.Seconds(), end.Seconds(), st.Tokens)
-		rep.note(st.Plan, rep.free.Seconds(), end.Seconds(), &res.Timeline)
+		res.addTokens(start.Seconds(), end.Seconds(), st.Tokens)
+		rep.note(st.Plan, start.Seconds(), end.Seconds(), &res.Timeline)
 		rep.free = end
 		heap.Fix(&q, 0)
 	}
@@ -243,6 +249,34 @@ func Run(opts RunOptions) (*RunResult, error) {
 	}
 	res.Report, res.SimDuration = report(tracks, opts.Report)
 	return res, nil
+}
+
+// kvCapacity is the KV tokens of each replica: with placements that share
+// one KV cache (Shift's), what the base leaves beside every placement's
+// weights; with placements between which the KV moves (Seesaw's), one
+// placement's weights are resident at a time, so the least any of them
+// leaves.
+func kvCapacity(opts RunOptions, base parallel.Plan, placements []parallel.Placement) ([]int64, error) {
+	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
+	shared := true
+	for _, p := range placements[1:] {
+		shared = shared && p.SharesKV(opts.Model, placements[0])
+	}
+	if shared {
+		return opts.Cost.KVCapacity(opts.Model, base, mem)
+	}
+	mem.Also = nil
+	var out []int64
+	for _, p := range placements {
+		kv, err := opts.Cost.KVCapacity(opts.Model, p.Plan, mem)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil || kv[0] < out[0] {
+			out = kv
+		}
+	}
+	return out, nil
 }
 
 // submit hands t to the replica's engine at t's arrival: the clock reads

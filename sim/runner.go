@@ -37,6 +37,7 @@ type CostRunner struct {
 	ids        []int     // StepGreedy's result, reused
 	logits     []float32 // Step's result, reused
 	last       StepRecord
+	host       hostTier // host KV tier and transitions (EnableHostTier)
 }
 
 // StepRecord is one step a CostRunner ran.
@@ -129,13 +130,11 @@ func (r *CostRunner) StepGreedy(_ context.Context, b *forward.Batch, p parallel.
 
 // run prices one step and advances the clock by it.
 func (r *CostRunner) run(b *forward.Batch, p parallel.Placement) error {
-	i := 0
-	for i < len(r.placements) && r.placements[i].Name != p.Name {
-		i++
-	}
-	if i == len(r.placements) {
+	i := r.index(p)
+	if i < 0 {
 		return fmt.Errorf("sim: the engine chose placement %s, which the cost runner does not hold", p)
 	}
+	r.waitForBlocks(b)
 	r.shape.Seqs = r.shape.Seqs[:0]
 	tokens := 0
 	for j := range b.Seqs {

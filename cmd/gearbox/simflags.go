@@ -66,6 +66,9 @@ type simSetup struct {
 	reqs  []bench.Request // arrivals set
 	sched sched.Config
 	slo   bench.SLO
+	// hostKVBytes is the host KV tier per rank for a policy that parks KV
+	// there (seesaw's --swap-space); 0 for none.
+	hostKVBytes int64
 }
 
 func (f *simFlags) setup() (*simSetup, error) {
@@ -158,7 +161,7 @@ func setArrivals(reqs []bench.Request, offsets []time.Duration) {
 // run simulates the workload on one deployment.
 func (s *simSetup) run(plan parallel.Plan, pol policy.Policy, reqs []bench.Request) (*sim.RunResult, error) {
 	return sim.Run(sim.RunOptions{
-		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched,
+		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched, HostKVBytes: s.hostKVBytes,
 		Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }

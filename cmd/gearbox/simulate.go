@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/gearboxlm/gearbox/policy"
 )
 
 func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift] --dataset SPEC [flags]", stderr)
+	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift|seesaw] --dataset SPEC [flags]", stderr)
 	sf := addSimFlags(fs)
 	par := addParallelFlags(fs)
 	resultJSON := fs.String("result-json", "", "write the report (vllm bench serve's keys plus the plan timeline) here")
@@ -27,6 +29,9 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := checkRanks(plan, s.node); err != nil {
 		return fmt.Errorf("simulate: %w", err)
+	}
+	if _, ok := pol.(*policy.Seesaw); ok {
+		s.hostKVBytes = int64(par.swapSpace * (1 << 30))
 	}
 	start := time.Now()
 	res, err := s.run(plan, pol, s.reqs)

@@ -1,0 +1,172 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// hostTier is a CostRunner's model of moving KV and weights between host
+// and device memory (Seesaw): every rank has a copy engine, apart from its
+// compute, that runs swaps one after another; a device block a swap
+// writes (swap-in) or frees (swap-out) is usable only once the swap has
+// landed, and a step that reads such a block starts no earlier (the
+// prefetcher's completion notice); other steps overlap the copies.
+// Transitions re-shard every rank's weights from host memory and block
+// the ranks (the Seesaw paper does not say they overlap anything).
+type hostTier struct {
+	blocks   int               // host KV blocks per replica
+	copyFree []time.Time       // by rank: when its copy engine is free
+	ready    map[int]time.Time // device block → when its swap lands
+	moved    parallel.TransitionStats
+	swapped  int64
+	current  int // index of the placement the KV cache is under
+}
+
+// HostBlocks is the host KV tier's size in blocks (0: none).
+func (r *CostRunner) HostBlocks() int { return r.host.blocks }
+
+// InlineSwaps tells the engine to call SwapIn inline: the runner models
+// the copies' overlap itself, in virtual time.
+func (r *CostRunner) InlineSwaps() bool { return true }
+
+// SwapOut prices parking the swaps' blocks on the host tier.
+func (r *CostRunner) SwapOut(_ context.Context, swaps []forward.Swap) (int64, error) {
+	return r.swap(swaps)
+}
+
+// SwapIn prices bringing the swaps' blocks back.
+func (r *CostRunner) SwapIn(_ context.Context, swaps []forward.Swap) (int64, error) {
+	return r.swap(swaps)
+}
+
+// swap queues the swaps on every rank's copy engine (each moves its KV
+// slice under the current placement) and marks their device blocks usable
+// when the slowest rank's copy lands. It returns the bytes of the model's
+// KV moved (each token once).
+func (r *CostRunner) swap(swaps []forward.Swap) (int64, error) {
+	if r.host.blocks == 0 {
+		return 0, fmt.Errorf("sim: the cost runner has no host KV tier")
+	}
+	var blocks int64
+	for _, s := range swaps {
+		blocks += int64(len(s.Device))
+	}
+	if blocks == 0 {
+		return 0, nil
+	}
+	tokens := blocks * int64(r.kv.BlockSize)
+	p := r.placements[r.host.current]
+	cost := r.costs[0].m
+	now := r.clk.Now()
+	landed := now
+	for rank := range p.Coords {
+		t, err := cost.KVSwap(r.cfg, p, rank, tokens)
+		if err != nil {
+			return 0, err
+		}
+		start := now
+		if f := r.host.copyFree[rank]; f.After(start) {
+			start = f
+		}
+		end := start.Add(duration(t))
+		r.host.copyFree[rank] = end
+		if end.After(landed) {
+			landed = end
+		}
+	}
+	for _, s := range swaps {
+		for _, b := range s.Device {
+			r.host.ready[b] = landed
+		}
+	}
+	n := tokens * int64(r.cfg.KVBytesPerToken(int(cost.kvBytes)))
+	r.host.swapped += n
+	return n, nil
+}
+
+// Transition re-shards every rank's weights to placement to from host
+// memory, which blocks the ranks for the slowest rank's reload. The KV of
+// requests resident on the device moves with it; its bytes are not
+// priced (Seesaw parks prefilled KV on the host, so little is resident
+// at a switch).
+func (r *CostRunner) Transition(_ context.Context, to parallel.Placement) (parallel.TransitionStats, error) {
+	i := r.index(to)
+	if i < 0 {
+		return parallel.TransitionStats{}, fmt.Errorf("sim: transition to placement %s, which the cost runner does not hold", to)
+	}
+	var st parallel.TransitionStats
+	var slowest float64
+	cost := r.costs[0].m
+	for rank := range to.Coords {
+		t, err := cost.WeightReload(r.cfg, to, rank)
+		if err != nil {
+			return st, err
+		}
+		slowest = max(slowest, t)
+		st.WeightBytes += cost.weightBytes(r.cfg, to, rank)
+		st.Moves++
+	}
+	r.clk.Advance(duration(slowest))
+	r.host.current = i
+	r.host.moved.WeightBytes += st.WeightBytes
+	r.host.moved.Moves += st.Moves
+	return st, nil
+}
+
+// Moved is what every transition so far re-sharded, summed.
+func (r *CostRunner) Moved() parallel.TransitionStats { return r.host.moved }
+
+// SwapBytes is the KV bytes the swaps moved.
+func (r *CostRunner) SwapBytes() int64 { return r.host.swapped }
+
+// EnableHostTier gives the runner a host KV tier of blocks blocks per
+// replica (Seesaw's CPU KV store), for the engine's swaps.
+func (r *CostRunner) EnableHostTier(blocks int) {
+	r.host.blocks = blocks
+	r.host.copyFree = make([]time.Time, len(r.placements[0].Coords))
+	r.host.ready = map[int]time.Time{}
+}
+
+// index is the position of placement p among the runner's, or -1.
+func (r *CostRunner) index(p parallel.Placement) int {
+	for i := range r.placements {
+		if r.placements[i].Name == p.Name {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitForBlocks moves the clock to when every block b reads has landed.
+func (r *CostRunner) waitForBlocks(b *forward.Batch) {
+	if len(r.host.ready) == 0 {
+		return
+	}
+	now := r.clk.Now()
+	if len(r.host.ready) > 1<<12 { // forget swaps that landed long ago
+		for blk, t := range r.host.ready {
+			if !t.After(now) {
+				delete(r.host.ready, blk)
+			}
+		}
+	}
+	start := now
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		for _, blk := range s.Blocks[:r.kv.BlocksFor(s.Pos+len(s.Tokens))] {
+			if t, ok := r.host.ready[blk]; ok {
+				if t.After(start) {
+					start = t
+				}
+				if !t.After(now) {
+					delete(r.host.ready, blk)
+				}
+			}
+		}
+	}
+	r.clk.Set(start)
+}

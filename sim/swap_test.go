@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sched"
+)
+
+// TestSeesawSimulated runs Seesaw (pp=4 prefill, tp=4 decode) on 4 A10Gs
+// with PCIe 4.0 x8 host links over an offline batch: every request
+// completes, both placements run with transitions between them, each
+// transition costs the slowest rank's weight reload from host memory,
+// swaps move KV, and the run is deterministic.
+func TestSeesawSimulated(t *testing.T) {
+	cfg := preset(t, "codellama/CodeLlama-34b-hf")
+	node, err := ParseNode("4xA10G@pcie4x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prec, err := VLLMPrecision(cfg, "float16", "", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := NewCostModel(node, prec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() *RunResult {
+		pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(RunOptions{
+			Model: cfg, Cost: cm, Plan: pol.Prefill.Plan, Policy: pol, HostKVBytes: 8 << 30,
+			Sched:    sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 256},
+			Requests: synthetic(200, 1500, 60, math.Inf(1), 3),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := run()
+	if res.Report.Completed != 200 || res.Report.Failed != 0 {
+		t.Fatalf("completed %d, failed %d", res.Report.Completed, res.Report.Failed)
+	}
+	spans := map[string]int{}
+	for _, s := range res.Timeline {
+		spans[s.Plan]++
+	}
+	if spans["pp=4"] < 2 || spans["tp=4"] < 2 {
+		t.Fatalf("plan spans %v: want the phases to cycle", spans)
+	}
+	// Transitions sit between spans of different plans and cost the
+	// slowest rank's reload of the next plan's weights over its host link.
+	reload := func(p parallel.Plan) float64 {
+		slowest := 0.0
+		for r := 0; r < p.Ranks(); r++ {
+			s, err := cm.WeightReload(cfg, parallel.Standard(p), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slowest = max(slowest, s)
+		}
+		return slowest
+	}
+	gaps := 0
+	for i := 1; i < len(res.Timeline); i++ {
+		prev, s := res.Timeline[i-1], res.Timeline[i]
+		if prev.Plan == s.Plan {
+			continue
+		}
+		want := reload(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1})
+		if s.Plan == "tp=4" {
+			want = reload(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
+		}
+		if gap := s.Start - prev.End; gap < want-1e-6 {
+			t.Fatalf("%s → %s at %.3f s: %.3f s between the spans, a weight reload takes %.3f s", prev.Plan, s.Plan, s.Start, gap, want)
+		}
+		gaps++
+	}
+	if gaps == 0 {
+		t.Fatal("no transition between spans")
+	}
+	if again := run(); !reflect.DeepEqual(again.Report, res.Report) || !reflect.DeepEqual(again.Timeline, res.Timeline) {
+		t.Fatal("two runs differ")
+	}
+	t.Logf("seesaw: %.1f s, %.0f tok/s, %d spans %v", res.SimDuration.Seconds(), res.Report.TotalTokenThroughput, len(res.Timeline), spans)
+}
