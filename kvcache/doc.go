@@ -7,6 +7,9 @@
 // layer's keys and values through Cache, and the scheduler hands out and
 // takes back whole blocks through BlockManager (reference counts and
 // automatic prefix caching), which answers yes or no and never blocks.
+// HostStore is a second tier in host memory holding the whole model's KV
+// of parked sequences, laid out so that ranks push and pull their slices
+// (pipeline stages' layers, tensor-parallel heads) as contiguous runs.
 //
 // BlockManager's invariant: every block is exactly one of in use, evictable
 // (cached, no references) or fresh; a cached block's hash names exactly the

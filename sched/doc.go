@@ -29,6 +29,13 @@
 //
 // Add and Abort may be called between steps.
 //
+// Phases and the host tier. SchedulePhase restricts a step to prefill
+// chunks or to decodes (a policy's phase, as Seesaw's). With
+// Config.HostBlocks, requests can be parked on a host KV tier: SwapOut and
+// SwapIn plan the copies, SwapDone commits or undoes them; a request being
+// swapped is neither scheduled nor preempted, and a parked one holds host
+// blocks only.
+//
 // Invariants, each held by the tests:
 //   - Budgets hold: every Step has NumBatchedTokens ≤ MaxNumBatchedTokens
 //     and at most MaxNumSeqs requests, and a request runs at most once per
