@@ -222,6 +222,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 			break // no arrivals left and every replica idle
 		}
 		rep.clk.Set(epoch.Add(rep.free))
+		steps := rep.runner.steps
 		ran, err := rep.eng.Iterate(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
@@ -231,6 +232,11 @@ func Run(opts RunOptions) (*RunResult, error) {
 		if !ran {
 			heap.Pop(&q)
 			rep.active = false
+			continue
+		}
+		if rep.runner.steps == steps { // a transition or a swap, and no step
+			rep.free = end
+			heap.Fix(&q, 0)
 			continue
 		}
 		st := rep.runner.Last()

@@ -31,7 +31,8 @@ type CostRunner struct {
 	clk        *clock.Fake
 	placements []parallel.Placement
 	costs      []*LayoutCost // by placement, bound once
-	steps      []int         // steps run, by placement
+	steps      int           // steps run
+	byPlace    []int         // steps run, by placement
 	kv         kvcache.Layout
 	shape      StepShape
 	ids        []int     // StepGreedy's result, reused
@@ -62,7 +63,7 @@ func NewCostRunner(cm *CostModel, cfg *model.Config, placements []parallel.Place
 	if blockSize < 1 || numBlocks < 1 {
 		return nil, fmt.Errorf("sim: KV pool of %d blocks of %d tokens", numBlocks, blockSize)
 	}
-	r := &CostRunner{cfg: cfg, clk: clk, placements: placements, costs: make([]*LayoutCost, len(placements)), steps: make([]int, len(placements))}
+	r := &CostRunner{cfg: cfg, clk: clk, placements: placements, costs: make([]*LayoutCost, len(placements)), byPlace: make([]int, len(placements))}
 	for i, p := range placements {
 		lc, err := cm.Layout(cfg, p)
 		if err != nil {
@@ -89,7 +90,7 @@ func (r *CostRunner) KVLayout() kvcache.Layout { return r.kv }
 func (r *CostRunner) PlanSteps() map[string]int {
 	out := make(map[string]int, len(r.placements))
 	for i, p := range r.placements {
-		out[p.Name] = r.steps[i]
+		out[p.Name] = r.byPlace[i]
 	}
 	return out
 }
@@ -146,7 +147,8 @@ func (r *CostRunner) run(b *forward.Batch, p parallel.Placement) error {
 	start := r.clk.Now()
 	end := start.Add(duration(cost.Seconds))
 	r.clk.Set(end)
-	r.steps[i]++
+	r.steps++
+	r.byPlace[i]++
 	r.last = StepRecord{Plan: p.Name, Start: start, End: end, Tokens: tokens, Cost: cost}
 	return nil
 }
