@@ -193,11 +193,22 @@ func (s *Seesaw) Decide(st State) Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := st.Running+st.Parked > 0
+	// Without a host tier the device is the only store: prefill until the
+	// next prompt does not fit it, decode until it is empty.
+	tier := st.HostKV.Capacity > 0
+	full := !st.HostFits
+	if !tier {
+		full = !st.DeviceFits
+	}
+	empty := st.Parked == 0 && st.DeviceFits
+	if !tier {
+		empty = st.Running == 0
+	}
 	switch {
-	case !s.decoding && live && (!st.HostFits || st.Idle || (st.Waiting == 0 && st.Prefilling == 0)):
+	case !s.decoding && live && (full || st.Idle || (st.Waiting == 0 && st.Prefilling == 0)):
 		s.decoding = true
 		s.transitions++
-	case s.decoding && st.Waiting > 0 && ((st.Parked == 0 && st.DeviceFits) || (st.Idle && st.Running == 0)):
+	case s.decoding && st.Waiting > 0 && (empty || (st.Idle && st.Running == 0)):
 		s.decoding = false
 		s.transitions++
 	}
