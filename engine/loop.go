@@ -549,23 +549,9 @@ func (e *Engine) finishPrefetch(wait bool) (bool, error) {
 			return false, nil
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	err := r.err
-	for _, p := range e.prefetch {
-		if derr := e.sched.SwapDone(p, r.err == nil); derr != nil && err == nil {
-			err = derr
-		}
-	}
+	plans := e.prefetch
 	e.prefetch = nil
-	if r.err == nil {
-		e.swapIn += r.bytes
-	}
-	e.drainTerminal()
-	if err != nil {
-		return true, fmt.Errorf("engine: swap-in: %w", err)
-	}
-	return true, nil
+	return true, e.endSwaps(plans, r.bytes, r.err)
 }
 
 // swapNow parks the requests past their prompt on the runner's host
@@ -601,23 +587,34 @@ func (e *Engine) swapNow(ctx context.Context, out bool) (int, error) {
 	} else {
 		n, err = sw.SwapIn(ctx, hostSwaps(plans))
 	}
+	if err := e.endSwaps(plans, n, err); err != nil {
+		return 0, err
+	}
+	return len(plans), nil
+}
+
+// endSwaps tells the scheduler that the copies of plans (all one
+// direction) are done — or undone, after the runner's err — and counts
+// their bytes.
+func (e *Engine) endSwaps(plans []sched.HostSwap, bytes int64, err error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	copied := err == nil
 	for _, p := range plans {
-		if derr := e.sched.SwapDone(p, err == nil); derr != nil && err == nil {
+		if derr := e.sched.SwapDone(p, copied); derr != nil && err == nil {
 			err = derr
 		}
 	}
 	e.drainTerminal()
 	if err != nil {
-		return 0, fmt.Errorf("engine: swap: %w", err)
+		return fmt.Errorf("engine: swap: %w", err)
 	}
-	if out {
-		e.swapOut += n
+	if plans[0].Out() {
+		e.swapOut += bytes
 	} else {
-		e.swapIn += n
+		e.swapIn += bytes
 	}
-	return len(plans), nil
+	return nil
 }
 
 // hostSwaps are the runner's form of the scheduler's swap plans.
@@ -639,7 +636,7 @@ func (e *Engine) decide() policy.Decision {
 	hostUsed, hostTotal := e.sched.HostBlocks()
 	return e.policy.Decide(policy.State{
 		Waiting: e.sched.NumWaiting(), Running: e.sched.NumRunning(), Prefilling: e.sched.NumPrefilling(),
-		Parked: e.sched.NumParked(), WaitingTokens: e.sched.WaitingTokens(),
+		Parked:   e.sched.NumParked(),
 		DeviceKV: policy.Tier{Used: used, Capacity: total}, HostKV: policy.Tier{Used: hostUsed, Capacity: hostTotal},
 		HostFits: e.sched.HostFits(), DeviceFits: e.sched.DeviceFits(), Idle: e.stuck,
 		Current: e.kvAt.Name, StepsInCurrent: e.inKV,

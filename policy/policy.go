@@ -34,7 +34,6 @@ type State struct {
 	Running        int    // requests with KV on the device
 	Prefilling     int    // running requests whose prompt is not fully computed
 	Parked         int    // requests whose KV is on the host tier
-	WaitingTokens  int    // known tokens of waiting requests
 	DeviceKV       Tier   // the executor's KV pool
 	HostKV         Tier   // the host KV tier; zero without one
 	HostFits       bool   // the next waiting request's prompt fits the host tier's free blocks (true when none waits)

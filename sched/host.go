@@ -36,6 +36,7 @@ func (s *Scheduler) SwapOut(id string) (HostSwap, bool) {
 	}
 	s.removeRunning(r)
 	r.host, r.state = host, swappingOut
+	s.swapping++
 	return s.hostSwap(r, true), true
 }
 
@@ -61,6 +62,7 @@ func (s *Scheduler) SwapIn(max int) []HostSwap {
 		}
 		s.removeParked(r)
 		r.kv, r.state = kv, swappingIn
+		s.swapping++
 		out = append(out, s.hostSwap(r, false))
 	}
 	return out
@@ -83,38 +85,22 @@ func (s *Scheduler) SwapDone(sw HostSwap, ok bool) error {
 		return fmt.Errorf("%w: request %q is not in the swap being ended", ErrStaleStep, sw.ID)
 	}
 	rep := &s.reps[r.replica]
-	switch {
-	case sw.out && ok:
+	s.swapping--
+	if sw.out == ok { // parked: a swap-out that happened, or a swap-in undone
 		rep.kv.Free(r.kv)
 		r.kv, r.state = nil, parked
 		s.insertParked(r)
-	case sw.out:
+	} else { // on the device: a swap-in that happened, or a swap-out undone
 		rep.host.Free(r.host)
 		r.host, r.state = nil, running
 		s.insertRunning(r)
-	case ok:
-		rep.host.Free(r.host)
-		r.host, r.state = nil, running
-		s.insertRunning(r)
-	default:
-		rep.kv.Free(r.kv)
-		r.kv, r.state = nil, parked
-		s.insertParked(r)
 	}
 	return nil
 }
 
 // NumParked is the number of requests on the host tier, swapping
 // included.
-func (s *Scheduler) NumParked() int {
-	n := len(s.parked)
-	for _, r := range s.byID {
-		if r.state == swappingIn || r.state == swappingOut {
-			n++
-		}
-	}
-	return n
-}
+func (s *Scheduler) NumParked() int { return len(s.parked) + s.swapping }
 
 // HostBlocks returns the host tier's blocks in use and in all, summed
 // over replicas; 0, 0 without a tier.
@@ -133,27 +119,29 @@ func (s *Scheduler) HostBlocks() (used, total int64) {
 // free host blocks once prefilled: Seesaw's "the CPU KV store is full"
 // is its negation. It is true when nothing waits.
 func (s *Scheduler) HostFits() bool {
-	if len(s.waiting) == 0 {
-		return true
-	}
-	need := (len(s.waiting.peek().tokens) + s.cfg.BlockSize - 1) / s.cfg.BlockSize
-	for _, r := range s.reps {
-		if r.host != nil && r.host.NumFree() >= need {
-			return true
+	return s.nextFits(func(r *replica) int {
+		if r.host == nil {
+			return 0
 		}
-	}
-	return false
+		return r.host.NumFree()
+	})
 }
 
 // DeviceFits reports whether the next waiting request's prompt would fit
 // the free device blocks of some replica (true when nothing waits).
 func (s *Scheduler) DeviceFits() bool {
+	return s.nextFits(func(r *replica) int { return r.kv.NumFree() })
+}
+
+// nextFits reports whether the next waiting request's known tokens fit
+// the free blocks of some replica (true when nothing waits).
+func (s *Scheduler) nextFits(free func(*replica) int) bool {
 	if len(s.waiting) == 0 {
 		return true
 	}
 	need := (len(s.waiting.peek().tokens) + s.cfg.BlockSize - 1) / s.cfg.BlockSize
-	for _, r := range s.reps {
-		if r.kv.NumFree() >= need {
+	for i := range s.reps {
+		if free(&s.reps[i]) >= need {
 			return true
 		}
 	}

@@ -50,6 +50,7 @@ type Scheduler struct {
 	waiting  waitQueue
 	running  []*request // sorted by compare
 	parked   []*request // on the host tier, sorted by compare
+	swapping int        // requests between SwapOut or SwapIn and SwapDone
 	finished []Finished // since the last Drain
 	order    uint64     // next Add order
 
@@ -232,16 +233,6 @@ func (s *Scheduler) NumPrefilling() int {
 	return n
 }
 
-// WaitingTokens is the number of known tokens of waiting requests, the
-// prefill work queued behind admission.
-func (s *Scheduler) WaitingTokens() int {
-	n := 0
-	for _, r := range s.waiting {
-		n += len(r.tokens)
-	}
-	return n
-}
-
 // KVBlocks returns the KV blocks in use and the blocks in all, summed over
 // replicas.
 func (s *Scheduler) KVBlocks() (used, total int64) {
@@ -310,6 +301,8 @@ func (s *Scheduler) terminate(r *request, reason FinishReason) {
 		s.waiting.remove(r)
 	case parked:
 		s.removeParked(r)
+	case swappingIn, swappingOut:
+		s.swapping--
 	}
 	s.freeBlocks(r)
 	r.state = done
