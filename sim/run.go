@@ -38,6 +38,11 @@ type RunOptions struct {
 	// HostKVBytes is the host memory per rank for a host KV tier (the
 	// policy parks KV there: seesaw's --swap-space); 0 means none.
 	HostKVBytes int64
+	// OverlapSteps lets pipeline stages carry work from one step into the
+	// next, as vLLM's pipeline-parallel virtual engines do (the baseline
+	// the Seesaw paper measures); off, each step fills and drains the
+	// pipeline, as Gearbox's executors do.
+	OverlapSteps bool
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -167,6 +172,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 		if hostBlocks > 0 {
 			r.runner.EnableHostTier(hostBlocks)
 		}
+		r.runner.OverlapSteps(opts.OverlapSteps)
 		// No tokenizer and no EOS: the engine produces no text and
 		// generates each request's output tokens in full.
 		r.eng, err = engine.NewEngine(engine.Options{

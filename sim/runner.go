@@ -39,6 +39,8 @@ type CostRunner struct {
 	logits     []float32 // Step's result, reused
 	last       StepRecord
 	host       hostTier // host KV tier and transitions (EnableHostTier)
+	overlap    bool     // steps overlap in the pipeline (OverlapSteps)
+	lastPlace  int      // index of the placement the latest step ran under
 }
 
 // StepRecord is one step a CostRunner ran.
@@ -95,6 +97,17 @@ func (r *CostRunner) PlanSteps() map[string]int {
 	return out
 }
 
+// OverlapSteps makes the pipeline stages of every placement carry work
+// from one step into the next, as vLLM's pipeline-parallel virtual engines
+// do (LayoutCost.SetOverlap). A step under another placement than the
+// step before starts with an empty pipeline.
+func (r *CostRunner) OverlapSteps(on bool) {
+	r.overlap = on
+	for _, lc := range r.costs {
+		lc.SetOverlap(on)
+	}
+}
+
 // Last is the latest step the runner ran (zero before the first).
 func (r *CostRunner) Last() StepRecord { return r.last }
 
@@ -143,12 +156,19 @@ func (r *CostRunner) run(b *forward.Batch, p parallel.Placement) error {
 		r.shape.Seqs = append(r.shape.Seqs, Seq{Context: s.Pos, New: len(s.Tokens), Logits: s.NumLogits, Replica: s.Replica})
 		tokens += len(s.Tokens)
 	}
-	cost := r.costs[i].Step(&r.shape)
 	start := r.clk.Now()
+	if r.overlap && r.steps > 0 {
+		if i != r.lastPlace {
+			r.costs[r.lastPlace].Drain()
+		}
+		r.costs[i].Idle(start.Sub(r.last.End).Seconds())
+	}
+	cost := r.costs[i].Step(&r.shape)
 	end := start.Add(duration(cost.Seconds))
 	r.clk.Set(end)
 	r.steps++
 	r.byPlace[i]++
+	r.lastPlace = i
 	r.last = StepRecord{Plan: p.Name, Start: start, End: end, Tokens: tokens, Cost: cost}
 	return nil
 }

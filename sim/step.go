@@ -139,7 +139,8 @@ type rankShape struct {
 // microShape is one micro-batch of one replica.
 type microShape struct {
 	tokens          int
-	nl              int // rows per SP rank, padding included
+	continues       bool // holds a sequence that had KV before the step (a decode or a later chunk)
+	nl              int  // rows per SP rank, padding included
 	prefill, decode AttentionWork
 	logits          []int // logits rows by SP index
 }
@@ -166,6 +167,64 @@ type LayoutCost struct {
 	finish     []float64 // by stage: when it finished its latest micro-batch
 	busy       []float64 // by rank
 	last       []float64 // by rank: duration of the current micro-batch
+	pipe       pipeline
+}
+
+// pipeline is what a layout's stages carry from one step into the next
+// when steps overlap (SetOverlap). vLLM runs a PP deployment as PP virtual
+// engines whose batches follow each other through the stages, so a stage
+// starts its share of the next batch as soon as it is done with the
+// current one, and only a batch's own sequences wait for its tokens. The
+// engine here schedules one batch per step; with overlap, a step ends (and
+// the next is scheduled) when its last micro-batch would leave the
+// pipeline if nothing else were in it, while the stages still busy with it
+// push the next step's micro-batches back, and a micro-batch that
+// continues sequences waits for the same micro-batch of the step before to
+// leave the last stage and be sampled (the engine's overhead). In steady state a step of m ≥ PP micro-batches
+// then takes m stage times instead of m + PP − 1. Tokens are stamped at
+// the step's end, up to one pipeline drain before they leave the last
+// stage.
+type pipeline struct {
+	on    bool
+	stage []float64   // by stage (dp·PP + pp): how long after the step's end it is still busy
+	exit  [][]float64 // by replica and micro-batch: how long after the step's end its tokens leave the last stage
+}
+
+// SetOverlap makes consecutive steps overlap in the pipeline, as vLLM's
+// pipeline-parallel virtual engines do (see pipeline); off, every step
+// fills and drains the pipeline, as Gearbox's executors do. Turning it on
+// or off forgets what the stages carry.
+func (lc *LayoutCost) SetOverlap(on bool) {
+	p := lc.layout.Plan
+	lc.pipe = pipeline{on: on}
+	if on {
+		lc.pipe.stage = make([]float64, p.DP*p.PP)
+		lc.pipe.exit = make([][]float64, p.DP)
+	}
+}
+
+// Idle tells an overlapping layout that gap seconds passed between its
+// previous step's end and the next step's start.
+func (lc *LayoutCost) Idle(gap float64) {
+	if !lc.pipe.on || gap <= 0 {
+		return
+	}
+	for i := range lc.pipe.stage {
+		lc.pipe.stage[i] = max(0, lc.pipe.stage[i]-gap)
+	}
+	for _, ex := range lc.pipe.exit {
+		for j := range ex {
+			ex[j] = max(0, ex[j]-gap)
+		}
+	}
+}
+
+// Drain forgets what an overlapping layout's stages carry: the pipeline
+// emptied (the engine switched to another layout).
+func (lc *LayoutCost) Drain() {
+	if lc.pipe.on {
+		lc.SetOverlap(true)
+	}
 }
 
 // Layout binds the cost model to cfg under layout l (a plan's Standard
@@ -287,6 +346,7 @@ func (lc *LayoutCost) prepare(b *StepShape, d int) int {
 				j++
 			}
 			ms := &lc.micros[j]
+			ms.continues = ms.continues || s.Context > 0
 			lo := bounds[j]
 			e := min(end, bounds[j+1])
 			if e-a == 1 {
@@ -364,20 +424,34 @@ type Step struct {
 // collectives synchronise them); stages form a pipeline over the
 // micro-batches, stage s starting micro-batch j when stage s−1 has sent it
 // and stage s has finished micro-batch j−1, which yields the PP bubbles;
-// replicas run in parallel and the step ends with the slowest.
+// replicas run in parallel and the step ends with the slowest. With
+// SetOverlap the pipeline carries over from the step before (see
+// pipeline).
 func (lc *LayoutCost) Step(b *StepShape) Step {
 	p := lc.layout.Plan
 	out := Step{Overhead: lc.m.eff.StepOverhead}
 	clear(lc.busy)
+	pipe := &lc.pipe
 	var scratch Breakdown
 	for d := 0; d < p.DP; d++ {
 		m := lc.prepare(b, d)
 		if m == 0 {
 			continue
 		}
-		clear(lc.finish)
+		stages := lc.finish
+		clear(stages)
+		var exit []float64
+		if pipe.on {
+			copy(stages, pipe.stage[d*p.PP:(d+1)*p.PP])
+			exit = pipe.exit[d]
+		}
+		drain := 0.0 // the last micro-batch's time in stages after the first
 		for j := 0; j < m; j++ {
 			prev := 0.0
+			if j < len(exit) && lc.micros[j].continues {
+				prev = exit[j]
+			}
+			drain = 0
 			for s := 0; s < p.PP; s++ {
 				t := 0.0
 				for _, r := range lc.stages[d*p.PP+s] {
@@ -390,11 +464,26 @@ func (lc *LayoutCost) Step(b *StepShape) Step {
 					lc.busy[r] += lc.last[r]
 					t = max(t, lc.last[r])
 				}
-				lc.finish[s] = max(lc.finish[s], prev) + t
-				prev = lc.finish[s]
+				stages[s] = max(stages[s], prev) + t
+				prev = stages[s]
+				if s > 0 {
+					drain += t
+				}
+			}
+			if pipe.on {
+				if j == len(exit) {
+					exit = append(exit, 0)
+				}
+				exit[j] = prev + out.Overhead // its tokens are sampled before they feed the next step
 			}
 		}
-		out.Seconds = max(out.Seconds, lc.finish[p.PP-1])
+		end := stages[p.PP-1]
+		if pipe.on {
+			end -= drain
+			copy(pipe.stage[d*p.PP:], stages)
+			pipe.exit[d] = exit[:m]
+		}
+		out.Seconds = max(out.Seconds, end)
 	}
 	for r, t := range lc.busy {
 		if r == 0 || t > out.Busy {
@@ -402,5 +491,8 @@ func (lc *LayoutCost) Step(b *StepShape) Step {
 		}
 	}
 	out.Seconds += out.Overhead
+	// What the stages carry is relative to the step's end; a replica
+	// idle this step carries its backlog down by the step's length.
+	lc.Idle(out.Seconds)
 	return out
 }

@@ -227,3 +227,74 @@ func TestLogitsToHost(t *testing.T) {
 		t.Errorf("logits copy added %g s, want %g", b-a, want)
 	}
 }
+
+// TestStepOverlap: with overlapping steps a PP layout's steady decode
+// step takes the busiest stage's time over its micro-batches, not the
+// fill-and-drain of a lone step; one sequence still waits a whole round
+// trip per token; without PP nothing changes.
+func TestStepOverlap(t *testing.T) {
+	cm := costModel(t, "4xA10G@pcie4x8", Precision{BF16, BF16, BF16})
+	cfg := preset(t, "codellama/CodeLlama-34b-hf")
+	decode := func(n int) *StepShape {
+		b := &StepShape{}
+		for range n {
+			b.Seqs = append(b.Seqs, Seq{Context: 1000, New: 1, Logits: 1})
+		}
+		return b
+	}
+	steady := func(lc *LayoutCost, b *StepShape) (first, last float64) {
+		for i := range 20 {
+			s := lc.Step(b).Seconds
+			if i == 0 {
+				first = s
+			}
+			last = s
+		}
+		return first, last
+	}
+	ovh := cm.eff.StepOverhead
+
+	lc := layoutCost(t, cm, cfg, "pp=4")
+	b := decode(64)
+	off := lc.Step(b).Seconds
+	var bottleneck float64 // the busiest stage's time over the step's four micro-batches
+	for r := range 4 {
+		bottleneck = max(bottleneck, lc.StepTime(r, b).Total-ovh)
+	}
+	lc.SetOverlap(true)
+	first, on := steady(lc, b)
+	if first >= off {
+		t.Errorf("first overlapped step %.4f s, not shorter than a lone step %.4f s (its drain runs into the next)", first, off)
+	}
+	if lo, hi := bottleneck, 1.1*(bottleneck+ovh); on < lo-1e-12 || on > hi {
+		t.Errorf("steady overlapped step %.4f s, want [%.4f, %.4f]: the busiest stage's time, the overhead may overlap it", on, lo, hi)
+	}
+	if on > 0.7*off {
+		t.Errorf("steady overlapped step %.4f s vs lone %.4f s: 4 micro-batches over 4 stages should save ~3/7", on, off)
+	}
+
+	// One sequence: each token goes round the whole pipeline and is sampled.
+	lc.SetOverlap(false)
+	one := decode(1)
+	off1 := lc.Step(one).Seconds
+	lc.SetOverlap(true)
+	if _, on1 := steady(lc, one); math.Abs(on1-off1) > 1e-9 {
+		t.Errorf("one sequence: overlapped %.6f s per step, lone %.6f s", on1, off1)
+	}
+
+	// A gap longer than the pipeline empties it.
+	lc.Drain()
+	first1 := lc.Step(b).Seconds
+	lc.Step(b)
+	lc.Idle(10)
+	if got := lc.Step(b).Seconds; math.Abs(got-first1) > 1e-9 {
+		t.Errorf("after an idle gap %.6f s, want the first step's %.6f s", got, first1)
+	}
+
+	tp := layoutCost(t, cm, cfg, "tp=4")
+	want := tp.Step(b).Seconds
+	tp.SetOverlap(true)
+	if _, got := steady(tp, b); math.Abs(got-want) > 1e-12 {
+		t.Errorf("tp=4: overlapped %.6f s, lone %.6f s", got, want)
+	}
+}

@@ -32,6 +32,7 @@ type simFlags struct {
 	dtype, quant, kvDType    string
 	sloTTFT, sloTPOT         float64
 	profile                  string
+	overlap                  bool
 }
 
 func addSimFlags(fs *flag.FlagSet) *simFlags {
@@ -55,6 +56,7 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
 	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
 	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
+	fs.BoolVar(&f.overlap, "pipeline-overlap", false, "pipeline stages start the next step's micro-batches while the current step drains, as vLLM's PP virtual engines do (Gearbox's executors fill and drain the pipeline every step)")
 	return f
 }
 
@@ -69,6 +71,7 @@ type simSetup struct {
 	// hostKVBytes is the host KV tier per rank for a policy that parks KV
 	// there (seesaw's --swap-space); 0 for none.
 	hostKVBytes int64
+	overlap     bool // --pipeline-overlap
 }
 
 func (f *simFlags) setup() (*simSetup, error) {
@@ -93,8 +96,9 @@ func (f *simFlags) setup() (*simSetup, error) {
 	}
 	s := &simSetup{
 		cfg: cfg, node: node, cost: cost, reqs: ds.Requests,
-		sched: sched.Config{MaxNumBatchedTokens: f.batched, MaxNumSeqs: f.maxSeqs, EnablePrefixCaching: f.prefix},
-		slo:   bench.SLO{TTFT: msDuration(f.sloTTFT), TPOT: msDuration(f.sloTPOT)},
+		sched:   sched.Config{MaxNumBatchedTokens: f.batched, MaxNumSeqs: f.maxSeqs, EnablePrefixCaching: f.prefix},
+		slo:     bench.SLO{TTFT: msDuration(f.sloTTFT), TPOT: msDuration(f.sloTPOT)},
+		overlap: f.overlap,
 	}
 	if f.replay {
 		offsets, err := bench.ReplayArrivals(s.reqs, f.timeScale)
@@ -162,7 +166,8 @@ func setArrivals(reqs []bench.Request, offsets []time.Duration) {
 func (s *simSetup) run(plan parallel.Plan, pol policy.Policy, reqs []bench.Request) (*sim.RunResult, error) {
 	return sim.Run(sim.RunOptions{
 		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched, HostKVBytes: s.hostKVBytes,
-		Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
+		OverlapSteps: s.overlap,
+		Report:       bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }
 
