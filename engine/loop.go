@@ -480,6 +480,11 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 	wasStuck := e.stuck
 	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0 && e.prefetch == nil
 	e.mu.Unlock()
+	if len(step.Parked) > 0 {
+		if err := e.park(ctx, step.Parked); err != nil {
+			return true, err
+		}
+	}
 	if len(step.Seqs) == 0 {
 		if e.stuck && !wasStuck && !moved && e.policy != nil {
 			return e.Iterate(ctx) // once more: the policy sees Idle and may decide otherwise
@@ -591,6 +596,35 @@ func (e *Engine) swapNow(ctx context.Context, out bool) (int, error) {
 		return 0, err
 	}
 	return len(plans), nil
+}
+
+// park copies to the host tier the KV of the requests the scheduler
+// parked in place of preempting them, before the step that may reuse
+// their device blocks runs. If the copy fails their KV is lost: they end
+// with the error.
+func (e *Engine) park(ctx context.Context, plans []sched.HostSwap) error {
+	sw, ok := e.exec.(Swapper)
+	var n int64
+	err := errors.New("the runner has no host tier")
+	if ok {
+		n, err = sw.SwapOut(ctx, hostSwaps(plans))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err == nil {
+		e.swapOut += n
+		return nil
+	}
+	err = fmt.Errorf("engine: parking preempted requests: %w", err)
+	for _, p := range plans {
+		if l, ok := e.reqs[p.ID]; ok {
+			e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
+			e.sched.Finish(p.ID, sched.Error)
+			e.forget(p.ID)
+		}
+	}
+	e.drainTerminal()
+	return err
 }
 
 // endSwaps tells the scheduler that the copies of plans (all one

@@ -40,6 +40,30 @@ func (s *Scheduler) SwapOut(id string) (HostSwap, bool) {
 	return s.hostSwap(r, true), true
 }
 
+// park moves running v to the host tier in place of preempting it, when
+// its replica has a tier with room: v's device blocks are freed at once
+// (a preemption's victim gives them to the request that needs them), and
+// the copy the caller must make before the step runs is returned. Parking
+// counts as a preemption.
+func (s *Scheduler) park(v *request) (HostSwap, bool) {
+	rep := &s.reps[v.replica]
+	if rep.host == nil || v.computed == 0 {
+		return HostSwap{}, false
+	}
+	host, ok := rep.host.Admit(kvcache.Prefix{}, v.computed)
+	if !ok {
+		return HostSwap{}, false
+	}
+	s.removeRunning(v)
+	v.host = host
+	sw := s.hostSwap(v, true)
+	rep.kv.Free(v.kv)
+	v.kv, v.state = nil, parked
+	s.insertParked(v)
+	s.preemptions++
+	return sw, true
+}
+
 // SwapIn plans to bring parked requests back to their replicas' device
 // blocks, in priority order, first come first served per replica (a
 // replica stops at the first request whose blocks do not fit, watermark

@@ -109,3 +109,82 @@ func TestHostTier(t *testing.T) {
 		t.Fatal("swap out of an unknown request")
 	}
 }
+
+// TestParkInsteadOfPreempt: when a decode step needs a block and none is
+// free, the lowest-priority request is parked on the host tier (its
+// device blocks go to the request that needs them, its copy is in the
+// step) while the tier has room, and preempted by recomputation once it
+// has none; a parked victim comes back through SwapIn with its tokens.
+func TestParkInsteadOfPreempt(t *testing.T) {
+	for _, hostBlocks := range []int{0, 2, 8} {
+		s, err := New(Config{MaxNumBatchedTokens: 64, MaxModelLen: 64, BlockSize: 4, NumBlocks: 6, HostBlocks: hostBlocks, Watermark: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Three prompts of 8 tokens fill the six blocks exactly.
+		for i := range 3 {
+			if err := s.Add(&Request{ID: string(rune('A' + i)), Prompt: make([]int, 8), MaxTokens: 8, Arrival: time.Unix(int64(i), 0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := s.Schedule()
+		if len(st.Seqs) != 3 {
+			t.Fatalf("host %d: prefill %v", hostBlocks, summarize(st))
+		}
+		if err := s.Update(st, []int{1, 1, 1}); err != nil {
+			t.Fatal(err)
+		}
+		// Decoding token 9 needs a third block for A: C (latest) is the victim.
+		st = s.SchedulePhase(DecodeOnly)
+		ids := []string{}
+		for _, q := range st.Seqs {
+			ids = append(ids, q.ID)
+		}
+		if !slices.Equal(ids, []string{"A", "B"}) {
+			t.Fatalf("host %d: decode step runs %v", hostBlocks, ids)
+		}
+		if hostBlocks < 2 { // C's 8 computed tokens need 2 host blocks
+			if !slices.Equal(st.Preempted, []string{"C"}) || len(st.Parked) != 0 || s.NumWaiting() != 1 {
+				t.Fatalf("host %d: preempted %v parked %d waiting %d", hostBlocks, st.Preempted, len(st.Parked), s.NumWaiting())
+			}
+			continue
+		}
+		if len(st.Preempted) != 0 || len(st.Parked) != 1 {
+			t.Fatalf("host %d: preempted %v parked %+v", hostBlocks, st.Preempted, st.Parked)
+		}
+		sw := st.Parked[0]
+		if sw.ID != "C" || !sw.Out() || len(sw.Device) != 2 || len(sw.Host) != 2 {
+			t.Fatalf("host %d: park %+v", hostBlocks, sw)
+		}
+		// C's device blocks went to A: one of them is A's new third block.
+		if a := st.Seqs[0].Blocks; len(a) != 3 || !slices.Contains(sw.Device, a[2]) {
+			t.Fatalf("host %d: A's blocks %v, C's freed %v", hostBlocks, a, sw.Device)
+		}
+		if s.NumParked() != 1 || s.NumWaiting() != 0 || s.Preemptions() != 1 {
+			t.Fatalf("host %d: parked %d waiting %d preemptions %d", hostBlocks, s.NumParked(), s.NumWaiting(), s.Preemptions())
+		}
+		if err := s.Update(st, []int{2, 2}); err != nil {
+			t.Fatal(err)
+		}
+		// Finish A and B; C comes back with its 9 known tokens.
+		for _, id := range []string{"A", "B"} {
+			if err := s.Finish(id, Stop); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := s.SwapIn(0)
+		if len(in) != 1 || in[0].ID != "C" || len(in[0].Host) != 2 || !slices.Equal(in[0].Host, sw.Host) {
+			t.Fatalf("host %d: swap in %+v", hostBlocks, in)
+		}
+		if err := s.SwapDone(in[0], true); err != nil {
+			t.Fatal(err)
+		}
+		st = s.SchedulePhase(DecodeOnly)
+		if len(st.Seqs) != 1 || st.Seqs[0].ID != "C" || st.Seqs[0].Pos != 8 || len(st.Seqs[0].Tokens) != 1 {
+			t.Fatalf("host %d: C after swap-in %+v", hostBlocks, st.Seqs)
+		}
+		if used, _ := s.HostBlocks(); used != 0 {
+			t.Fatalf("host %d: %d host blocks still used", hostBlocks, used)
+		}
+	}
+}

@@ -4,9 +4,16 @@ import "fmt"
 
 // Step is one engine step's plan: plain data, owned by the caller.
 type Step struct {
-	Seqs             []SeqStep
-	Preempted        []string // requests this Schedule call sent back to waiting; they resume by recomputation
-	NumBatchedTokens int      // Σ len(Seqs[i].Tokens), at most MaxNumBatchedTokens
+	Seqs      []SeqStep
+	Preempted []string // requests this Schedule call sent back to waiting; they resume by recomputation
+	// Parked are the running requests this Schedule call parked on the
+	// host tier instead of preempting them (when the tier has room, as
+	// vLLM's swap preemption does): their device blocks are free already
+	// and may be in this step's block tables, so the caller copies them
+	// to the host (Swapper.SwapOut) before it runs the step. They return
+	// through SwapIn.
+	Parked           []HostSwap
+	NumBatchedTokens int // Σ len(Seqs[i].Tokens), at most MaxNumBatchedTokens
 }
 
 // SeqStep is one request's share of a step.
@@ -33,7 +40,8 @@ type SeqStep struct {
 // that replica (largest Priority, then latest Arrival, possibly the request
 // itself) is preempted until it fits: its blocks are freed and it re-enters
 // waiting at its (Priority, Arrival) place, which within its priority is
-// the front. Then, if nothing was preempted, waiting requests are admitted
+// the front; with a host tier that has room it is parked there instead
+// (Step.Parked). Then, if nothing was preempted or parked, waiting requests are admitted
 // in priority order while the budget, MaxNumSeqs and the KV pool (with the
 // watermark) allow, stopping at the first that does not fit. A request
 // whose known tokens can no longer fit its context (MaxModelLen or a whole
@@ -68,7 +76,7 @@ func (p Phase) String() string {
 func (s *Scheduler) SchedulePhase(phase Phase) *Step {
 	st := &Step{Seqs: make([]SeqStep, 0, min(len(s.running)+len(s.waiting), s.cfg.MaxNumSeqs))}
 	budget := s.scheduleRunning(st, s.cfg.MaxNumBatchedTokens, phase)
-	if len(st.Preempted) == 0 && phase != DecodeOnly {
+	if len(st.Preempted)+len(st.Parked) == 0 && phase != DecodeOnly {
 		s.admitWaiting(st, budget)
 	}
 	return st
@@ -102,16 +110,20 @@ func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
 	return budget
 }
 
-// grow allocates r's blocks for n more tokens, preempting the
-// lowest-priority running requests of r's replica until they fit. It
-// reports false if r itself was preempted. Every victim sorts after every
+// grow allocates r's blocks for n more tokens, parking or preempting
+// the lowest-priority running requests of r's replica until they fit. It
+// reports false if r itself was the victim. Every victim sorts after every
 // request already planned this step, so planned block tables stay valid.
 func (s *Scheduler) grow(r *request, n int, st *Step) bool {
 	kv := s.reps[r.replica].kv
 	for !kv.Allocate(r.kv, r.computed+n) {
 		v := s.victim(r.replica)
-		s.preempt(v)
-		st.Preempted = append(st.Preempted, v.id)
+		if sw, ok := s.park(v); ok {
+			st.Parked = append(st.Parked, sw)
+		} else {
+			s.preempt(v)
+			st.Preempted = append(st.Preempted, v.id)
+		}
 		if v == r {
 			return false
 		}
