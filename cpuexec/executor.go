@@ -34,7 +34,7 @@ type Executor struct {
 	ranks   []*rank
 	pool    *tensor.Pool
 	world   *comm.World
-	micro   int
+	micro   int       // Options.MicroBatches; 0: each step's placement's PP
 	invFreq []float64 // RoPE inverse frequencies
 	clock   clock.Clock
 	kv      kvcache.Layout // of rank 0; every rank has the same block count
@@ -72,7 +72,7 @@ type Options struct {
 	Plan         parallel.Plan
 	BlockSize    int          // KV block size in tokens; default 16
 	NumBlocks    int          // KV blocks per replica; default one full context
-	MicroBatches int          // pipeline micro-batches per step; default PP
+	MicroBatches int          // pipeline micro-batches per step; default the step's placement's PP
 	Pool         *tensor.Pool // kernel threads shared by all ranks; nil runs inline
 	Clock        clock.Clock  // times collectives for CommTime; default the wall clock
 	// HostBlocks is the size of a host KV store (Seesaw's CPU tier) in
@@ -104,12 +104,9 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
-	if opts.MicroBatches <= 0 {
-		opts.MicroBatches = first.Plan.PP
-	}
 	e := &Executor{
 		cfg: cfg, w: w, held: map[string]*execPlacement{},
-		pool: opts.Pool, micro: opts.MicroBatches, invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
+		pool: opts.Pool, micro: max(opts.MicroBatches, 0), invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
 	}
 	names := map[string]bool{}
 	for i, p := range opts.Placements {
@@ -295,7 +292,11 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	if err := b.Validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.kvAt.Plan.DP); err != nil {
 		return nil, err
 	}
-	jobs := e.split(b)
+	m := e.micro
+	if m == 0 {
+		m = ep.placement.Plan.PP // Seesaw's decode under PP = k: k micro-batches, whatever the prefill placement
+	}
+	jobs := e.split(b, m)
 	if n := b.NumLogits() * c.Vocab; cap(e.out) < n {
 		e.out = make([]float32, n)
 	}
@@ -331,9 +332,15 @@ func (e *Executor) eachRank(f func(*rank) error) []error {
 }
 
 // placement returns the held placement named as p, which must share the
-// KV cache's slices.
+// KV cache's slices. A placement laid out exactly as the KV cache's under
+// another name (Seesaw with equal prefill and decode plans, whose decode
+// placement WeightsFromHost does not hold and no transition reaches)
+// runs on the KV cache's placement's shards.
 func (e *Executor) placement(p parallel.Placement) (*execPlacement, error) {
 	ep, ok := e.held[p.Name]
+	if cur, held := e.held[e.kvAt.Name]; !ok && held && samePlacement(p, e.kvAt) {
+		return cur, nil
+	}
 	if !ok {
 		return nil, fmt.Errorf("cpuexec: placement %s is not held (this executor holds %v)", p, e.order)
 	}
@@ -384,9 +391,9 @@ type micro struct {
 }
 
 // split groups the batch by replica and cuts each replica's tokens into up
-// to e.micro contiguous micro-batches (a sequence may be cut; its later
+// to parts contiguous micro-batches (a sequence may be cut; its later
 // piece follows its earlier one through every stage, so causality holds).
-func (e *Executor) split(b *forward.Batch) [][]micro {
+func (e *Executor) split(b *forward.Batch, parts int) [][]micro {
 	dp := e.kvAt.Plan.DP
 	seqs := make([][]forward.SeqBatch, dp)
 	rows := make([][]int, dp)
@@ -405,7 +412,7 @@ func (e *Executor) split(b *forward.Batch) [][]micro {
 		if total == 0 {
 			continue
 		}
-		m := min(e.micro, total)
+		m := min(parts, total)
 		jobs[d] = make([]micro, m)
 		pos := 0 // flattened token index within the replica
 		for i, s := range seqs[d] {

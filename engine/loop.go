@@ -617,14 +617,19 @@ func (e *Engine) park(ctx context.Context, plans []sched.HostSwap) error {
 	}
 	err = fmt.Errorf("engine: parking preempted requests: %w", err)
 	for _, p := range plans {
-		if l, ok := e.reqs[p.ID]; ok {
-			e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
-			e.sched.Finish(p.ID, sched.Error)
-			e.forget(p.ID)
-		}
+		e.fail(p.ID, err)
 	}
 	e.drainTerminal()
 	return err
+}
+
+// fail ends live request id with err. Called with e.mu held.
+func (e *Engine) fail(id string, err error) {
+	if l, ok := e.reqs[id]; ok {
+		e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
+		e.sched.Finish(id, sched.Error)
+		e.forget(id)
+	}
 }
 
 // endSwaps tells the scheduler that the copies of plans (all one
@@ -750,11 +755,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	defer e.mu.Unlock()
 	if err != nil {
 		for _, s := range step.Seqs {
-			if l, ok := e.reqs[s.ID]; ok {
-				e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
-				e.sched.Finish(s.ID, sched.Error)
-				e.forget(s.ID)
-			}
+			e.fail(s.ID, err)
 		}
 		e.drainTerminal()
 		return err

@@ -67,11 +67,20 @@ func (s *Scheduler) park(v *request) (HostSwap, bool) {
 // SwapIn plans to bring parked requests back to their replicas' device
 // blocks, in priority order, first come first served per replica (a
 // replica stops at the first request whose blocks do not fit, watermark
-// included), at most max of them (max ≤ 0: no limit). From then until
+// included), at most max of them (max ≤ 0: no limit). The blocks the
+// running decodes need for their next token are left to them: taken by
+// a request coming back, they would make a decode with no victim below
+// it park itself, and then the two trade places forever. From then until
 // SwapDone a request is neither scheduled nor preempted.
 func (s *Scheduler) SwapIn(max int) []HostSwap {
 	var out []HostSwap
 	blocked := make([]bool, len(s.reps))
+	reserve := make([]int, len(s.reps)) // blocks the running decodes' next tokens need
+	for _, r := range s.running {
+		if n := s.blocksFor(len(r.tokens)) - len(r.kv.Blocks()); r.decoding() && n > 0 {
+			reserve[r.replica] += n
+		}
+	}
 	for _, r := range slices.Clone(s.parked) {
 		if max > 0 && len(out) == max {
 			break
@@ -79,18 +88,26 @@ func (s *Scheduler) SwapIn(max int) []HostSwap {
 		if blocked[r.replica] {
 			continue
 		}
-		kv, ok := s.reps[r.replica].kv.Admit(kvcache.Prefix{}, r.computed)
+		kv := s.reps[r.replica].kv
+		var seq *kvcache.Seq
+		ok := kv.NumFree()-reserve[r.replica] >= s.blocksFor(r.computed)
+		if ok {
+			seq, ok = kv.Admit(kvcache.Prefix{}, r.computed)
+		}
 		if !ok {
 			blocked[r.replica] = true
 			continue
 		}
 		s.removeParked(r)
-		r.kv, r.state = kv, swappingIn
+		r.kv, r.state = seq, swappingIn
 		s.swapping++
 		out = append(out, s.hostSwap(r, false))
 	}
 	return out
 }
+
+// blocksFor is the number of blocks n tokens take.
+func (s *Scheduler) blocksFor(n int) int { return (n + s.cfg.BlockSize - 1) / s.cfg.BlockSize }
 
 // SwapDone ends a swap planned by SwapOut or SwapIn: with ok the copy
 // happened (a parked request's device blocks are freed, a returning one's

@@ -248,6 +248,16 @@ var catalog = []GPU{
 		},
 	},
 	{
+		Name: "A100-40GB-PCIe", names: []string{"a100-40gb-pcie", "a100-pcie-40gb"}, devices: []string{"NVIDIA A100-PCIE-40GB"},
+		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12,
+		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
+		Eff: catalogEff(a100PCIeMatmul),
+		Sources: []string{
+			"NVIDIA A100 datasheet, A100 40GB PCIe column: 40 GB HBM2, 1,555 GB/s, BF16 312 (624*) TFLOPS, PCIe Gen4 64 GB/s; the A100 the Seesaw paper's Table 1 lists (40 GiB, 1,555 GiB/s, 312T) in its PCIe form",
+			"Matmul efficiency: the A100 PCIe MAMF row (same chip and power limit)",
+		},
+	},
+	{
 		Name: "A10", names: []string{"a10", "a10-pcie"}, devices: []string{"NVIDIA A10"},
 		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 125e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 6 * mib,

@@ -20,11 +20,12 @@ import (
 )
 
 func runReproduce(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("reproduce", "reproduce shift [--out FILE]", stderr)
+	fs := newFlagSet("reproduce", "reproduce shift|seesaw [--out FILE]", stderr)
 	out := fs.String("out", "", "write the report (markdown) here as well as to stdout")
-	if len(args) == 0 || args[0] != "shift" {
+	papers := map[string]func(*strings.Builder) error{"shift": reproduceShift, "seesaw": reproduceSeesaw}
+	if len(args) == 0 || papers[args[0]] == nil {
 		fs.Usage()
-		return fmt.Errorf("reproduce: name the paper to reproduce: shift")
+		return fmt.Errorf("reproduce: name the paper to reproduce: shift or seesaw")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -33,7 +34,7 @@ func runReproduce(_ context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("reproduce: unexpected argument %q", fs.Arg(0))
 	}
 	var b strings.Builder
-	if err := reproduceShift(&b); err != nil {
+	if err := papers[args[0]](&b); err != nil {
 		return fmt.Errorf("reproduce: %w", err)
 	}
 	fmt.Fprint(stdout, b.String())
