@@ -164,6 +164,12 @@ func (s Shift) String() string { return "shift" }
 // prompt not fitting the tier's free blocks; (d) the prefill phase runs
 // chunked prefill under the scheduler's token budget, prefill chunks
 // only. A phase in which nothing can be scheduled (Idle) also ends.
+// Two more: a decode that needs a block when none is free parks the
+// lowest-priority running request on the host tier rather than
+// recomputing it later (sched's swap preemption), so KV pressure does not
+// send requests back to the prefill phase; and a request whose prompt
+// and output outgrow the whole device pool is not refused up front: as
+// everywhere in Gearbox it ends with "length" when it fills the pool.
 type Seesaw struct {
 	Prefill, Decode parallel.Placement
 

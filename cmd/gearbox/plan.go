@@ -18,8 +18,9 @@ import (
 
 // candidate is one layout and policy gearbox plan evaluates.
 type candidate struct {
-	plan parallel.Plan
-	pol  policy.Policy
+	plan   parallel.Plan
+	pol    policy.Policy
+	hostKV int64 // host KV store per rank, bytes (seesaw candidates); 0: none
 	// results
 	err      error
 	report   *bench.Report
@@ -32,6 +33,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sf := addSimFlags(fs)
 	threshold := fs.Int("shift-threshold", policy.DefaultShiftThreshold, "batched tokens at or below which shift candidates run full TP")
 	capRequests := fs.Int("capacity-requests", 500, "requests per run of the capacity search (0 skips the search)")
+	swapSpace := fs.Float64("swap-space", 4, "host KV store in GiB per GPU for the seesaw candidates (vLLM's --swap-space); 0 leaves them out")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,7 +41,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	cands := enumerate(s.cfg, s.node.Count, *threshold)
+	cands := enumerate(s.cfg, s.node.Count, *threshold, int64(*swapSpace*(1<<30)))
 	if len(cands) == 0 {
 		return fmt.Errorf("plan: no layout of %s fits %d GPUs", sf.model, s.node.Count)
 	}
@@ -93,7 +95,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintln(tw, "rank\tplan\tpolicy\t"+metric+"\treq/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcapacity req/s\t")
 	for i, c := range cands {
 		if c.err != nil {
-			fmt.Fprintf(tw, "-\t%s\t%s\t%v\t\t\t\t\t\t\t\n", c.plan, c.pol, c.err)
+			fmt.Fprintf(tw, "-\t%s\t%s\t%v\t\t\t\t\t\t\t\n", c.layout(), c.pol, c.err)
 			continue
 		}
 		r := c.report
@@ -101,7 +103,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if c.capacity >= 0 {
 			capacity = fmt.Sprintf("%.2f", c.capacity)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t\n", i+1, c.plan, c.pol, c.perGPU, r.RequestThroughput,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t\n", i+1, c.layout(), c.pol, c.perGPU, r.RequestThroughput,
 			r.TTFT.Median, percentile(r.TTFT, 99), r.TPOT.Median, percentile(r.TPOT, 99), capacity)
 	}
 	if err := tw.Flush(); err != nil {
@@ -121,9 +123,13 @@ func percentile(st bench.Stats, p float64) float64 {
 }
 
 // enumerate lists every DP × PP × SP × TP layout of n GPUs the model
-// allows, each static, and those with SP also under the shift policy.
-func enumerate(cfg *model.Config, n, threshold int) []*candidate {
+// allows, each static, those with SP also under the shift policy, and,
+// with a host KV store (hostKV bytes per GPU), every Seesaw pair of
+// TP × PP layouts whose prefill layout has more pipeline stages than its
+// decode layout.
+func enumerate(cfg *model.Config, n, threshold int, hostKV int64) []*candidate {
 	var out []*candidate
+	var tpPP []parallel.Plan // DP = SP = 1 layouts, for Seesaw
 	for dp := 1; dp <= n; dp++ {
 		for pp := 1; dp*pp <= n; pp++ {
 			for sp := 1; dp*pp*sp <= n; sp++ {
@@ -141,10 +147,35 @@ func enumerate(cfg *model.Config, n, threshold int) []*candidate {
 						out = append(out, &candidate{plan: p, pol: pol})
 					}
 				}
+				if dp == 1 && sp == 1 {
+					tpPP = append(tpPP, p)
+				}
+			}
+		}
+	}
+	if hostKV <= 0 {
+		return out
+	}
+	for _, pf := range tpPP {
+		for _, dc := range tpPP {
+			if pf.PP <= dc.PP {
+				continue
+			}
+			if pol, err := policy.NewSeesaw(pf, dc); err == nil {
+				out = append(out, &candidate{plan: pf, pol: pol, hostKV: hostKV})
 			}
 		}
 	}
 	return out
+}
+
+// layout names the candidate's layout: its plan, or for Seesaw its
+// prefill and decode plans.
+func (c *candidate) layout() string {
+	if s, ok := c.pol.(*policy.Seesaw); ok {
+		return s.Prefill.Plan.String() + "→" + s.Decode.Plan.String()
+	}
+	return c.plan.String()
 }
 
 func withDP(p parallel.Plan, dp int) parallel.Plan {
@@ -156,6 +187,9 @@ func withDP(p parallel.Plan, dp int) parallel.Plan {
 // rate at which at least 90% of requests meet every SLO (Vidur's capacity
 // search, by bisection over the rate).
 func (s *simSetup) evaluate(ctx context.Context, c *candidate, capRequests int) {
+	local := *s
+	local.hostKVBytes = c.hostKV
+	s = &local
 	res, err := s.run(c.plan, c.pol, s.reqs)
 	if err != nil {
 		c.err = err

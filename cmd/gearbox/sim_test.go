@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,5 +119,41 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "simulate", "--hardware", "8xH200", "--profile", prof, "--plan", "tp=8"); err == nil || !strings.Contains(err.Error(), "describes a CPU") {
 		t.Fatalf("profile with a GPU node: %v", err)
+	}
+}
+
+// TestPlanEnumeratesSeesaw: with a host KV store plan ranks every Seesaw
+// pair (prefill layout with more pipeline stages than the decode layout)
+// beside the static layouts; without one it leaves them out.
+func TestPlanEnumeratesSeesaw(t *testing.T) {
+	args := []string{"plan", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "4xA10G@pcie4x8", "--pipeline-overlap",
+		"--dataset", "synthetic:in=600,out=60,n=40", "--capacity-requests", "0"}
+	pairs := func(stdout string) []string {
+		var out []string
+		for _, line := range strings.Split(stdout, "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[2] == "seesaw" {
+				if f[0] == "-" {
+					t.Errorf("seesaw candidate failed: %s", line)
+				}
+				out = append(out, f[1])
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	stdout, _, err := runCLI(t, append(args, "--swap-space", "8")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pp=2,tp=2→tp=4", "pp=4→pp=2,tp=2", "pp=4→tp=4"}
+	if got := pairs(stdout); !slices.Equal(got, want) {
+		t.Fatalf("seesaw candidates %v, want %v\n%s", got, want, stdout)
+	}
+	stdout, _, err = runCLI(t, append(args, "--swap-space", "0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pairs(stdout); len(got) != 0 {
+		t.Fatalf("--swap-space 0 still ranks seesaw candidates %v", got)
 	}
 }
