@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/kvcache"
 )
 
 // Metrics are the server's Prometheus metrics, named as vLLM names them
@@ -98,15 +100,40 @@ func (m *Metrics) Step(s engine.StepStats) {
 	}
 }
 
+// gatewayAliases are the vLLM names under which the Kubernetes Gateway API
+// Inference Extension's endpoint picker scrapes a model server by default
+// (its model-server protocol: queued and running requests, KV-cache
+// utilisation from 0 to 1, the KV cache's block geometry), each the
+// gearbox: metric of the same semantics under another name, so an
+// InferencePool of Gearbox pods needs no metric flags on the picker.
+// vllm:gpu_cache_usage_perc is the name older pickers scrape. Gearbox
+// serves no LoRA adapters, so it has no vllm:lora_requests_info (run the
+// picker with --lora-info-metric "").
+var gatewayAliases = map[string][]string{
+	"num_requests_waiting": {"vllm:num_requests_waiting"},
+	"num_requests_running": {"vllm:num_requests_running"},
+	"kv_cache_usage_perc":  {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+	"cache_config_info":    {"vllm:cache_config_info"},
+}
+
 // Watch registers the queue gauges, read from stats at scrape time so they
-// are current between steps too. Call it once, after the engine exists.
-func (m *Metrics) Watch(stats func() engine.Stats) {
+// are current between steps too, and the KV cache's geometry (kv, one
+// replica's pool). Call it once, after the engine exists.
+func (m *Metrics) Watch(stats func() engine.Stats, kv kvcache.Layout) {
 	gauge := func(name, help string, f func(engine.Stats) float64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gearbox:" + name, Help: help}, func() float64 { return f(stats()) }))
+		for _, full := range append([]string{"gearbox:" + name}, gatewayAliases[name]...) {
+			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: full, Help: help}, func() float64 { return f(stats()) }))
+		}
 	}
 	gauge("num_requests_running", "Requests in the running batch.", func(s engine.Stats) float64 { return float64(s.Running) })
 	gauge("num_requests_waiting", "Requests waiting to be scheduled.", func(s engine.Stats) float64 { return float64(s.Waiting) })
 	gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = 100%).", func(s engine.Stats) float64 { return s.KVUsage })
+	for _, full := range append([]string{"gearbox:cache_config_info"}, gatewayAliases["cache_config_info"]...) {
+		info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: full, Help: "1, labelled with the KV cache's block size in tokens and its blocks per replica."},
+			[]string{"block_size", "num_gpu_blocks"})
+		info.WithLabelValues(strconv.Itoa(kv.BlockSize), strconv.Itoa(kv.NumBlocks)).Set(1)
+		m.reg.MustRegister(info)
+	}
 	gauge("num_requests_parked", "Requests whose KV is parked on the host KV tier (seesaw).", func(s engine.Stats) float64 { return float64(s.Parked) })
 	gauge("host_kv_cache_usage_perc", "Fraction of host-tier KV blocks in use (1 = 100%); 0 without a host tier.", func(s engine.Stats) float64 { return s.HostKVUsage })
 	gauge("engine_phase", "Phase of the latest step decision: 0 mixed (continuous batching), 1 prefill only, 2 decode only.", func(s engine.Stats) float64 { return float64(s.Phase) })

@@ -62,7 +62,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics.Watch(eng.Stats)
+	metrics.Watch(eng.Stats, exec.KVLayout())
 	tmpl, err := chat.Parse(m.Tokenizer.ChatTemplate())
 	if err != nil {
 		t.Fatal(err)
@@ -575,4 +575,54 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("the running stream did not finish: %q", rest[max(0, len(rest)-200):])
 	}
 	<-idle
+}
+
+// TestGatewayMetrics: /metrics carries what the Gateway API Inference
+// Extension's endpoint picker scrapes by default (its model-server
+// protocol), each equal to the gearbox: metric of the same meaning, and
+// the KV cache's geometry; while a streaming request runs it counts as
+// running and holds KV blocks under both names.
+func TestGatewayMetrics(t *testing.T) {
+	ts := newTestServer(t, serverOpts{blocks: 64})
+	check := func(wantRunning float64) map[string]float64 {
+		t.Helper()
+		m := scrapeMetrics(t, ts.URL)
+		for alias, ours := range map[string]string{
+			"vllm:num_requests_waiting": "gearbox:num_requests_waiting",
+			"vllm:num_requests_running": "gearbox:num_requests_running",
+			"vllm:kv_cache_usage_perc":  "gearbox:kv_cache_usage_perc",
+			"vllm:gpu_cache_usage_perc": "gearbox:kv_cache_usage_perc",
+		} {
+			a, okA := m[alias]
+			g, okG := m[ours]
+			if !okA || !okG || a != g {
+				t.Fatalf("%s = %v (present %v), %s = %v (present %v)", alias, a, okA, ours, g, okG)
+			}
+		}
+		if got := m["vllm:num_requests_running"]; got != wantRunning {
+			t.Fatalf("vllm:num_requests_running = %v, want %v", got, wantRunning)
+		}
+		for _, name := range []string{"vllm:cache_config_info", "gearbox:cache_config_info"} {
+			if v := m[name+`{block_size="16",num_gpu_blocks="64"}`]; v != 1 {
+				t.Fatalf("%s{block_size=16,num_gpu_blocks=64} = %v, want 1", name, v)
+			}
+		}
+		return m
+	}
+	if m := check(0); m["vllm:kv_cache_usage_perc"] != 0 {
+		t.Fatalf("idle KV usage %v", m["vllm:kv_cache_usage_perc"])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions",
+		strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	resp.Body.Read(make([]byte, 256)) // the stream has started
+	if m := check(1); m["vllm:kv_cache_usage_perc"] <= 0 {
+		t.Fatalf("a running request holds no KV: %v", m["vllm:kv_cache_usage_perc"])
+	}
 }

@@ -129,7 +129,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		run.close()
 		return nil, nil, nil, err
 	}
-	metrics.Watch(eng.Stats)
+	metrics.Watch(eng.Stats, run.runner.KVLayout())
 
 	source := m.Tokenizer.ChatTemplate()
 	templateFile := c.chatTemplate
