@@ -127,13 +127,13 @@ func checkPlan(t testing.TB, p *Plan, tiers *slo.Set, prof Profile, opt Options)
 		if n != tp.GPUs {
 			t.Fatalf("tier %d: groups hold %d GPUs, want %d", s, n, tp.GPUs)
 		}
-		if !close(tp.Capacity, min(prefill[s], decode[s])) || tp.Served > tp.Rate+1e-9 || !close(tp.Served, min(tp.Capacity, tp.Rate)) {
+		if !near(tp.Capacity, min(prefill[s], decode[s])) || tp.Served > tp.Rate+1e-9 || !near(tp.Served, min(tp.Capacity, tp.Rate)) {
 			t.Fatalf("tier %d: capacity %v served %v rate %v; instances give prefill %v decode %v", s, tp.Capacity, tp.Served, tp.Rate, prefill[s], decode[s])
 		}
 	}
 }
 
-func close(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }
 
 // roleGPUs sums a tier's GPUs of one role.
 func roleGPUs(tp TierPlan, r Role) int {
@@ -167,7 +167,7 @@ func TestPlanBalancesPrefillAndDecode(t *testing.T) {
 		p := planFor(t, tiers, prof, c.gpus, Options{}, c.rate)
 		tp := p.Tiers[0]
 		gotP, gotD := roleGPUs(tp, Prefill), roleGPUs(tp, Decode)
-		if gotP != c.wantP || gotD != c.wantD || !close(tp.Served, c.wantServed) {
+		if gotP != c.wantP || gotD != c.wantD || !near(tp.Served, c.wantServed) {
 			t.Errorf("%d GPUs at %v req/s: P:D GPUs %d:%d serving %v, want %d:%d serving %v (groups %+v)",
 				c.gpus, c.rate, gotP, gotD, tp.Served, c.wantP, c.wantD, c.wantServed, tp.Groups)
 		}
@@ -200,7 +200,7 @@ func TestPlanCapsAtArrivalRate(t *testing.T) {
 		if tp.GPUs != c.wantGPUs || !reflect.DeepEqual(tp.Groups, c.wantGroups) {
 			t.Errorf("%v req/s: %d GPUs %+v, want %d %+v", c.rate, tp.GPUs, tp.Groups, c.wantGPUs, c.wantGroups)
 		}
-		if !close(tp.Served, c.rate) || !close(tp.Efficiency(), c.rate/float64(c.wantGPUs)) {
+		if !near(tp.Served, c.rate) || !near(tp.Efficiency(), c.rate/float64(c.wantGPUs)) {
 			t.Errorf("%v req/s: served %v at GE %v, want %v at %v", c.rate, tp.Served, tp.Efficiency(), c.rate, c.rate/float64(c.wantGPUs))
 		}
 		if spare := p.GPUs - p.Used(); spare != 16-c.wantGPUs {
@@ -237,7 +237,7 @@ func TestPlanWeightingServesInefficientTier(t *testing.T) {
 	rates := []float64{205, 107} // tier 0 alone needs 22 GPUs; the pool has 20
 
 	plain := planFor(t, tiers, prof, 20, Options{Plain: true}, rates...)
-	if plain.Tiers[0].GPUs != 20 || plain.Tiers[1].GPUs != 0 || !close(plain.Served(), 200) {
+	if plain.Tiers[0].GPUs != 20 || plain.Tiers[1].GPUs != 0 || !near(plain.Served(), 200) {
 		t.Errorf("plain greedy: tier GPUs %d, %d serving %v; want 20, 0 serving 200 (tier 1 starved)",
 			plain.Tiers[0].GPUs, plain.Tiers[1].GPUs, plain.Served())
 	}
@@ -246,7 +246,7 @@ func TestPlanWeightingServesInefficientTier(t *testing.T) {
 	// moves, tier 1 5·(107−10m): eight tier-0 moves (450 < 535), then two
 	// tier-1 moves (485, then 435 < 450) fill the pool.
 	w := planFor(t, tiers, prof, 20, Options{}, rates...)
-	if w.Tiers[0].GPUs != 16 || w.Tiers[1].GPUs != 4 || !close(w.Tiers[0].Served, 160) || !close(w.Tiers[1].Served, 20) {
+	if w.Tiers[0].GPUs != 16 || w.Tiers[1].GPUs != 4 || !near(w.Tiers[0].Served, 160) || !near(w.Tiers[1].Served, 20) {
 		t.Errorf("weighted greedy: tier GPUs %d, %d serving %v, %v; want 16, 4 serving 160, 20",
 			w.Tiers[0].GPUs, w.Tiers[1].GPUs, w.Tiers[0].Served, w.Tiers[1].Served)
 	}
@@ -327,7 +327,7 @@ func TestPlanEdgeCases(t *testing.T) {
 		prof := Profile{TP: []int{1, 2}, Cap: [][]Capacity{make([]Capacity, 2), ok, prefillOnly}}
 		p := planFor(t, tiers, prof, 16, Options{}, 500, 100, 500)
 		for _, s := range []int{0, 2} {
-			if tp := p.Tiers[s]; tp.Feasible || tp.GPUs != 0 || !close(tp.Unmet(), 500) {
+			if tp := p.Tiers[s]; tp.Feasible || tp.GPUs != 0 || !near(tp.Unmet(), 500) {
 				t.Errorf("infeasible tier %d: %+v, want infeasible, no GPUs, 500 req/s unmet", s, tp)
 			}
 		}
@@ -344,7 +344,7 @@ func TestPlanEdgeCases(t *testing.T) {
 			t.Errorf("plan %+v, want 3 spare GPUs and 10 req/s unmet", p)
 		}
 		p = planFor(t, tierSet(t, 1), Profile{TP: []int{1, 2}, Cap: [][]Capacity{tp2}}, 4, Options{}, 10)
-		if p.Used() != 4 || !close(p.Tiers[0].Served, 10) {
+		if p.Used() != 4 || !near(p.Tiers[0].Served, 10) {
 			t.Errorf("4 GPUs: plan %+v, want the 4-GPU configuration serving 10", p)
 		}
 	})
