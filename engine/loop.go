@@ -31,6 +31,7 @@ type Request struct {
 	StopTokenIDs []int    // extra token ids that end generation
 	IgnoreEOS    bool     // keep generating past end-of-sequence tokens
 	Priority     int      // smaller runs first; FCFS within a priority
+	Tier         string   // the request's SLO tier (package slo), reported back in FinishStats; "" for none
 }
 
 // Finish reasons, as OpenAI names them, plus the two terminal states a
@@ -96,8 +97,10 @@ type StepStats struct {
 // FinishStats describes one request's end.
 type FinishStats struct {
 	Reason           string
+	Tier             string // Request.Tier
 	PromptTokens     int
 	CompletionTokens int
+	TTFT             time.Duration // arrival to the first token; 0 without one
 	E2E              time.Duration
 	TPOT             time.Duration // mean time per output token after the first; 0 with fewer than 2
 }
@@ -892,7 +895,10 @@ func (e *Engine) send(l *live, ev Event) {
 func (e *Engine) finish(l *live, ev Event) {
 	e.send(l, ev)
 	if e.obs != nil {
-		f := FinishStats{Reason: ev.Finish, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
+		f := FinishStats{Reason: ev.Finish, Tier: l.req.Tier, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
+		if l.tokens > 0 {
+			f.TTFT = l.first.Sub(l.arrival)
+		}
 		if l.tokens > 1 {
 			f.TPOT = l.last.Sub(l.first) / time.Duration(l.tokens-1)
 		}

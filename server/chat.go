@@ -123,6 +123,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		req.MaxTokens = req.MaxCompletionTokens
 	}
 	g, e := req.validate(logprobs)
+	if e == nil {
+		g.tier, e = s.resolveTier(r, req.SLOTier)
+	}
 	if e != nil {
 		writeError(w, e)
 		return

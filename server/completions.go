@@ -57,6 +57,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		logprobs = *req.Logprobs
 	}
 	g, e := req.validate(logprobs)
+	if e == nil {
+		g.tier, e = s.resolveTier(r, req.SLOTier)
+	}
 	if e != nil {
 		writeError(w, e)
 		return

@@ -74,7 +74,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			id := s.newID("req")
 			st, err := eng.Submit(engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
-				IgnoreEOS: g.ignoreEOS, Priority: g.priority,
+				IgnoreEOS: g.ignoreEOS, Priority: g.priority, Tier: g.tier,
 			})
 			if err != nil {
 				return fail(submitError(err, promptParam))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/slo"
 )
 
 // Metrics are the server's Prometheus metrics, named as vLLM names them
@@ -27,6 +28,8 @@ type Metrics struct {
 	success                          *prometheus.CounterVec
 	planInfo                         *prometheus.GaugeVec
 	planSwitches                     *prometheus.CounterVec
+	tierRequests, tierAttained       *prometheus.CounterVec
+	tiers                            *slo.Set
 	policy                           string
 	mu                               sync.Mutex
 	lastPlan                         string
@@ -161,4 +164,51 @@ func (m *Metrics) Finish(f engine.FinishStats) {
 	if f.CompletionTokens > 1 {
 		m.tpot.Observe(f.TPOT.Seconds())
 	}
+	m.mu.Lock()
+	tiers := m.tiers
+	m.mu.Unlock()
+	if tiers == nil || f.Tier == "" {
+		return
+	}
+	i, err := tiers.Resolve(f.Tier)
+	if err != nil || i < 0 {
+		return
+	}
+	m.tierRequests.WithLabelValues(f.Tier).Inc()
+	if t := tiers.At(i); attained(t, f) {
+		m.tierAttained.WithLabelValues(f.Tier).Inc()
+	}
+}
+
+// attained reports whether a finished request met its tier: it completed
+// (stop or length) with its first token within the TTFT target and its
+// mean time per output token within the TPOT target (vacuous with fewer
+// than two tokens). A background tier has no targets: completing is
+// enough.
+func attained(t slo.Tier, f engine.FinishStats) bool {
+	if f.Reason != engine.FinishStop && f.Reason != engine.FinishLength {
+		return false
+	}
+	if t.Background {
+		return true
+	}
+	return f.CompletionTokens > 0 && f.TTFT <= t.TTFT && (f.CompletionTokens < 2 || f.TPOT <= t.TPOT)
+}
+
+// Tiers registers the per-tier service-level counters, one series per
+// tier from the start: gearbox:slo_requests_total{tier} counts the
+// tier's requests that ended (any way), gearbox:slo_attained_total{tier}
+// those that met both of its targets (attained). Goodput is the rate of
+// the second, attainment their ratio. Call it once, before serving.
+func (m *Metrics) Tiers(set *slo.Set) {
+	m.tierRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:slo_requests_total", Help: "Requests of each SLO tier that ended, whatever the reason."}, []string{"tier"})
+	m.tierAttained = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:slo_attained_total", Help: "Requests of each SLO tier that completed within both its TTFT and TPOT targets (its goodput is this counter's rate)."}, []string{"tier"})
+	m.reg.MustRegister(m.tierRequests, m.tierAttained)
+	for _, name := range set.Names() {
+		m.tierRequests.WithLabelValues(name)
+		m.tierAttained.WithLabelValues(name)
+	}
+	m.mu.Lock()
+	m.tiers = set
+	m.mu.Unlock()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/sample"
@@ -33,6 +34,7 @@ type commonParams struct {
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
 	BestOf            *int            `json:"best_of"`
+	SLOTier           string          `json:"slo_tier"` // Gearbox extension: the request's SLO tier (--slo-tiers)
 }
 
 type streamOptions struct {
@@ -55,6 +57,7 @@ type generation struct {
 	n         int
 	ignoreEOS bool
 	priority  int
+	tier      string // SLO tier name, resolved against the server's tiers; "" without tiers
 }
 
 // validate checks the shared fields; logprobs is the number of top
@@ -199,4 +202,35 @@ func goTypeName(t string) string {
 		return "an array"
 	}
 	return fmt.Sprintf("a %s", strings.TrimPrefix(t, "*"))
+}
+
+// TierHeader is the header a request may name its SLO tier in instead of
+// the slo_tier field, for gateways that route on headers.
+const TierHeader = "X-SLO-Tier"
+
+// resolveTier returns the SLO tier a request names in its slo_tier field
+// (field) or its X-SLO-Tier header: the tier's name, the default tier's
+// when it names none, "" when the server has no default or no tiers.
+func (s *Server) resolveTier(r *http.Request, field string) (string, *apiError) {
+	name := field
+	if header := strings.TrimSpace(r.Header.Get(TierHeader)); header != "" {
+		if field != "" && field != header {
+			return "", invalid("slo_tier", "the slo_tier field %q and the %s header %q name different tiers", field, TierHeader, header)
+		}
+		name = header
+	}
+	if s.opts.Tiers == nil {
+		if name != "" {
+			return "", invalid("slo_tier", "SLO tier %q requested, but this server defines no tiers (start it with --slo-tiers FILE)", name)
+		}
+		return "", nil
+	}
+	i, err := s.opts.Tiers.Resolve(name)
+	if err != nil {
+		return "", invalid("slo_tier", "%v", err)
+	}
+	if i < 0 {
+		return "", nil
+	}
+	return s.opts.Tiers.At(i).Name, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
@@ -33,8 +34,11 @@ type Options struct {
 	APIKey       string         // when set, requests need "Authorization: Bearer KEY"
 	MaxBodyBytes int64          // default 8 MiB
 	Metrics      *Metrics       // nil: /metrics serves an empty registry
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// Tiers are the SLO tiers requests may name (the slo_tier field or the
+	// X-SLO-Tier header); nil: requests name none.
+	Tiers  *slo.Set
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // Server is the OpenAI-compatible HTTP API over an Engine.
@@ -231,7 +235,7 @@ func knownFields(names ...string) func(string) bool {
 
 var commonFieldNames = []string{"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
 	"stop_token_ids", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "stream", "stream_options",
-	"ignore_eos", "priority", "user", "logit_bias", "best_of"}
+	"ignore_eos", "priority", "user", "logit_bias", "best_of", "slo_tier"}
 
 func (s *Server) newID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, s.opts.Clock.Now().UnixNano(), s.nextID.Add(1))

@@ -20,6 +20,7 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -36,6 +37,7 @@ type serverOpts struct {
 	apiKey     string
 	blocks     int
 	noTemplate bool
+	tiers      *slo.Set
 }
 
 // newTestServer serves the built-in model on a loopback httptest server.
@@ -63,6 +65,9 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		t.Fatal(err)
 	}
 	metrics.Watch(eng.Stats, exec.KVLayout())
+	if o.tiers != nil {
+		metrics.Tiers(o.tiers)
+	}
 	tmpl, err := chat.Parse(m.Tokenizer.ChatTemplate())
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +76,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		tmpl = nil
 	}
 	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, BOS: "<s>", EOS: "</s>",
-		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics})
+		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -624,5 +629,83 @@ func TestGatewayMetrics(t *testing.T) {
 	resp.Body.Read(make([]byte, 256)) // the stream has started
 	if m := check(1); m["vllm:kv_cache_usage_perc"] <= 0 {
 		t.Fatalf("a running request holds no KV: %v", m["vllm:kv_cache_usage_perc"])
+	}
+}
+
+// TestSLOTiers: a request names its tier in the slo_tier field or the
+// X-SLO-Tier header (the default tier when it names none); unknown tiers,
+// a field and header that disagree, and tiers on a server without any are
+// 400s naming slo_tier; /metrics counts each tier's requests and those
+// that met both targets.
+func TestSLOTiers(t *testing.T) {
+	tiers, err := slo.New([]slo.Tier{
+		{Name: "relaxed", TTFT: time.Minute, TPOT: time.Minute, Default: true},
+		{Name: "impossible", TTFT: time.Nanosecond, TPOT: time.Nanosecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, serverOpts{tiers: tiers})
+	send := func(path, body, header string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if header != "" {
+			req.Header.Set(TierHeader, header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	const cmpl = `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"ignore_eos":true%s}`
+	for _, c := range []struct {
+		body, header string
+	}{
+		{fmt.Sprintf(cmpl, `,"slo_tier":"relaxed"`), ""},
+		{fmt.Sprintf(cmpl, ""), ""}, // the default tier
+		{fmt.Sprintf(cmpl, ""), "impossible"},
+		{fmt.Sprintf(cmpl, `,"slo_tier":"impossible"`), "impossible"},
+		{`{"model":"stories260K","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"slo_tier":"impossible"}`, ""},
+	} {
+		path := "/v1/completions"
+		if strings.Contains(c.body, "messages") {
+			path = "/v1/chat/completions"
+		}
+		if status, body := send(path, c.body, c.header); status != 200 {
+			t.Fatalf("%s (header %q): %d %s", c.body, c.header, status, body)
+		}
+	}
+	for _, c := range []struct {
+		body, header, want string
+	}{
+		{fmt.Sprintf(cmpl, `,"slo_tier":"gold"`), "", `unknown SLO tier \"gold\" (known: relaxed, impossible)`},
+		{fmt.Sprintf(cmpl, ""), "gold", `unknown SLO tier \"gold\"`},
+		{fmt.Sprintf(cmpl, `,"slo_tier":"relaxed"`), "impossible", "name different tiers"},
+	} {
+		status, body := send("/v1/completions", c.body, c.header)
+		if status != 400 || !strings.Contains(body, c.want) || !strings.Contains(body, `"param":"slo_tier"`) {
+			t.Fatalf("%s (header %q): %d %s, want 400 on slo_tier containing %q", c.body, c.header, status, body, c.want)
+		}
+	}
+	m := scrapeMetrics(t, ts.URL)
+	for series, want := range map[string]float64{
+		`gearbox:slo_requests_total{tier="relaxed"}`:    2,
+		`gearbox:slo_attained_total{tier="relaxed"}`:    2,
+		`gearbox:slo_requests_total{tier="impossible"}`: 3,
+		`gearbox:slo_attained_total{tier="impossible"}`: 0,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+
+	plain := newTestServer(t, serverOpts{})
+	status, body := plain.post(t, "/v1/completions", fmt.Sprintf(cmpl, `,"slo_tier":"relaxed"`))
+	if status != 400 || !strings.Contains(string(body), "defines no tiers") {
+		t.Fatalf("a tier on a server without tiers: %d %s", status, body)
 	}
 }

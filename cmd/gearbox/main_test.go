@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -186,5 +187,22 @@ func TestGenerateSeesaw(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: %v, want an error naming %q", bad.args, err, bad.want)
 		}
+	}
+}
+
+// TestServeSLOTiersFile: a malformed --slo-tiers file stops serve before
+// it loads the model, with the file's error naming the tier and field.
+func TestServeSLOTiersFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiers.json")
+	if err := os.WriteFile(path, []byte(`[{"name":"strict","ttft_ms":300,"tpot_ms":-5}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runCLI(t, "serve", "--port", "0", "--slo-tiers", path)
+	if err == nil || !strings.Contains(err.Error(), "--slo-tiers") || !strings.Contains(err.Error(), "tpot_ms") {
+		t.Fatalf("serve with a bad tiers file: %v", err)
+	}
+	_, _, err = runCLI(t, "serve", "--port", "0", "--slo-tiers", filepath.Join(t.TempDir(), "missing.json"))
+	if err == nil || !strings.Contains(err.Error(), "missing.json") {
+		t.Fatalf("serve with a missing tiers file: %v", err)
 	}
 }

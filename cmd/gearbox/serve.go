@@ -19,6 +19,7 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
+	"github.com/gearboxlm/gearbox/slo"
 )
 
 // serveConfig is what serve needs beyond the model; tests build it directly.
@@ -39,6 +40,7 @@ type serveConfig struct {
 	noPrefixCache bool
 	maxBodyBytes  int64
 	drainTimeout  time.Duration
+	sloTiers      string
 	par           *parallelFlags
 	dev           *deviceFlags
 }
@@ -60,6 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.kvBlocks, "num-kv-blocks", 0, "KV cache blocks per replica (default: on the CPU max-num-seqs full contexts, at most 4 GiB; on a GPU what --gpu-memory-utilization leaves)")
 	fs.BoolVar(&c.prefixCaching, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
 	fs.BoolVar(&c.noPrefixCache, "no-enable-prefix-caching", false, "vLLM's spelling of --enable-prefix-caching=false")
+	fs.StringVar(&c.sloTiers, "slo-tiers", "", "JSON file of SLO tiers (name, ttft_ms, tpot_ms) requests name in slo_tier or the X-SLO-Tier header; per-tier goodput on /metrics (examples/slo-tiers)")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
 	c.par = addParallelFlags(fs)
@@ -94,6 +97,13 @@ type builtServer struct {
 // buildServer loads the model and wires executor, engine, metrics and API.
 // The engine loop runs until cleanup is called.
 func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*builtServer, *engine.Engine, func(), error) {
+	var tiers *slo.Set
+	if c.sloTiers != "" {
+		var err error
+		if tiers, err = slo.Load(c.sloTiers); err != nil {
+			return nil, nil, nil, fmt.Errorf("--slo-tiers: %w", err)
+		}
+	}
 	m, err := loadModelWithProgress(c.modelDir, progress)
 	if err != nil {
 		return nil, nil, nil, err
@@ -130,6 +140,9 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	metrics.Watch(eng.Stats, run.runner.KVLayout())
+	if tiers != nil {
+		metrics.Tiers(tiers)
+	}
 
 	source := m.Tokenizer.ChatTemplate()
 	templateFile := c.chatTemplate
@@ -171,7 +184,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	api := server.New(server.Options{
 		Engine: eng, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
-		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger,
+		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
 	})
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
