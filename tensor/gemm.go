@@ -22,16 +22,42 @@ const (
 // micro-kernel over every panel pair: the x block stays in L2 and each w
 // panel in L1 while it is reused.
 func gemm(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
+	gemmPacked(p, y, x, m, k, n, acc, func(dst, _ []float32, j0, nc, pc, kc int) {
+		packB(dst, w, k, j0, nc, pc, kc)
+	})
+}
+
+// gemmW is gemm for BF16, F16 and Q8_0 weights: each nr-row panel of a
+// slab is widened (or dequantized) to float32 into an L1 buffer and
+// packed from there, so the micro-kernel and its blocking are gemm's.
+func gemmW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+	gemmPacked(p, y, x, m, w.k, w.n, acc, func(dst, tmp []float32, j0, nc, pc, kc int) {
+		for jr := 0; jr < nc; jr += nr {
+			cols := min(nr, nc-jr)
+			for c := range cols {
+				w.decodeRow(tmp[c*kc:(c+1)*kc], j0+jr+c, pc)
+			}
+			packB(dst[jr*kc:], tmp, kc, 0, cols, 0, kc)
+		}
+	})
+}
+
+// packFunc packs rows [j0, j0+nc) × columns [pc, pc+kc) of w into dst as
+// packB does; tmp is a scratch of nr·kcBlock floats.
+type packFunc func(dst, tmp []float32, j0, nc, pc, kc int)
+
+// gemmPacked is the body of gemm, packing w's slabs with pack.
+func gemmPacked(p *Pool, y, x []float32, m, k, n int, acc bool, pack packFunc) {
 	p.Run((n+nr-1)/nr, func(lo, hi int) {
 		abuf := getScratch(mcBlock * kcBlock)
-		bbuf := getScratch(kcBlock * ncBlock)
-		a, b := *abuf, *bbuf
+		bbuf := getScratch(kcBlock*ncBlock + nr*kcBlock)
+		a, b, tmp := *abuf, (*bbuf)[:kcBlock*ncBlock], (*bbuf)[kcBlock*ncBlock:]
 		end := min(hi*nr, n)
 		for jc := lo * nr; jc < end; jc += ncBlock {
 			nc := min(ncBlock, end-jc)
 			for pc := 0; pc < k; pc += kcBlock {
 				kc := min(kcBlock, k-pc)
-				packB(b, w, k, jc, nc, pc, kc)
+				pack(b, tmp, jc, nc, pc, kc)
 				add := acc || pc > 0
 				for ic := 0; ic < m; ic += mcBlock {
 					mc := min(mcBlock, m-ic)

@@ -36,10 +36,16 @@ func SetThreads(n int) {
 // Trans) for row-major x [m×k], w [n×k], y [m×n]. m, n, k >= 1; lengths
 // are the caller's responsibility.
 func LinearT(y, x, w []float32, m, k, n int, beta float32) {
-	_, _, _ = y[m*n-1], x[m*k-1], w[n*k-1]
+	LinearTStrided(y, n, x, w, m, k, n, beta)
+}
+
+// LinearTStrided is LinearT with y's rows ldy >= n apart: it updates the
+// m×n block of y at y[0], y[ldy], ….
+func LinearTStrided(y []float32, ldy int, x, w []float32, m, k, n int, beta float32) {
+	_, _, _ = y[(m-1)*ldy+n-1], x[m*k-1], w[n*k-1]
 	C.cblas_sgemm(C.CblasRowMajor, C.CblasNoTrans, C.CblasTrans,
 		C.blasint(m), C.blasint(n), C.blasint(k),
 		1, (*C.float)(unsafe.Pointer(&x[0])), C.blasint(k),
 		(*C.float)(unsafe.Pointer(&w[0])), C.blasint(k),
-		C.float(beta), (*C.float)(unsafe.Pointer(&y[0])), C.blasint(n))
+		C.float(beta), (*C.float)(unsafe.Pointer(&y[0])), C.blasint(ldy))
 }

@@ -1,0 +1,201 @@
+package tensor
+
+import (
+	"math"
+	"sync"
+)
+
+// Products against BF16, F16 and Q8_0 weights (see MatMulW). Decode-sized
+// m reads w once, in its stored format, by the kernels of lowp_amd64.s or
+// the portable ones at the end of this file; larger m widen panels of w
+// to float32 for the packed GEMM (gemmW).
+
+// lowpRows is how many rows of w one kernel call takes: enough to amortise
+// the call, few enough that they stay in L2 while m > 1 rows of x pass.
+const lowpRows = 8
+
+// halfRowKMax is the longest k for which the half-precision m = 1 kernel
+// takes one row of w at a time. Beyond it x (4k bytes) and a row of w
+// (2k bytes) no longer share L1, x is re-read from L2 for every row, and
+// taking four rows per pass over x reads w faster (on Zen 4 with 2
+// threads, k = 8192: 31 GB/s against 22), though at k <= 4096 one
+// sequential stream per worker is faster (k = 2048: 33 GB/s against 28).
+const halfRowKMax = 4096
+
+// gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. For m == 1 each
+// worker streams its rows of w through the widening dot kernel. For m > 1
+// it widens four rows at a time, gemvKB columns at a time, into an L1
+// buffer and runs the float32 dot tiles of gemv over it, so each weight is
+// widened once per call.
+func gemvHalf(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+	n, k := w.n, w.k
+	if m == 1 {
+		p.Run(n, func(lo, hi int) {
+			var out [lowpRows]float32
+			for j := lo; j < hi; j += lowpRows {
+				r := min(lowpRows, hi-j)
+				dotRowsHalf(w.dtype, x, w.half[j*k:(j+r)*k], k, k, out[:r])
+				putRow(y[j:j+r], out[:r], acc)
+			}
+		})
+		return
+	}
+	p.Run((n+3)/4, func(lo, hi int) {
+		var buf [4 * gemvKB]float32
+		var sum [gemvMaxM * 4]float32
+		for j := lo * 4; j < min(hi*4, n); j += 4 {
+			rows := min(4, n-j)
+			clear(sum[:m*4])
+			for k0 := 0; k0 < k; k0 += gemvKB {
+				kc := min(gemvKB, k-k0)
+				for c := range rows {
+					w.decodeRow(buf[c*kc:(c+1)*kc], j+c, k0)
+				}
+				clear(buf[rows*kc : 4*kc])
+				dotRows(m, kc, x[k0:], k, buf[:4*kc], kc, sum[:m*4])
+			}
+			for i := range m {
+				for c := range rows {
+					put(y, i*n+j+c, sum[i*4+c], acc)
+				}
+			}
+		}
+	})
+}
+
+// putRow stores (or with acc adds) src into dst.
+func putRow(dst, src []float32, acc bool) {
+	if acc {
+		add(dst, src)
+	} else {
+		copy(dst, src)
+	}
+}
+
+// q8Act holds rows of x quantized for the Q8_0 kernels, nb blocks a row:
+// quants q (row i at q[i·nb·32:], padded with zeros), scales d, and for
+// the VNNI kernel c[i·nb+b] = -16·Σ q over block b: each of the block's 8
+// int32 lanes starts from it, so that together they cancel the
+// 128·Σ q that the +128 in the stored weights adds.
+type q8Act struct {
+	q []int8
+	c []int32
+	d []float32
+}
+
+var q8ActPool sync.Pool
+
+func getQ8Act(m, nb int) *q8Act {
+	a, _ := q8ActPool.Get().(*q8Act)
+	if a == nil {
+		a = new(q8Act)
+	}
+	if cap(a.q) < m*nb*Q8Block {
+		a.q = make([]int8, m*nb*Q8Block)
+		a.c = make([]int32, m*nb)
+		a.d = make([]float32, m*nb)
+	}
+	a.q, a.c, a.d = a.q[:m*nb*Q8Block], a.c[:m*nb], a.d[:m*nb]
+	return a
+}
+
+// quantizeActGo is the portable quantizeAct.
+func quantizeActGo(q []int8, c []int32, d []float32, x []float32) {
+	for b := range d {
+		lo := min(b*Q8Block, len(x))
+		xs := x[lo:min(lo+Q8Block, len(x))]
+		qb := (*[Q8Block]int8)(q[b*Q8Block:])
+		var amax float32
+		for _, v := range xs {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		if amax == 0 {
+			*qb = [Q8Block]int8{}
+			d[b] = 0
+		} else {
+			d[b] = amax / 127
+			inv := 127 / amax
+			for i, v := range xs {
+				qb[i] = int8(max(-127, min(127, roundEven(float32(v*inv)))))
+			}
+			for i := len(xs); i < Q8Block; i++ {
+				qb[i] = 0
+			}
+		}
+		var s int32
+		for _, v := range qb {
+			s += int32(v)
+		}
+		c[b] = -16 * s
+	}
+}
+
+// gemvQ8 serves Q8_0 weights for m <= gemvMaxM: it quantizes the rows of
+// x, then each worker streams its rows of w lowpRows at a time, taking the
+// dot products of those rows with every row of x while they sit in L1.
+func gemvQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+	n, k, nb := w.n, w.k, w.nb
+	a := getQ8Act(m, nb)
+	for i := range m {
+		quantizeAct(a.q[i*nb*Q8Block:(i+1)*nb*Q8Block], a.c[i*nb:(i+1)*nb], a.d[i*nb:(i+1)*nb], x[i*k:(i+1)*k])
+	}
+	p.Run(n, func(lo, hi int) {
+		var out [lowpRows]float32
+		for j := lo; j < hi; j += lowpRows {
+			r := min(lowpRows, hi-j)
+			wq := w.q[j*nb*Q8Block : (j+r)*nb*Q8Block]
+			wd := w.d[j*nb : (j+r)*nb]
+			for i := range m {
+				dotRowsQ8(a, i, nb, wq, wd, out[:r])
+				putRow(y[i*n+j:i*n+j+r], out[:r], acc)
+			}
+		}
+	})
+	q8ActPool.Put(a)
+}
+
+// dotRowsHalfGo sets out[r] = Σ_{kk<k} x[kk]·widen(w[r·ldw+kk]) for the
+// BF16 or F16 rows of w.
+func dotRowsHalfGo(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
+	var buf [256]float32
+	for r := range out {
+		row := w[r*ldw : r*ldw+k]
+		var s float32
+		for k0 := 0; k0 < k; k0 += len(buf) {
+			c := min(len(buf), k-k0)
+			if dt == BF16 {
+				decodeBF16Go(buf[:c], row[k0:k0+c])
+			} else {
+				decodeF16Go(buf[:c], row[k0:k0+c])
+			}
+			s += dotGo(x[k0:k0+c], buf[:c])
+		}
+		out[r] = s
+	}
+}
+
+// dotQ8Go returns Σ_b d_w[b]·d_x[b]·Σ_i (wq[32b+i]-128)·xq[32b+i] over the
+// len(wd) blocks of one row, each block's integer sum exact.
+func dotQ8Go(xq []int8, xd []float32, wq []uint8, wd []uint16) float32 {
+	var s float32
+	for b := range wd {
+		xb := (*[Q8Block]int8)(xq[b*Q8Block:])
+		wb := (*[Q8Block]uint8)(wq[b*Q8Block:])
+		var t int32
+		for i := range Q8Block {
+			t += int32(xb[i]) * (int32(wb[i]) - 128)
+		}
+		s += float32(t) * float32(FromF16(wd[b])*xd[b])
+	}
+	return s
+}
+
+// dotRowsQ8Go sets out[r] to the dot product of quantized row i of a with
+// row r of the Q8_0 rows wq, wd (nb blocks each).
+func dotRowsQ8Go(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
+	xq := a.q[i*nb*Q8Block : (i+1)*nb*Q8Block]
+	xd := a.d[i*nb : (i+1)*nb]
+	for r := range out {
+		out[r] = dotQ8Go(xq, xd, wq[r*nb*Q8Block:(r+1)*nb*Q8Block], wd[r*nb:(r+1)*nb])
+	}
+}

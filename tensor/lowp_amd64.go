@@ -1,0 +1,213 @@
+//go:build amd64 && !noasm
+
+package tensor
+
+import "golang.org/x/sys/cpu"
+
+// f16cAvailable reports whether the F16 kernels can run (they widen with
+// F16C's VCVTPH2PS); the BF16 kernels need only AVX2.
+var f16cAvailable = asmAvailable && cpu.X86.HasF16C
+
+// vnniAvailable reports whether the AVX-512 VNNI Q8_0 kernel can run.
+var vnniAvailable = avx512Available && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
+
+// Assembly kernels of the low-precision products (lowp_amd64.s).
+
+// dotRowsBF16AVX2 sets out[r] = Σ_{kk<k} x[kk]·bf16(w[r·ldw+kk]) for
+// r < rows. k%8 == 0, k > 0, rows > 0.
+//
+//go:noescape
+func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
+
+// dotRowsF16AVX2 is dotRowsBF16AVX2 for binary16 weights.
+//
+//go:noescape
+func dotRowsF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
+
+// dotRowsBF16AVX512 is dotRowsBF16AVX2 in 16-lane vectors; k%16 == 0.
+//
+//go:noescape
+func dotRowsBF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
+
+// dotRowsF16AVX512 is dotRowsF16AVX2 in 16-lane vectors; k%16 == 0.
+//
+//go:noescape
+func dotRowsF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
+
+// dot4RowsBF16AVX512 is dotRowsBF16AVX512 four rows at a time, each x
+// vector loaded once for the four: quads·4 rows; k%16 == 0, k > 0.
+//
+//go:noescape
+func dot4RowsBF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
+
+// dot4RowsF16AVX512 is dot4RowsBF16AVX512 for binary16 weights.
+//
+//go:noescape
+func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
+
+// decodeBF16AVX2 widens n bfloat16 to float32; n%8 == 0, n > 0.
+//
+//go:noescape
+func decodeBF16AVX2(dst *float32, src *uint16, n int)
+
+// decodeF16AVX2 widens n binary16 to float32; n%8 == 0, n > 0.
+//
+//go:noescape
+func decodeF16AVX2(dst *float32, src *uint16, n int)
+
+// dequantQ8AVX2 sets dst[i] = (q[i]-128)·scale for i < n; n%8 == 0, n > 0.
+//
+//go:noescape
+func dequantQ8AVX2(dst *float32, q *uint8, scale float32, n int)
+
+// dotRowsQ8AVX2 sets out[r], r < rows, to the dot product of the quantized
+// x row (xq, xd; nb blocks) with row r of the Q8_0 rows (w, wd; nb blocks
+// each), per block by VPMADDUBSW on |x| and w·sign(x); it needs F16C.
+// nb > 0, rows > 0.
+//
+//go:noescape
+func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+
+// dotRowsQ8VNNI is dotRowsQ8AVX2 by AVX-512 VNNI: VPDPBUSD of the stored
+// (quant+128) weights with the x quants, each block's lanes started from
+// its correction xc[b] (see q8Act). nb even, nb > 0, rows > 0.
+//
+//go:noescape
+func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+
+func decodeBF16(dst []float32, src []uint16) {
+	n := len(dst) &^ 7
+	if useAsm && n > 0 {
+		_ = src[n-1]
+		decodeBF16AVX2(&dst[0], &src[0], n)
+	} else {
+		n = 0
+	}
+	decodeBF16Go(dst[n:], src[n:])
+}
+
+func decodeF16(dst []float32, src []uint16) {
+	n := len(dst) &^ 7
+	if useAsm && f16cAvailable && n > 0 {
+		_ = src[n-1]
+		decodeF16AVX2(&dst[0], &src[0], n)
+	} else {
+		n = 0
+	}
+	decodeF16Go(dst[n:], src[n:])
+}
+
+func dequantQ8(dst []float32, q []uint8, scale float32) {
+	n := len(dst) &^ 7
+	if useAsm && n > 0 {
+		_ = q[n-1]
+		dequantQ8AVX2(&dst[0], &q[0], scale, n)
+	} else {
+		n = 0
+	}
+	dequantQ8Go(dst[n:], q[n:], scale)
+}
+
+// dotRowsHalf sets out[r] = Σ_{kk<k} x[kk]·widen(w[r·ldw+kk]) for the
+// len(out) BF16 or F16 rows of w.
+func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
+	rows := len(out)
+	kv := k &^ 7
+	if useAVX512 {
+		kv = k &^ 15
+	}
+	if !useAsm || kv == 0 || dt == F16 && !f16cAvailable {
+		dotRowsHalfGo(dt, x, w, k, ldw, out)
+		return
+	}
+	_ = w[(rows-1)*ldw+k-1]
+	_ = x[k-1]
+	r := 0
+	if useAVX512 && k > halfRowKMax && rows >= 4 {
+		r = rows &^ 3
+		if dt == BF16 {
+			dot4RowsBF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
+		} else {
+			dot4RowsF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
+		}
+	}
+	if r < rows {
+		switch {
+		case useAVX512 && dt == BF16:
+			dotRowsBF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+		case useAVX512:
+			dotRowsF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+		case dt == BF16:
+			dotRowsBF16AVX2(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+		default:
+			dotRowsF16AVX2(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+		}
+	}
+	if kv == k {
+		return
+	}
+	var tail [16]float32
+	for r := range out {
+		t := tail[:k-kv]
+		if dt == BF16 {
+			decodeBF16Go(t, w[r*ldw+kv:r*ldw+k])
+		} else {
+			decodeF16Go(t, w[r*ldw+kv:r*ldw+k])
+		}
+		out[r] += dotGo(x[kv:k], t)
+	}
+}
+
+// dotRowsQ8 sets out[r] to the dot product of quantized row i of a with
+// row r of the Q8_0 rows wq, wd (nb blocks each).
+func dotRowsQ8(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
+	rows := len(out)
+	vnni := useAsm && useAVX512 && vnniAvailable
+	if !vnni && !(useAsm && f16cAvailable) {
+		dotRowsQ8Go(a, i, nb, wq, wd, out)
+		return
+	}
+	_ = wq[rows*nb*Q8Block-1]
+	_ = wd[rows*nb-1]
+	_ = a.q[(i+1)*nb*Q8Block-1]
+	_ = a.c[(i+1)*nb-1]
+	_ = a.d[(i+1)*nb-1]
+	if vnni {
+		dotRowsQ8VNNI(&a.q[i*nb*Q8Block], &a.c[i*nb], &a.d[i*nb], &wq[0], &wd[0], nb, rows, &out[0])
+		return
+	}
+	dotRowsQ8AVX2(&a.q[i*nb*Q8Block], &a.d[i*nb], &wq[0], &wd[0], nb, rows, &out[0])
+}
+
+// quantizeActAVX512 is quantizeAct for nb > 0 whole blocks of x.
+//
+//go:noescape
+func quantizeActAVX512(q *int8, c *int32, d *float32, x *float32, nb int)
+
+// quantizeAct quantizes x (len(x) <= len(d)·32) into blocks of 32 quants
+// q with scales d = max|x|/127 and the corrections c, padding with zeros.
+func quantizeAct(q []int8, c []int32, d []float32, x []float32) {
+	nb := min(len(x)/Q8Block, len(d))
+	if useAsm && useAVX512 && nb > 0 {
+		_ = q[nb*Q8Block-1]
+		_ = c[nb-1]
+		quantizeActAVX512(&q[0], &c[0], &d[0], &x[0], nb)
+	} else {
+		nb = 0
+	}
+	quantizeActGo(q[nb*Q8Block:], c[nb:], d[nb:], x[nb*Q8Block:])
+}
+
+// q8Perm holds the VPERMPS/VPERMD indices of the VNNI kernel: vector p
+// spreads lane 2p of a 16-lane vector of per-block values over lanes 0-7
+// and lane 2p+1 over lanes 8-15, the lanes of block pair p's dot products.
+//
+//lint:ignore U1000 read only by lowp_amd64.s, which staticcheck cannot see
+var q8Perm = func() (t [8][16]int32) {
+	for p := range t {
+		for l := range t[p] {
+			t[p][l] = int32(2*p + l/8)
+		}
+	}
+	return t
+}()

@@ -1,0 +1,622 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// Kernels of the products against BF16, F16 and Q8_0 weights. Operand
+// order as in simd_amd64.s (destination last). Registers R14, R15 and BP
+// are left alone.
+
+// HSUM4Y reduces the four 8-lane accumulators Y0-Y3 to one float in X0
+// lane 0. Clobbers Y1, Y2.
+#define HSUM4Y \
+	VADDPS Y1, Y0, Y0; \
+	VADDPS Y3, Y2, Y2; \
+	VADDPS Y2, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS X1, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VHADDPS X0, X0, X0
+
+// BF16W widens the 8 bfloat16 at off(DI)(AX*1) into the floats of y.
+#define BF16W(off, y) \
+	VPMOVZXWD off(DI)(AX*1), y; \
+	VPSLLD $16, y, y
+
+// F16W widens the 8 binary16 at off(DI)(AX*1) into the floats of y.
+#define F16W(off, y) \
+	VCVTPH2PS off(DI)(AX*1), y
+
+// func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
+// One row at a time, 32 weights a step in four accumulators: AX is the
+// byte offset into the w row, AX*2 into x.
+TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+
+bfrow:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ BX, CX
+	SUBQ $32, CX
+	JLT  bftail
+
+bf32:
+	BF16W(0, Y4)
+	BF16W(16, Y5)
+	BF16W(32, Y6)
+	BF16W(48, Y7)
+	VFMADD231PS (SI)(AX*2), Y4, Y0
+	VFMADD231PS 32(SI)(AX*2), Y5, Y1
+	VFMADD231PS 64(SI)(AX*2), Y6, Y2
+	VFMADD231PS 96(SI)(AX*2), Y7, Y3
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JGE  bf32
+
+bftail:
+	ADDQ $32, CX
+	JZ   bfdone
+
+bf8:
+	BF16W(0, Y4)
+	VFMADD231PS (SI)(AX*2), Y4, Y0
+	ADDQ $16, AX
+	SUBQ $8, CX
+	JNZ  bf8
+
+bfdone:
+	HSUM4Y
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  bfrow
+	VZEROUPPER
+	RET
+
+// func dotRowsF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
+// As dotRowsBF16AVX2, widening with F16C.
+TEXT ·dotRowsF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+
+hfrow:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ BX, CX
+	SUBQ $32, CX
+	JLT  hftail
+
+hf32:
+	F16W(0, Y4)
+	F16W(16, Y5)
+	F16W(32, Y6)
+	F16W(48, Y7)
+	VFMADD231PS (SI)(AX*2), Y4, Y0
+	VFMADD231PS 32(SI)(AX*2), Y5, Y1
+	VFMADD231PS 64(SI)(AX*2), Y6, Y2
+	VFMADD231PS 96(SI)(AX*2), Y7, Y3
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JGE  hf32
+
+hftail:
+	ADDQ $32, CX
+	JZ   hfdone
+
+hf8:
+	F16W(0, Y4)
+	VFMADD231PS (SI)(AX*2), Y4, Y0
+	ADDQ $16, AX
+	SUBQ $8, CX
+	JNZ  hf8
+
+hfdone:
+	HSUM4Y
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  hfrow
+	VZEROUPPER
+	RET
+
+// func decodeBF16AVX2(dst *float32, src *uint16, n int)
+TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), SI
+	MOVQ src+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+debf8:
+	BF16W(0, Y0)
+	VMOVUPS Y0, (SI)(AX*2)
+	ADDQ $16, AX
+	SUBQ $8, CX
+	JNZ  debf8
+	VZEROUPPER
+	RET
+
+// func decodeF16AVX2(dst *float32, src *uint16, n int)
+TEXT ·decodeF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), SI
+	MOVQ src+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+def16:
+	F16W(0, Y0)
+	VMOVUPS Y0, (SI)(AX*2)
+	ADDQ $16, AX
+	SUBQ $8, CX
+	JNZ  def16
+	VZEROUPPER
+	RET
+
+// func dequantQ8AVX2(dst *float32, q *uint8, scale float32, n int)
+TEXT ·dequantQ8AVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), SI
+	MOVQ q+8(FP), DI
+	VBROADCASTSS scale+16(FP), Y15
+	MOVQ n+24(FP), CX
+	MOVL $128, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	XORQ AX, AX
+
+deq8:
+	VPMOVZXBD (DI)(AX*1), Y0
+	VPSUBD Y14, Y0, Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS Y15, Y0, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+	ADDQ $8, AX
+	SUBQ $8, CX
+	JNZ  deq8
+	VZEROUPPER
+	RET
+
+// func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+// Per block of 32: w = stored^0x80 (the signed quants), VPMADDUBSW of |x|
+// (unsigned) with w·sign(x) gives 16 pair sums of at most 2·127·127 (no
+// saturation), VPMADDWD with ones widens them to 8 int32, and the block's
+// scale d_w·d_x multiplies them into the float accumulator Y0.
+TEXT ·dotRowsQ8AVX2(SB), NOSPLIT, $0-56
+	MOVQ xq+0(FP), SI
+	MOVQ xd+8(FP), R10
+	MOVQ w+16(FP), DI
+	MOVQ wd+24(FP), R11
+	MOVQ nb+32(FP), BX
+	MOVQ rows+40(FP), R9
+	MOVQ out+48(FP), DX
+	MOVL $0x80808080, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x00010001, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+
+q2row:
+	VXORPS Y0, Y0, Y0
+	XORQ AX, AX
+	MOVQ SI, R12
+
+q2blk:
+	VMOVDQU (DI), Y4
+	VPXOR Y15, Y4, Y4
+	VMOVDQU (R12), Y5
+	VPSIGNB Y5, Y4, Y4
+	VPABSB Y5, Y5
+	VPMADDUBSW Y4, Y5, Y6
+	VPMADDWD Y14, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	MOVWLZX (R11)(AX*2), CX
+	VMOVD CX, X7
+	VCVTPH2PS X7, X7
+	VMULSS (R10)(AX*4), X7, X7
+	VBROADCASTSS X7, Y7
+	VFMADD231PS Y7, Y6, Y0
+	ADDQ $32, DI
+	ADDQ $32, R12
+	INCQ AX
+	CMPQ AX, BX
+	JLT  q2blk
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	LEAQ (R11)(BX*2), R11
+	DECQ R9
+	JNZ  q2row
+	VZEROUPPER
+	RET
+
+// Q8PAIR takes the block pair at off: Z5 starts from the pair's
+// corrections, spread from Z3 by the index idx, so that after VPDPBUSD of
+// the stored weights with xq each block's 8 lanes sum to its exact dot
+// product; the pair's scales, spread from Z2 likewise, multiply it into acc.
+#define Q8PAIR(off, idx, acc) \
+	VMOVDQU32 off(DI), Z4; \
+	VPERMD Z3, idx, Z5; \
+	VPDPBUSD off(R12), Z4, Z5; \
+	VCVTDQ2PS Z5, Z5; \
+	VPERMPS Z2, idx, Z6; \
+	VFMADD231PS Z6, Z5, acc
+
+// func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+// Groups of 16 blocks: Z2 = d_w·d_x and Z3 = xc for the 16 blocks, then
+// eight block pairs (64 bytes each). The nb%16 blocks left (an even
+// number) are taken a pair at a time from masked loads of their scales
+// and corrections, Z2 and Z3 shifted down two lanes after each pair. DI
+// and R11 run on through all rows; R12, R8 and AX walk xq, xc and xd per
+// row; CX counts blocks.
+TEXT ·dotRowsQ8VNNI(SB), NOSPLIT, $0-64
+	MOVQ xq+0(FP), SI
+	MOVQ xc+8(FP), R13
+	MOVQ xd+16(FP), R10
+	MOVQ w+24(FP), DI
+	MOVQ wd+32(FP), R11
+	MOVQ nb+40(FP), BX
+	MOVQ rows+48(FP), R9
+	MOVQ out+56(FP), DX
+	LEAQ ·q8Perm(SB), AX
+	VMOVDQU32 0(AX), Z24
+	VMOVDQU32 64(AX), Z25
+	VMOVDQU32 128(AX), Z26
+	VMOVDQU32 192(AX), Z27
+	VMOVDQU32 256(AX), Z28
+	VMOVDQU32 320(AX), Z29
+	VMOVDQU32 384(AX), Z30
+	VMOVDQU32 448(AX), Z31
+	MOVQ BX, CX
+	ANDQ $15, CX
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+
+vrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ SI, R12
+	MOVQ R13, R8
+	MOVQ R10, AX
+	MOVQ BX, CX
+	SUBQ $16, CX
+	JLT  vtail
+
+vgroup:
+	VCVTPH2PS (R11), Z2
+	VMULPS (AX), Z2, Z2
+	VMOVDQU32 (R8), Z3
+	Q8PAIR(0, Z24, Z0)
+	Q8PAIR(64, Z25, Z1)
+	Q8PAIR(128, Z26, Z0)
+	Q8PAIR(192, Z27, Z1)
+	Q8PAIR(256, Z28, Z0)
+	Q8PAIR(320, Z29, Z1)
+	Q8PAIR(384, Z30, Z0)
+	Q8PAIR(448, Z31, Z1)
+	ADDQ $512, DI
+	ADDQ $512, R12
+	ADDQ $64, R8
+	ADDQ $32, R11
+	ADDQ $64, AX
+	SUBQ $16, CX
+	JGE  vgroup
+
+vtail:
+	ADDQ $16, CX
+	JZ   vdone
+	VMOVDQU16.Z (R11), K1, Y2
+	VCVTPH2PS Y2, Z2
+	VMOVUPS.Z (AX), K1, Z3
+	VMULPS Z3, Z2, Z2
+	VMOVDQU32.Z (R8), K1, Z3
+	LEAQ (R11)(CX*2), R11
+
+vpair:
+	Q8PAIR(0, Z24, Z0)
+	VALIGND $2, Z2, Z2, Z2
+	VALIGND $2, Z3, Z3, Z3
+	ADDQ $64, DI
+	ADDQ $64, R12
+	SUBQ $2, CX
+	JNZ  vpair
+
+vdone:
+	VADDPS Z1, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	DECQ R9
+	JNZ  vrow
+	VZEROUPPER
+	RET
+
+
+// BF16Z widens the 16 bfloat16 at off(DI)(AX*1) into the floats of z.
+#define BF16Z(off, z) \
+	VPMOVZXWD off(DI)(AX*1), z; \
+	VPSLLD $16, z, z
+
+// F16Z widens the 16 binary16 at off(DI)(AX*1) into the floats of z.
+#define F16Z(off, z) \
+	VCVTPH2PS off(DI)(AX*1), z
+
+// HSUM2Z reduces the 16-lane accumulators Z0 and Z1 to one float in X0
+// lane 0. Clobbers Y1.
+#define HSUM2Z \
+	VADDPS Z1, Z0, Z0; \
+	VEXTRACTF64X4 $1, Z0, Y1; \
+	VADDPS Y1, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS X1, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VHADDPS X0, X0, X0
+
+// func dotRowsBF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
+// dotRowsBF16AVX2 in 16-lane vectors, 32 weights a step; k%16 == 0.
+TEXT ·dotRowsBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+
+zbrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	XORQ AX, AX
+	MOVQ BX, CX
+	SUBQ $32, CX
+	JLT  zbtail
+
+zb32:
+	BF16Z(0, Z4)
+	BF16Z(32, Z5)
+	VFMADD231PS (SI)(AX*2), Z4, Z0
+	VFMADD231PS 64(SI)(AX*2), Z5, Z1
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JGE  zb32
+
+zbtail:
+	ADDQ $32, CX
+	JZ   zbdone
+	BF16Z(0, Z4)
+	VFMADD231PS (SI)(AX*2), Z4, Z0
+
+zbdone:
+	HSUM2Z
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  zbrow
+	VZEROUPPER
+	RET
+
+// func dotRowsF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
+// dotRowsBF16AVX512 for binary16 weights.
+TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+
+zhrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	XORQ AX, AX
+	MOVQ BX, CX
+	SUBQ $32, CX
+	JLT  zhtail
+
+zh32:
+	F16Z(0, Z4)
+	F16Z(32, Z5)
+	VFMADD231PS (SI)(AX*2), Z4, Z0
+	VFMADD231PS 64(SI)(AX*2), Z5, Z1
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JGE  zh32
+
+zhtail:
+	ADDQ $32, CX
+	JZ   zhdone
+	F16Z(0, Z4)
+	VFMADD231PS (SI)(AX*2), Z4, Z0
+
+zhdone:
+	HSUM2Z
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  zhrow
+	VZEROUPPER
+	RET
+
+// BF16R widens the 16 bfloat16 at (r)(AX*1) into the floats of z.
+#define BF16R(r, z) \
+	VPMOVZXWD (r)(AX*1), z; \
+	VPSLLD $16, z, z
+
+// F16R widens the 16 binary16 at (r)(AX*1) into the floats of z.
+#define F16R(r, z) \
+	VCVTPH2PS (r)(AX*1), z
+
+// QUADSUM reduces the 16-lane accumulator z (y its lower half) to one
+// float stored at off(DX). Clobbers Y0, Y1.
+#define QUADSUM(z, y, off) \
+	VEXTRACTF64X4 $1, z, Y1; \
+	VADDPS Y1, y, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS X1, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VMOVSS X0, off(DX)
+
+// DOT4ROWS is the loop of dot4RowsBF16AVX512 and dot4RowsF16AVX512, with
+// W the widening macro: four rows at a time (DI, R10, R11, R12), each x
+// vector loaded once for all four, accumulators Z16-Z19.
+#define DOT4ROWS(W) \
+quad: \
+	LEAQ (DI)(R8*1), R10; \
+	LEAQ (DI)(R8*2), R11; \
+	LEAQ (R10)(R8*2), R12; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	XORQ AX, AX; \
+	MOVQ BX, CX; \
+quad16: \
+	VMOVUPS (SI)(AX*2), Z8; \
+	W(DI, Z4); \
+	W(R10, Z5); \
+	W(R11, Z6); \
+	W(R12, Z7); \
+	VFMADD231PS Z8, Z4, Z16; \
+	VFMADD231PS Z8, Z5, Z17; \
+	VFMADD231PS Z8, Z6, Z18; \
+	VFMADD231PS Z8, Z7, Z19; \
+	ADDQ $32, AX; \
+	SUBQ $16, CX; \
+	JNZ  quad16; \
+	QUADSUM(Z16, Y16, 0); \
+	QUADSUM(Z17, Y17, 4); \
+	QUADSUM(Z18, Y18, 8); \
+	QUADSUM(Z19, Y19, 12); \
+	ADDQ $16, DX; \
+	LEAQ (DI)(R8*4), DI; \
+	DECQ R9; \
+	JNZ  quad; \
+	VZEROUPPER; \
+	RET
+
+// func dot4RowsBF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
+TEXT ·dot4RowsBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ quads+32(FP), R9
+	MOVQ out+40(FP), DX
+	DOT4ROWS(BF16R)
+
+// func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
+TEXT ·dot4RowsF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ quads+32(FP), R9
+	MOVQ out+40(FP), DX
+	DOT4ROWS(F16R)
+
+// func quantizeActAVX512(q *int8, c *int32, d *float32, x *float32, nb int)
+// quantizeAct for nb whole blocks of x, by the same float32 operations:
+// d = max|x|/127, quants round(x·(127/max|x|)) to nearest even (the
+// default MXCSR rounding of VCVTPS2DQ), c = -16·Σ quants.
+TEXT ·quantizeActAVX512(SB), NOSPLIT, $0-40
+	MOVQ q+0(FP), DI
+	MOVQ c+8(FP), R8
+	MOVQ d+16(FP), R10
+	MOVQ x+24(FP), SI
+	MOVQ nb+32(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z15
+	MOVL $0x42fe0000, AX // 127.0
+	VMOVD AX, X14
+	VXORPS X13, X13, X13
+
+qablk:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z15, Z0, Z2
+	VPANDD Z15, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2
+	VUCOMISS X13, X2
+	JEQ  qazero
+	VDIVSS X14, X2, X4
+	VMOVSS X4, (R10)
+	VDIVSS X2, X14, X4
+	VBROADCASTSS X4, Z4
+	VMULPS Z4, Z0, Z0
+	VMULPS Z4, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB Z0, X5
+	VPMOVSDB Z1, X6
+	VMOVDQU X5, (DI)
+	VMOVDQU X6, 16(DI)
+	VPADDD Z1, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDD Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD X1, X0, X0
+	VMOVD X0, AX
+	IMULL $-16, AX
+	MOVL AX, (R8)
+	JMP  qanext
+
+qazero:
+	VMOVSS X13, (R10)
+	VMOVDQU X13, (DI)
+	VMOVDQU X13, 16(DI)
+	MOVL $0, (R8)
+
+qanext:
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R10
+	DECQ CX
+	JNZ  qablk
+	VZEROUPPER
+	RET

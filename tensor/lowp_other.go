@@ -1,0 +1,19 @@
+//go:build !amd64 || noasm
+
+package tensor
+
+// Without the assembly kernels the low-precision products run the portable
+// Go code.
+
+func decodeBF16(dst []float32, src []uint16)            { decodeBF16Go(dst, src) }
+func decodeF16(dst []float32, src []uint16)             { decodeF16Go(dst, src) }
+func dequantQ8(dst []float32, q []uint8, scale float32) { dequantQ8Go(dst, q, scale) }
+func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
+	dotRowsHalfGo(dt, x, w, k, ldw, out)
+}
+
+func dotRowsQ8(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
+	dotRowsQ8Go(a, i, nb, wq, wd, out)
+}
+
+func quantizeAct(q []int8, c []int32, d []float32, x []float32) { quantizeActGo(q, c, d, x) }

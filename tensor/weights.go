@@ -1,0 +1,290 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// DType names the element format of a Weights matrix.
+type DType uint8
+
+const (
+	// F32 holds float32 weights; products go through MatMul unchanged.
+	F32 DType = iota
+	// BF16 holds bfloat16 weights (see ToBF16), widened to float32 in
+	// registers; products accumulate in float32.
+	BF16
+	// F16 holds IEEE binary16 weights (see ToF16), widened likewise.
+	F16
+	// Q8_0 holds weights quantized in blocks of Q8Block along k, each
+	// block 32 signed 8-bit integers in [-127, 127] and one binary16 scale
+	// (the contents of llama.cpp's Q8_0; the layout is this package's own).
+	// See QuantizeQ8_0 and MatMulW for how products are formed.
+	Q8_0
+)
+
+// Q8Block is the number of weights that share one scale in Q8_0.
+const Q8Block = 32
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
+	case Q8_0:
+		return "q8_0"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Weights is an n×k weight matrix in nn.Linear layout ([out, in], row j
+// holding the k weights of output j), stored in one of the DType formats
+// and multiplied as such by MatMulW. BF16 and F16 matrices reference the
+// caller's slice (it may be memory-mapped from a checkpoint) and must not
+// be modified while in use; F32 likewise. A Weights is immutable once
+// built and safe for concurrent use.
+//
+// Q8_0 layout: row j is nb = ⌈k/32⌉ rounded up to even blocks (the AVX-512
+// kernel takes blocks in pairs); block b of row j holds its 32 quants at
+// q[(j·nb+b)·32:], each stored as quant+128 in a uint8 (so the VNNI
+// instruction can take the weights as its unsigned operand), and its scale
+// as binary16 at d[j·nb+b]. Weights past k are 0 (stored 128) and blocks
+// past ⌈k/32⌉ have scale 0.
+type Weights struct {
+	dtype DType
+	n, k  int
+	f32   []float32
+	half  []uint16
+	q     []uint8
+	d     []uint16
+	nb    int
+}
+
+// NewWeightsF32 wraps w, an n×k float32 matrix (len(w) == n·k), without
+// copying it.
+func NewWeightsF32(w []float32, n, k int) *Weights {
+	checkWeights("tensor.NewWeightsF32", len(w), n, k)
+	return &Weights{dtype: F32, n: n, k: k, f32: w}
+}
+
+// NewWeightsBF16 wraps w, an n×k bfloat16 matrix (len(w) == n·k), without
+// copying it.
+func NewWeightsBF16(w []uint16, n, k int) *Weights {
+	checkWeights("tensor.NewWeightsBF16", len(w), n, k)
+	return &Weights{dtype: BF16, n: n, k: k, half: w}
+}
+
+// NewWeightsF16 wraps w, an n×k binary16 matrix (len(w) == n·k), without
+// copying it.
+func NewWeightsF16(w []uint16, n, k int) *Weights {
+	checkWeights("tensor.NewWeightsF16", len(w), n, k)
+	return &Weights{dtype: F16, n: n, k: k, half: w}
+}
+
+func checkWeights(name string, l, n, k int) {
+	if n < 0 || k < 0 || l != n*k {
+		panic(fmt.Sprintf("%s: len(w)=%d want n*k with n=%d k=%d", name, l, n, k))
+	}
+}
+
+// q8Blocks returns the number of Q8_0 blocks per row for k columns:
+// ⌈k/32⌉ rounded up to even.
+func q8Blocks(k int) int { return (k + 2*Q8Block - 1) / (2 * Q8Block) * 2 }
+
+// QuantizeQ8_0 returns w quantized to Q8_0, its rows split over the pool
+// p. Each block of 32 weights gets the scale d = max|w|/127 rounded up to
+// the next binary16 (so no quant exceeds 127; the largest finite binary16
+// when max|w|/127 exceeds it, and then quants saturate) and quants
+// round(w/d), ties to even, so every weight is within d/2 (plus one part
+// in 10⁵ of d for float32 rounding) of its dequantized value. w must be
+// finite. A Q8_0 w is returned as is.
+func QuantizeQ8_0(p *Pool, w *Weights) *Weights {
+	if w.dtype == Q8_0 {
+		return w
+	}
+	nb := q8Blocks(w.k)
+	out := &Weights{dtype: Q8_0, n: w.n, k: w.k, nb: nb,
+		q: make([]uint8, w.n*nb*Q8Block), d: make([]uint16, w.n*nb)}
+	p.Run(w.n, func(lo, hi int) {
+		var row []float32
+		if w.dtype != F32 {
+			row = make([]float32, w.k)
+		}
+		for j := lo; j < hi; j++ {
+			src := row
+			if w.dtype == F32 {
+				src = w.f32[j*w.k : (j+1)*w.k]
+			} else {
+				w.decodeRow(src, j, 0)
+			}
+			quantizeQ8Row(out.q[j*nb*Q8Block:(j+1)*nb*Q8Block], out.d[j*nb:(j+1)*nb], src)
+		}
+	})
+	return out
+}
+
+// quantizeQ8Row quantizes src into the blocks q (len(d)·32 quants, stored
+// +128) and scales d, padding with zero quants and scales.
+func quantizeQ8Row(q []uint8, d []uint16, src []float32) {
+	for b := range d {
+		lo := min(b*Q8Block, len(src))
+		xs := src[lo:min(lo+Q8Block, len(src))]
+		qb := q[b*Q8Block : (b+1)*Q8Block]
+		var amax float32
+		for _, v := range xs {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		h := ToF16(amax / 127)
+		if h >= 0x7c00 {
+			h = 0x7bff // saturate at the largest finite binary16
+		} else if FromF16(h) < amax/127 {
+			h++ // round the scale up, so |w/d| <= 127
+		}
+		d[b] = h
+		scale := FromF16(h)
+		if scale == 0 {
+			for i := range qb {
+				qb[i] = 128
+			}
+			continue
+		}
+		inv := 1 / scale
+		for i := range qb {
+			var v float32
+			if i < len(xs) {
+				v = xs[i]
+			}
+			r := max(-127, min(127, roundEven(float32(v*inv))))
+			qb[i] = uint8(int32(r) + 128)
+		}
+	}
+}
+
+// roundEven rounds f to an integer, ties to even, for |f| < 2²²: adding
+// and subtracting 1.5·2²³ leaves the integer part in float32's ulp.
+func roundEven(f float32) float32 {
+	const magic = 12582912 // 1.5·2²³
+	if f >= 0 {
+		return float32(f+magic) - magic
+	}
+	return -(float32(-f+magic) - magic)
+}
+
+// DType reports the element format of w.
+func (w *Weights) DType() DType { return w.dtype }
+
+// Shape returns w's n (rows, outputs) and k (columns, inputs).
+func (w *Weights) Shape() (n, k int) { return w.n, w.k }
+
+// Bytes returns the size of w's stored data: what one product at m = 1
+// reads from memory.
+func (w *Weights) Bytes() int {
+	switch w.dtype {
+	case F32:
+		return 4 * len(w.f32)
+	case BF16, F16:
+		return 2 * len(w.half)
+	}
+	return len(w.q) + 2*len(w.d)
+}
+
+// Row writes row j of w, widened or dequantized to float32 exactly as the
+// kernels see it, into dst (len(dst) == k). It serves embedding lookups
+// and tests.
+func (w *Weights) Row(j int, dst []float32) {
+	if j < 0 || j >= w.n || len(dst) != w.k {
+		panic(fmt.Sprintf("tensor.Weights.Row: row %d of %d, len(dst)=%d want %d", j, w.n, len(dst), w.k))
+	}
+	w.decodeRow(dst, j, 0)
+}
+
+// decodeRow writes columns [c0, c0+len(dst)) of row j as float32.
+func (w *Weights) decodeRow(dst []float32, j, c0 int) {
+	off := j*w.k + c0
+	switch w.dtype {
+	case F32:
+		copy(dst, w.f32[off:off+len(dst)])
+	case BF16:
+		decodeBF16(dst, w.half[off:off+len(dst)])
+	case F16:
+		decodeF16(dst, w.half[off:off+len(dst)])
+	case Q8_0:
+		row := w.q[j*w.nb*Q8Block:]
+		ds := w.d[j*w.nb:]
+		for len(dst) > 0 {
+			b, i := c0/Q8Block, c0%Q8Block
+			c := min(len(dst), Q8Block-i)
+			dequantQ8(dst[:c], row[b*Q8Block+i:b*Q8Block+i+c], FromF16(ds[b]))
+			dst, c0 = dst[c:], c0+c
+		}
+	}
+}
+
+// dequantQ8Go sets dst[i] = (q[i]-128)·scale, exactly.
+func dequantQ8Go(dst []float32, q []uint8, scale float32) {
+	q = q[:len(dst)]
+	for i := range dst {
+		dst[i] = float32(int32(q[i])-128) * scale
+	}
+}
+
+// MatMulW computes y = x·wᵀ for x [m×k] and y [m×n], with n×k = w.Shape(),
+// as MatMul does for float32 weights (same pool splitting over w's rows,
+// same overwrite and aliasing rules), reading w in its stored format:
+//
+//   - F32: MatMul itself.
+//   - BF16, F16: each weight is widened to float32 and products accumulate
+//     in float32, so the result is that of MatMul on the widened matrix up
+//     to float32 summation order. For m <= 32 w is streamed once per call
+//     and widened in registers; larger m widen panels of w into the packed
+//     float32 GEMM.
+//   - Q8_0: for m <= 32 (decode) each row of x is quantized per block of
+//     32 to 8-bit integers with its own float32 scale max|x|/127 (ties to
+//     even), and each block's dot product is exact in int32 before it is
+//     scaled and accumulated in float32; the only error beyond float32
+//     rounding is the activation rounding, at most half a step of x's
+//     block scale per element. Larger m (prefill) dequantize panels of w
+//     into the packed float32 GEMM, with x unquantized.
+func MatMulW(p *Pool, y, x []float32, w *Weights, m int) {
+	checkMatMulW("tensor.MatMulW", y, x, w, m)
+	matmulW(p, y, x, w, m, false)
+}
+
+// MatMulWAcc computes y += x·wᵀ with the shapes and rules of MatMulW.
+func MatMulWAcc(p *Pool, y, x []float32, w *Weights, m int) {
+	checkMatMulW("tensor.MatMulWAcc", y, x, w, m)
+	matmulW(p, y, x, w, m, true)
+}
+
+func checkMatMulW(name string, y, x []float32, w *Weights, m int) {
+	switch {
+	case m < 0:
+		panic(fmt.Sprintf("%s: negative m=%d", name, m))
+	case len(x) != m*w.k:
+		panic(fmt.Sprintf("%s: len(x)=%d want m*k=%d", name, len(x), m*w.k))
+	case len(y) != m*w.n:
+		panic(fmt.Sprintf("%s: len(y)=%d want m*n=%d", name, len(y), m*w.n))
+	}
+}
+
+func matmulW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+	n, k := w.n, w.k
+	switch {
+	case w.dtype == F32:
+		matmul(p, y, x, w.f32, m, k, n, acc)
+	case m == 0 || n == 0:
+	case k == 0:
+		if !acc {
+			clear(y)
+		}
+	case m <= gemvMaxM && w.dtype == Q8_0:
+		gemvQ8(p, y, x, w, m, acc)
+	case m <= gemvMaxM:
+		gemvHalf(p, y, x, w, m, acc)
+	default:
+		gemmW(p, y, x, w, m, acc)
+	}
+}
