@@ -15,6 +15,13 @@
 // computes y = x·wᵀ. Shape and length mismatches are programmer errors and
 // panic with a message naming the function and the offending length.
 //
+// Low-precision weights: a Weights matrix holds w as float32, bfloat16,
+// binary16 or Q8_0 (8-bit quants in blocks of 32 with one scale), and
+// MatMulW multiplies by it in that format, accumulating in float32:
+// decode (m <= 32) streams the stored bytes once, which is what bounds its
+// speed; prefill widens panels of w into the float32 GEMM. Read weights.go
+// and lowp.go, then lowp_amd64.s.
+//
 // Implementations: on amd64 with AVX2 and FMA the hot loops run in Go
 // assembly, picked at run time (AVX-512 only for the decode GEMV tiles,
 // where it measured faster on Zen 4); other CPUs, and builds with the noasm

@@ -130,7 +130,7 @@ func BenchmarkMatMulWPrefill(b *testing.B) {
 	p := NewPool(benchThreads)
 	defer p.Close()
 	const m = 512
-	for _, s := range decodeShapes[:2] {
+	for _, s := range []struct{ k, n int }{{2048, 2048}, {8192, 2048}} {
 		b.Run(fmt.Sprintf("M=%d/K=%d/N=%d", m, s.k, s.n), func(b *testing.B) {
 			wf := make([]float32, s.n*s.k)
 			fill(wf, 2)
