@@ -23,21 +23,26 @@ const lowpRows = 8
 const halfRowKMax = 4096
 
 // gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. For m == 1 each
-// worker streams its rows of w through the widening dot kernel. For m > 1
+// worker streams its rows of w through the widening dot kernel (for BF16
+// under AVX-512 against x split into even and odd elements, see splitX).
+// For m > 1
 // it widens four rows at a time, gemvKB columns at a time, into an L1
 // buffer and runs the float32 dot tiles of gemv over it, so each weight is
 // widened once per call.
 func gemvHalf(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 	n, k := w.n, w.k
 	if m == 1 {
+		buf := xScratch.Get().(*[]float32)
+		xeo := splitX(w.dtype, x, buf)
 		p.Run(n, func(lo, hi int) {
 			var out [lowpRows]float32
 			for j := lo; j < hi; j += lowpRows {
 				r := min(lowpRows, hi-j)
-				dotRowsHalf(w.dtype, x, w.half[j*k:(j+r)*k], k, k, out[:r])
+				dotRowsHalf(w.dtype, x, xeo, w.half[j*k:(j+r)*k], k, k, out[:r])
 				putRow(y[j:j+r], out[:r], acc)
 			}
 		})
+		xScratch.Put(buf)
 		return
 	}
 	p.Run((n+3)/4, func(lo, hi int) {
@@ -62,6 +67,9 @@ func gemvHalf(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 		}
 	})
 }
+
+// xScratch recycles the buffers of splitX.
+var xScratch = sync.Pool{New: func() any { return new([]float32) }}
 
 // putRow stores (or with acc adds) src into dst.
 func putRow(dst, src []float32, acc bool) {

@@ -45,6 +45,24 @@ func dot4RowsBF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
 //go:noescape
 func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
 
+// splitEvenOddAVX512 splits each of chunks 32-float chunks of src into
+// its 16 even-indexed then its 16 odd-indexed elements in dst.
+//
+//go:noescape
+func splitEvenOddAVX512(dst, src *float32, chunks int)
+
+// dotRowsBF16EOAVX512 is dotRowsBF16AVX512 with x split by
+// splitEvenOddAVX512, which lets it widen 32 weights with one load, a
+// shift and a mask; k%32 == 0, k > 0.
+//
+//go:noescape
+func dotRowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, rows int, out *float32)
+
+// dot4RowsBF16EOAVX512 is dot4RowsBF16AVX512 with x split likewise.
+//
+//go:noescape
+func dot4RowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, quads int, out *float32)
+
 // decodeBF16AVX2 widens n bfloat16 to float32; n%8 == 0, n > 0.
 //
 //go:noescape
@@ -109,11 +127,14 @@ func dequantQ8(dst []float32, q []uint8, scale float32) {
 }
 
 // dotRowsHalf sets out[r] = Σ_{kk<k} x[kk]·widen(w[r·ldw+kk]) for the
-// len(out) BF16 or F16 rows of w.
-func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
+// len(out) BF16 or F16 rows of w; xeo is splitX's form of x, or nil.
+func dotRowsHalf(dt DType, x, xeo []float32, w []uint16, k, ldw int, out []float32) {
 	rows := len(out)
 	kv := k &^ 7
-	if useAVX512 {
+	switch {
+	case xeo != nil:
+		kv = len(xeo)
+	case useAVX512:
 		kv = k &^ 15
 	}
 	if !useAsm || kv == 0 || dt == F16 && !f16cAvailable {
@@ -125,14 +146,19 @@ func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
 	r := 0
 	if useAVX512 && k > halfRowKMax && rows >= 4 {
 		r = rows &^ 3
-		if dt == BF16 {
+		switch {
+		case xeo != nil:
+			dot4RowsBF16EOAVX512(&xeo[0], &w[0], kv, ldw, r/4, &out[0])
+		case dt == BF16:
 			dot4RowsBF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
-		} else {
+		default:
 			dot4RowsF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
 		}
 	}
 	if r < rows {
 		switch {
+		case xeo != nil:
+			dotRowsBF16EOAVX512(&xeo[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
 		case useAVX512 && dt == BF16:
 			dotRowsBF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
 		case useAVX512:
@@ -146,7 +172,7 @@ func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
 	if kv == k {
 		return
 	}
-	var tail [16]float32
+	var tail [32]float32
 	for r := range out {
 		t := tail[:k-kv]
 		if dt == BF16 {
@@ -196,6 +222,32 @@ func quantizeAct(q []int8, c []int32, d []float32, x []float32) {
 		nb = 0
 	}
 	quantizeActGo(q[nb*Q8Block:], c[nb:], d[nb:], x[nb*Q8Block:])
+}
+
+// evenOddIdx holds the VPERMI2PS indices of splitEvenOddAVX512.
+//
+//lint:ignore U1000 read only by lowp_amd64.s, which staticcheck cannot see
+var evenOddIdx = func() (t [2][16]int32) {
+	for i := range 16 {
+		t[0][i], t[1][i] = int32(2*i), int32(2*i+1)
+	}
+	return t
+}()
+
+// splitX returns x prepared for dotRowsHalf: for BF16 under AVX-512, its
+// whole 32-float chunks split into even and odd elements in *buf (grown as
+// needed); otherwise nil.
+func splitX(dt DType, x []float32, buf *[]float32) []float32 {
+	k32 := len(x) &^ 31
+	if dt != BF16 || !useAsm || !useAVX512 || k32 == 0 {
+		return nil
+	}
+	if cap(*buf) < k32 {
+		*buf = make([]float32, k32)
+	}
+	xeo := (*buf)[:k32]
+	splitEvenOddAVX512(&xeo[0], &x[0], k32/32)
+	return xeo
 }
 
 // q8Perm holds the VPERMPS/VPERMD indices of the VNNI kernel: vector p

@@ -620,3 +620,128 @@ qanext:
 	JNZ  qablk
 	VZEROUPPER
 	RET
+
+// func splitEvenOddAVX512(dst, src *float32, chunks int)
+// For each chunk of 32 floats: dst[0:16] = src[0,2,…,30], dst[16:32] =
+// src[1,3,…,31].
+TEXT ·splitEvenOddAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ chunks+16(FP), CX
+	LEAQ ·evenOddIdx(SB), AX
+	VMOVDQU32 (AX), Z14
+	VMOVDQU32 64(AX), Z15
+
+seo:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVDQA32 Z14, Z2
+	VMOVDQA32 Z15, Z3
+	VPERMI2PS Z1, Z0, Z2
+	VPERMI2PS Z1, Z0, Z3
+	VMOVUPS Z2, (DI)
+	VMOVUPS Z3, 64(DI)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  seo
+	VZEROUPPER
+	RET
+
+// BF16EO widens the 32 bfloat16 at (r)(AX*1) into ze (the even-indexed,
+// from the low halves of the 32-bit lanes) and zo (the odd-indexed, the
+// high halves, kept by the mask in Z31).
+#define BF16EO(r, ze, zo) \
+	VMOVDQU32 (r)(AX*1), zo; \
+	VPSLLD $16, zo, ze; \
+	VPANDD Z31, zo, zo
+
+// func dotRowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, rows int, out *float32)
+// dotRowsBF16AVX512 with x split by splitEvenOddAVX512; k%32 == 0.
+TEXT ·dotRowsBF16EOAVX512(SB), NOSPLIT, $0-48
+	MOVQ xeo+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z31
+
+eorow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	XORQ AX, AX
+	MOVQ BX, CX
+
+eo32:
+	BF16EO(DI, Z4, Z5)
+	VFMADD231PS (SI)(AX*2), Z4, Z0
+	VFMADD231PS 64(SI)(AX*2), Z5, Z1
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JNZ  eo32
+
+	HSUM2Z
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R9
+	JNZ  eorow
+	VZEROUPPER
+	RET
+
+// func dot4RowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, quads int, out *float32)
+// dot4RowsBF16AVX512 with x split by splitEvenOddAVX512; k%32 == 0.
+TEXT ·dot4RowsBF16EOAVX512(SB), NOSPLIT, $0-48
+	MOVQ xeo+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), BX
+	MOVQ ldw+24(FP), R8
+	SHLQ $1, R8
+	MOVQ quads+32(FP), R9
+	MOVQ out+40(FP), DX
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z31
+
+eoquad:
+	LEAQ (DI)(R8*1), R10
+	LEAQ (DI)(R8*2), R11
+	LEAQ (R10)(R8*2), R12
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	XORQ AX, AX
+	MOVQ BX, CX
+
+eoquad32:
+	VMOVUPS (SI)(AX*2), Z8
+	VMOVUPS 64(SI)(AX*2), Z9
+	BF16EO(DI, Z0, Z1)
+	BF16EO(R10, Z2, Z3)
+	BF16EO(R11, Z4, Z5)
+	BF16EO(R12, Z6, Z7)
+	VFMADD231PS Z8, Z0, Z16
+	VFMADD231PS Z8, Z2, Z17
+	VFMADD231PS Z8, Z4, Z18
+	VFMADD231PS Z8, Z6, Z19
+	VFMADD231PS Z9, Z1, Z16
+	VFMADD231PS Z9, Z3, Z17
+	VFMADD231PS Z9, Z5, Z18
+	VFMADD231PS Z9, Z7, Z19
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JNZ  eoquad32
+
+	QUADSUM(Z16, Y16, 0)
+	QUADSUM(Z17, Y17, 4)
+	QUADSUM(Z18, Y18, 8)
+	QUADSUM(Z19, Y19, 12)
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ R9
+	JNZ  eoquad
+	VZEROUPPER
+	RET

@@ -8,7 +8,9 @@ package tensor
 func decodeBF16(dst []float32, src []uint16)            { decodeBF16Go(dst, src) }
 func decodeF16(dst []float32, src []uint16)             { decodeF16Go(dst, src) }
 func dequantQ8(dst []float32, q []uint8, scale float32) { dequantQ8Go(dst, q, scale) }
-func dotRowsHalf(dt DType, x []float32, w []uint16, k, ldw int, out []float32) {
+func splitX(DType, []float32, *[]float32) []float32     { return nil }
+
+func dotRowsHalf(dt DType, x, _ []float32, w []uint16, k, ldw int, out []float32) {
 	dotRowsHalfGo(dt, x, w, k, ldw, out)
 }
 
