@@ -80,11 +80,13 @@ func putRow(dst, src []float32, acc bool) {
 	}
 }
 
-// q8Act holds rows of x quantized for the Q8_0 kernels, nb blocks a row:
-// quants q (row i at q[i·nb·32:], padded with zeros), scales d, and for
-// the VNNI kernel c[i·nb+b] = -16·Σ q over block b: each of the block's 8
-// int32 lanes starts from it, so that together they cancel the
-// 128·Σ q that the +128 in the stored weights adds.
+// q8Act holds rows of x quantized for the Q8_0 kernels, nbA blocks a
+// row (the weights' nb rounded up to whole groups, so the VNNI kernel may
+// read a group's worth for the last one): quants q (row i at
+// q[i·nbA·32:], padded with zeros), scales d, and for the VNNI kernel
+// c[i·nbA+b] = -16·Σ q over block b: each of the block's 8 int32 lanes
+// starts from it, so that together they cancel the 128·Σ q that the +128
+// in the stored weights adds.
 type q8Act struct {
 	q []int8
 	c []int32
@@ -93,19 +95,23 @@ type q8Act struct {
 
 var q8ActPool sync.Pool
 
-func getQ8Act(m, nb int) *q8Act {
+// getQ8Act returns a q8Act for m rows of nbA blocks.
+func getQ8Act(m, nbA int) *q8Act {
 	a, _ := q8ActPool.Get().(*q8Act)
 	if a == nil {
 		a = new(q8Act)
 	}
-	if cap(a.q) < m*nb*Q8Block {
-		a.q = make([]int8, m*nb*Q8Block)
-		a.c = make([]int32, m*nb)
-		a.d = make([]float32, m*nb)
+	if cap(a.q) < m*nbA*Q8Block {
+		a.q = make([]int8, m*nbA*Q8Block)
+		a.c = make([]int32, m*nbA)
+		a.d = make([]float32, m*nbA)
 	}
-	a.q, a.c, a.d = a.q[:m*nb*Q8Block], a.c[:m*nb], a.d[:m*nb]
+	a.q, a.c, a.d = a.q[:m*nbA*Q8Block], a.c[:m*nbA], a.d[:m*nbA]
 	return a
 }
+
+// q8ActBlocks returns the blocks of a q8Act row for weights of nb blocks.
+func q8ActBlocks(nb int) int { return (nb + q8Group - 1) / q8Group * q8Group }
 
 // quantizeActGo is the portable quantizeAct.
 func quantizeActGo(q []int8, c []int32, d []float32, x []float32) {
@@ -143,18 +149,18 @@ func quantizeActGo(q []int8, c []int32, d []float32, x []float32) {
 // dot products of those rows with every row of x while they sit in L1.
 func gemvQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 	n, k, nb := w.n, w.k, w.nb
-	a := getQ8Act(m, nb)
+	nbA, rb := q8ActBlocks(nb), q8RowBytes(nb)
+	a := getQ8Act(m, nbA)
 	for i := range m {
-		quantizeAct(a.q[i*nb*Q8Block:(i+1)*nb*Q8Block], a.c[i*nb:(i+1)*nb], a.d[i*nb:(i+1)*nb], x[i*k:(i+1)*k])
+		quantizeAct(a.q[i*nbA*Q8Block:(i+1)*nbA*Q8Block], a.c[i*nbA:(i+1)*nbA], a.d[i*nbA:(i+1)*nbA], x[i*k:(i+1)*k])
 	}
 	p.Run(n, func(lo, hi int) {
 		var out [lowpRows]float32
 		for j := lo; j < hi; j += lowpRows {
 			r := min(lowpRows, hi-j)
-			wq := w.q[j*nb*Q8Block : (j+r)*nb*Q8Block]
-			wd := w.d[j*nb : (j+r)*nb]
+			wq := w.q[j*rb : (j+r)*rb]
 			for i := range m {
-				dotRowsQ8(a, i, nb, wq, wd, out[:r])
+				dotRowsQ8(a, i, nb, nbA, wq, out[:r])
 				putRow(y[i*n+j:i*n+j+r], out[:r], acc)
 			}
 		}
@@ -182,28 +188,30 @@ func dotRowsHalfGo(dt DType, x []float32, w []uint16, k, ldw int, out []float32)
 	}
 }
 
-// dotQ8Go returns Σ_b d_w[b]·d_x[b]·Σ_i (wq[32b+i]-128)·xq[32b+i] over the
-// len(wd) blocks of one row, each block's integer sum exact.
-func dotQ8Go(xq []int8, xd []float32, wq []uint8, wd []uint16) float32 {
+// dotQ8Go returns Σ_b d_w[b]·d_x[b]·Σ_i w[b][i]·xq[32b+i] over the nb
+// blocks of the Q8_0 row, each block's integer sum exact.
+func dotQ8Go(xq []int8, xd []float32, row []uint8, nb int) float32 {
 	var s float32
-	for b := range wd {
+	for b := range nb {
+		_, qo := q8Pos(b)
 		xb := (*[Q8Block]int8)(xq[b*Q8Block:])
-		wb := (*[Q8Block]uint8)(wq[b*Q8Block:])
+		wb := (*[Q8Block]uint8)(row[qo:])
 		var t int32
 		for i := range Q8Block {
 			t += int32(xb[i]) * (int32(wb[i]) - 128)
 		}
-		s += float32(t) * float32(FromF16(wd[b])*xd[b])
+		s += float32(t) * float32(q8Scale(row, b)*xd[b])
 	}
 	return s
 }
 
-// dotRowsQ8Go sets out[r] to the dot product of quantized row i of a with
-// row r of the Q8_0 rows wq, wd (nb blocks each).
-func dotRowsQ8Go(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
-	xq := a.q[i*nb*Q8Block : (i+1)*nb*Q8Block]
-	xd := a.d[i*nb : (i+1)*nb]
+// dotRowsQ8Go sets out[r] to the dot product of quantized row i of a (rows
+// of nbA blocks) with row r of the Q8_0 rows wq (nb blocks each).
+func dotRowsQ8Go(a *q8Act, i, nb, nbA int, wq []uint8, out []float32) {
+	xq := a.q[i*nbA*Q8Block : (i+1)*nbA*Q8Block]
+	xd := a.d[i*nbA : (i+1)*nbA]
+	rb := q8RowBytes(nb)
 	for r := range out {
-		out[r] = dotQ8Go(xq, xd, wq[r*nb*Q8Block:(r+1)*nb*Q8Block], wd[r*nb:(r+1)*nb])
+		out[r] = dotQ8Go(xq, xd, wq[r*rb:(r+1)*rb], nb)
 	}
 }

@@ -24,23 +24,14 @@ func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
 //go:noescape
 func dotRowsF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
 
-// dotRowsBF16AVX512 is dotRowsBF16AVX2 in 16-lane vectors; k%16 == 0.
-//
-//go:noescape
-func dotRowsBF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
-
-// dotRowsF16AVX512 is dotRowsF16AVX2 in 16-lane vectors; k%16 == 0.
+// dotRowsF16AVX512 is dotRowsF16AVX2 in 16-lane vectors, 32 weights (one
+// 64-byte load) a step; k%32 == 0.
 //
 //go:noescape
 func dotRowsF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
 
-// dot4RowsBF16AVX512 is dotRowsBF16AVX512 four rows at a time, each x
-// vector loaded once for the four: quads·4 rows; k%16 == 0, k > 0.
-//
-//go:noescape
-func dot4RowsBF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
-
-// dot4RowsF16AVX512 is dot4RowsBF16AVX512 for binary16 weights.
+// dot4RowsF16AVX512 is dotRowsF16AVX512 four rows at a time, each x vector
+// loaded once for the four: quads·4 rows; k%32 == 0.
 //
 //go:noescape
 func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
@@ -51,14 +42,15 @@ func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
 //go:noescape
 func splitEvenOddAVX512(dst, src *float32, chunks int)
 
-// dotRowsBF16EOAVX512 is dotRowsBF16AVX512 with x split by
-// splitEvenOddAVX512, which lets it widen 32 weights with one load, a
-// shift and a mask; k%32 == 0, k > 0.
+// dotRowsBF16EOAVX512 is dotRowsBF16AVX2 in 16-lane vectors against x
+// split by splitEvenOddAVX512, which lets it widen 32 weights with one
+// 64-byte load, a shift and a mask; k%32 == 0, k > 0.
 //
 //go:noescape
 func dotRowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, rows int, out *float32)
 
-// dot4RowsBF16EOAVX512 is dot4RowsBF16AVX512 with x split likewise.
+// dot4RowsBF16EOAVX512 is dotRowsBF16EOAVX512 four rows at a time, as
+// dot4RowsF16AVX512.
 //
 //go:noescape
 func dot4RowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, quads int, out *float32)
@@ -79,19 +71,19 @@ func decodeF16AVX2(dst *float32, src *uint16, n int)
 func dequantQ8AVX2(dst *float32, q *uint8, scale float32, n int)
 
 // dotRowsQ8AVX2 sets out[r], r < rows, to the dot product of the quantized
-// x row (xq, xd; nb blocks) with row r of the Q8_0 rows (w, wd; nb blocks
+// x row (xq, xd; nb blocks) with row r of the Q8_0 rows at w (nb blocks
 // each), per block by VPMADDUBSW on |x| and w·sign(x); it needs F16C.
 // nb > 0, rows > 0.
 //
 //go:noescape
-func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, nb, rows int, out *float32)
 
 // dotRowsQ8VNNI is dotRowsQ8AVX2 by AVX-512 VNNI: VPDPBUSD of the stored
 // (quant+128) weights with the x quants, each block's lanes started from
 // its correction xc[b] (see q8Act). nb even, nb > 0, rows > 0.
 //
 //go:noescape
-func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
+func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, nb, rows int, out *float32)
 
 func decodeBF16(dst []float32, src []uint16) {
 	n := len(dst) &^ 7
@@ -130,43 +122,37 @@ func dequantQ8(dst []float32, q []uint8, scale float32) {
 // len(out) BF16 or F16 rows of w; xeo is splitX's form of x, or nil.
 func dotRowsHalf(dt DType, x, xeo []float32, w []uint16, k, ldw int, out []float32) {
 	rows := len(out)
-	kv := k &^ 7
-	switch {
-	case xeo != nil:
-		kv = len(xeo)
-	case useAVX512:
-		kv = k &^ 15
-	}
-	if !useAsm || kv == 0 || dt == F16 && !f16cAvailable {
+	if !useAsm || k < 8 || dt == F16 && !f16cAvailable {
 		dotRowsHalfGo(dt, x, w, k, ldw, out)
 		return
 	}
 	_ = w[(rows-1)*ldw+k-1]
 	_ = x[k-1]
-	r := 0
-	if useAVX512 && k > halfRowKMax && rows >= 4 {
-		r = rows &^ 3
-		switch {
-		case xeo != nil:
-			dot4RowsBF16EOAVX512(&xeo[0], &w[0], kv, ldw, r/4, &out[0])
-		case dt == BF16:
-			dot4RowsBF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
-		default:
-			dot4RowsF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
+	var kv int
+	if useAVX512 && k >= 32 && (dt == F16 || xeo != nil) {
+		kv = k &^ 31
+		r := 0
+		if k > halfRowKMax && rows >= 4 {
+			r = rows &^ 3
+			if dt == BF16 {
+				dot4RowsBF16EOAVX512(&xeo[0], &w[0], kv, ldw, r/4, &out[0])
+			} else {
+				dot4RowsF16AVX512(&x[0], &w[0], kv, ldw, r/4, &out[0])
+			}
 		}
-	}
-	if r < rows {
-		switch {
-		case xeo != nil:
-			dotRowsBF16EOAVX512(&xeo[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
-		case useAVX512 && dt == BF16:
-			dotRowsBF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
-		case useAVX512:
-			dotRowsF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
-		case dt == BF16:
-			dotRowsBF16AVX2(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
-		default:
-			dotRowsF16AVX2(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+		if r < rows {
+			if dt == BF16 {
+				dotRowsBF16EOAVX512(&xeo[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+			} else {
+				dotRowsF16AVX512(&x[0], &w[r*ldw], kv, ldw, rows-r, &out[r])
+			}
+		}
+	} else {
+		kv = k &^ 7
+		if dt == BF16 {
+			dotRowsBF16AVX2(&x[0], &w[0], kv, ldw, rows, &out[0])
+		} else {
+			dotRowsF16AVX2(&x[0], &w[0], kv, ldw, rows, &out[0])
 		}
 	}
 	if kv == k {
@@ -184,25 +170,24 @@ func dotRowsHalf(dt DType, x, xeo []float32, w []uint16, k, ldw int, out []float
 	}
 }
 
-// dotRowsQ8 sets out[r] to the dot product of quantized row i of a with
-// row r of the Q8_0 rows wq, wd (nb blocks each).
-func dotRowsQ8(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
+// dotRowsQ8 sets out[r] to the dot product of quantized row i of a (rows
+// of nbA blocks) with row r of the Q8_0 rows wq (nb blocks each).
+func dotRowsQ8(a *q8Act, i, nb, nbA int, wq []uint8, out []float32) {
 	rows := len(out)
 	vnni := useAsm && useAVX512 && vnniAvailable
 	if !vnni && !(useAsm && f16cAvailable) {
-		dotRowsQ8Go(a, i, nb, wq, wd, out)
+		dotRowsQ8Go(a, i, nb, nbA, wq, out)
 		return
 	}
-	_ = wq[rows*nb*Q8Block-1]
-	_ = wd[rows*nb-1]
-	_ = a.q[(i+1)*nb*Q8Block-1]
-	_ = a.c[(i+1)*nb-1]
-	_ = a.d[(i+1)*nb-1]
+	_ = wq[rows*q8RowBytes(nb)-1]
+	_ = a.q[(i+1)*nbA*Q8Block-1]
+	_ = a.c[(i+1)*nbA-1]
+	_ = a.d[(i+1)*nbA-1]
 	if vnni {
-		dotRowsQ8VNNI(&a.q[i*nb*Q8Block], &a.c[i*nb], &a.d[i*nb], &wq[0], &wd[0], nb, rows, &out[0])
+		dotRowsQ8VNNI(&a.q[i*nbA*Q8Block], &a.c[i*nbA], &a.d[i*nbA], &wq[0], nb, rows, &out[0])
 		return
 	}
-	dotRowsQ8AVX2(&a.q[i*nb*Q8Block], &a.d[i*nb], &wq[0], &wd[0], nb, rows, &out[0])
+	dotRowsQ8AVX2(&a.q[i*nbA*Q8Block], &a.d[i*nbA], &wq[0], nb, rows, &out[0])
 }
 
 // quantizeActAVX512 is quantizeAct for nb > 0 whole blocks of x.

@@ -192,181 +192,7 @@ deq8:
 	VZEROUPPER
 	RET
 
-// func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
-// Per block of 32: w = stored^0x80 (the signed quants), VPMADDUBSW of |x|
-// (unsigned) with w·sign(x) gives 16 pair sums of at most 2·127·127 (no
-// saturation), VPMADDWD with ones widens them to 8 int32, and the block's
-// scale d_w·d_x multiplies them into the float accumulator Y0.
-TEXT ·dotRowsQ8AVX2(SB), NOSPLIT, $0-56
-	MOVQ xq+0(FP), SI
-	MOVQ xd+8(FP), R10
-	MOVQ w+16(FP), DI
-	MOVQ wd+24(FP), R11
-	MOVQ nb+32(FP), BX
-	MOVQ rows+40(FP), R9
-	MOVQ out+48(FP), DX
-	MOVL $0x80808080, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
-	MOVL $0x00010001, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-
-q2row:
-	VXORPS Y0, Y0, Y0
-	XORQ AX, AX
-	MOVQ SI, R12
-
-q2blk:
-	VMOVDQU (DI), Y4
-	VPXOR Y15, Y4, Y4
-	VMOVDQU (R12), Y5
-	VPSIGNB Y5, Y4, Y4
-	VPABSB Y5, Y5
-	VPMADDUBSW Y4, Y5, Y6
-	VPMADDWD Y14, Y6, Y6
-	VCVTDQ2PS Y6, Y6
-	MOVWLZX (R11)(AX*2), CX
-	VMOVD CX, X7
-	VCVTPH2PS X7, X7
-	VMULSS (R10)(AX*4), X7, X7
-	VBROADCASTSS X7, Y7
-	VFMADD231PS Y7, Y6, Y0
-	ADDQ $32, DI
-	ADDQ $32, R12
-	INCQ AX
-	CMPQ AX, BX
-	JLT  q2blk
-
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, (DX)
-	ADDQ $4, DX
-	LEAQ (R11)(BX*2), R11
-	DECQ R9
-	JNZ  q2row
-	VZEROUPPER
-	RET
-
-// Q8PAIR takes the block pair at off: Z5 starts from the pair's
-// corrections, spread from Z3 by the index idx, so that after VPDPBUSD of
-// the stored weights with xq each block's 8 lanes sum to its exact dot
-// product; the pair's scales, spread from Z2 likewise, multiply it into acc.
-#define Q8PAIR(off, idx, acc) \
-	VMOVDQU32 off(DI), Z4; \
-	VPERMD Z3, idx, Z5; \
-	VPDPBUSD off(R12), Z4, Z5; \
-	VCVTDQ2PS Z5, Z5; \
-	VPERMPS Z2, idx, Z6; \
-	VFMADD231PS Z6, Z5, acc
-
-// func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, wd *uint16, nb, rows int, out *float32)
-// Groups of 16 blocks: Z2 = d_w·d_x and Z3 = xc for the 16 blocks, then
-// eight block pairs (64 bytes each). The nb%16 blocks left (an even
-// number) are taken a pair at a time from masked loads of their scales
-// and corrections, Z2 and Z3 shifted down two lanes after each pair. DI
-// and R11 run on through all rows; R12, R8 and AX walk xq, xc and xd per
-// row; CX counts blocks.
-TEXT ·dotRowsQ8VNNI(SB), NOSPLIT, $0-64
-	MOVQ xq+0(FP), SI
-	MOVQ xc+8(FP), R13
-	MOVQ xd+16(FP), R10
-	MOVQ w+24(FP), DI
-	MOVQ wd+32(FP), R11
-	MOVQ nb+40(FP), BX
-	MOVQ rows+48(FP), R9
-	MOVQ out+56(FP), DX
-	LEAQ ·q8Perm(SB), AX
-	VMOVDQU32 0(AX), Z24
-	VMOVDQU32 64(AX), Z25
-	VMOVDQU32 128(AX), Z26
-	VMOVDQU32 192(AX), Z27
-	VMOVDQU32 256(AX), Z28
-	VMOVDQU32 320(AX), Z29
-	VMOVDQU32 384(AX), Z30
-	VMOVDQU32 448(AX), Z31
-	MOVQ BX, CX
-	ANDQ $15, CX
-	MOVL $1, AX
-	SHLL CX, AX
-	DECL AX
-	KMOVW AX, K1
-
-vrow:
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	MOVQ SI, R12
-	MOVQ R13, R8
-	MOVQ R10, AX
-	MOVQ BX, CX
-	SUBQ $16, CX
-	JLT  vtail
-
-vgroup:
-	VCVTPH2PS (R11), Z2
-	VMULPS (AX), Z2, Z2
-	VMOVDQU32 (R8), Z3
-	Q8PAIR(0, Z24, Z0)
-	Q8PAIR(64, Z25, Z1)
-	Q8PAIR(128, Z26, Z0)
-	Q8PAIR(192, Z27, Z1)
-	Q8PAIR(256, Z28, Z0)
-	Q8PAIR(320, Z29, Z1)
-	Q8PAIR(384, Z30, Z0)
-	Q8PAIR(448, Z31, Z1)
-	ADDQ $512, DI
-	ADDQ $512, R12
-	ADDQ $64, R8
-	ADDQ $32, R11
-	ADDQ $64, AX
-	SUBQ $16, CX
-	JGE  vgroup
-
-vtail:
-	ADDQ $16, CX
-	JZ   vdone
-	VMOVDQU16.Z (R11), K1, Y2
-	VCVTPH2PS Y2, Z2
-	VMOVUPS.Z (AX), K1, Z3
-	VMULPS Z3, Z2, Z2
-	VMOVDQU32.Z (R8), K1, Z3
-	LEAQ (R11)(CX*2), R11
-
-vpair:
-	Q8PAIR(0, Z24, Z0)
-	VALIGND $2, Z2, Z2, Z2
-	VALIGND $2, Z3, Z3, Z3
-	ADDQ $64, DI
-	ADDQ $64, R12
-	SUBQ $2, CX
-	JNZ  vpair
-
-vdone:
-	VADDPS Z1, Z0, Z0
-	VEXTRACTF64X4 $1, Z0, Y1
-	VADDPS Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, (DX)
-	ADDQ $4, DX
-	DECQ R9
-	JNZ  vrow
-	VZEROUPPER
-	RET
-
-
-// BF16Z widens the 16 bfloat16 at off(DI)(AX*1) into the floats of z.
-#define BF16Z(off, z) \
-	VPMOVZXWD off(DI)(AX*1), z; \
-	VPSLLD $16, z, z
-
-// F16Z widens the 16 binary16 at off(DI)(AX*1) into the floats of z.
-#define F16Z(off, z) \
-	VCVTPH2PS off(DI)(AX*1), z
+// ---- AVX-512 kernels of the half-precision products.
 
 // HSUM2Z reduces the 16-lane accumulators Z0 and Z1 to one float in X0
 // lane 0. Clobbers Y1.
@@ -379,52 +205,28 @@ vdone:
 	VHADDPS X0, X0, X0; \
 	VHADDPS X0, X0, X0
 
-// func dotRowsBF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
-// dotRowsBF16AVX2 in 16-lane vectors, 32 weights a step; k%16 == 0.
-TEXT ·dotRowsBF16AVX512(SB), NOSPLIT, $0-48
-	MOVQ x+0(FP), SI
-	MOVQ w+8(FP), DI
-	MOVQ k+16(FP), BX
-	MOVQ ldw+24(FP), R8
-	SHLQ $1, R8
-	MOVQ rows+32(FP), R9
-	MOVQ out+40(FP), DX
+// QUADSUM reduces the 16-lane accumulator z (y its lower half) to one
+// float stored at off(DX). Clobbers Y0, Y1.
+#define QUADSUM(z, y, off) \
+	VEXTRACTF64X4 $1, z, Y1; \
+	VADDPS Y1, y, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS X1, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VMOVSS X0, off(DX)
 
-zbrow:
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	XORQ AX, AX
-	MOVQ BX, CX
-	SUBQ $32, CX
-	JLT  zbtail
-
-zb32:
-	BF16Z(0, Z4)
-	BF16Z(32, Z5)
-	VFMADD231PS (SI)(AX*2), Z4, Z0
-	VFMADD231PS 64(SI)(AX*2), Z5, Z1
-	ADDQ $64, AX
-	SUBQ $32, CX
-	JGE  zb32
-
-zbtail:
-	ADDQ $32, CX
-	JZ   zbdone
-	BF16Z(0, Z4)
-	VFMADD231PS (SI)(AX*2), Z4, Z0
-
-zbdone:
-	HSUM2Z
-	VMOVSS X0, (DX)
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R9
-	JNZ  zbrow
-	VZEROUPPER
-	RET
+// F16L widens the 32 binary16 at (r)(AX*1), taken in one 64-byte load,
+// into the floats of za (the first 16) and zb (the last 16); yb is zb's
+// lower half.
+#define F16L(r, za, zb, yb) \
+	VMOVDQU32 (r)(AX*1), zb; \
+	VCVTPH2PS yb, za; \
+	VEXTRACTI64X4 $1, zb, yb; \
+	VCVTPH2PS yb, zb
 
 // func dotRowsF16AVX512(x *float32, w *uint16, k, ldw, rows int, out *float32)
-// dotRowsBF16AVX512 for binary16 weights.
+// One row at a time, 32 weights (one cache line) a step; k%32 == 0.
 TEXT ·dotRowsF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
@@ -439,25 +241,15 @@ zhrow:
 	VPXORD Z1, Z1, Z1
 	XORQ AX, AX
 	MOVQ BX, CX
-	SUBQ $32, CX
-	JLT  zhtail
 
 zh32:
-	F16Z(0, Z4)
-	F16Z(32, Z5)
+	F16L(DI, Z4, Z5, Y5)
 	VFMADD231PS (SI)(AX*2), Z4, Z0
 	VFMADD231PS 64(SI)(AX*2), Z5, Z1
 	ADDQ $64, AX
 	SUBQ $32, CX
-	JGE  zh32
+	JNZ  zh32
 
-zhtail:
-	ADDQ $32, CX
-	JZ   zhdone
-	F16Z(0, Z4)
-	VFMADD231PS (SI)(AX*2), Z4, Z0
-
-zhdone:
 	HSUM2Z
 	VMOVSS X0, (DX)
 	ADDQ $4, DX
@@ -467,76 +259,9 @@ zhdone:
 	VZEROUPPER
 	RET
 
-// BF16R widens the 16 bfloat16 at (r)(AX*1) into the floats of z.
-#define BF16R(r, z) \
-	VPMOVZXWD (r)(AX*1), z; \
-	VPSLLD $16, z, z
-
-// F16R widens the 16 binary16 at (r)(AX*1) into the floats of z.
-#define F16R(r, z) \
-	VCVTPH2PS (r)(AX*1), z
-
-// QUADSUM reduces the 16-lane accumulator z (y its lower half) to one
-// float stored at off(DX). Clobbers Y0, Y1.
-#define QUADSUM(z, y, off) \
-	VEXTRACTF64X4 $1, z, Y1; \
-	VADDPS Y1, y, Y0; \
-	VEXTRACTF128 $1, Y0, X1; \
-	VADDPS X1, X0, X0; \
-	VHADDPS X0, X0, X0; \
-	VHADDPS X0, X0, X0; \
-	VMOVSS X0, off(DX)
-
-// DOT4ROWS is the loop of dot4RowsBF16AVX512 and dot4RowsF16AVX512, with
-// W the widening macro: four rows at a time (DI, R10, R11, R12), each x
-// vector loaded once for all four, accumulators Z16-Z19.
-#define DOT4ROWS(W) \
-quad: \
-	LEAQ (DI)(R8*1), R10; \
-	LEAQ (DI)(R8*2), R11; \
-	LEAQ (R10)(R8*2), R12; \
-	VPXORD Z16, Z16, Z16; \
-	VPXORD Z17, Z17, Z17; \
-	VPXORD Z18, Z18, Z18; \
-	VPXORD Z19, Z19, Z19; \
-	XORQ AX, AX; \
-	MOVQ BX, CX; \
-quad16: \
-	VMOVUPS (SI)(AX*2), Z8; \
-	W(DI, Z4); \
-	W(R10, Z5); \
-	W(R11, Z6); \
-	W(R12, Z7); \
-	VFMADD231PS Z8, Z4, Z16; \
-	VFMADD231PS Z8, Z5, Z17; \
-	VFMADD231PS Z8, Z6, Z18; \
-	VFMADD231PS Z8, Z7, Z19; \
-	ADDQ $32, AX; \
-	SUBQ $16, CX; \
-	JNZ  quad16; \
-	QUADSUM(Z16, Y16, 0); \
-	QUADSUM(Z17, Y17, 4); \
-	QUADSUM(Z18, Y18, 8); \
-	QUADSUM(Z19, Y19, 12); \
-	ADDQ $16, DX; \
-	LEAQ (DI)(R8*4), DI; \
-	DECQ R9; \
-	JNZ  quad; \
-	VZEROUPPER; \
-	RET
-
-// func dot4RowsBF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
-TEXT ·dot4RowsBF16AVX512(SB), NOSPLIT, $0-48
-	MOVQ x+0(FP), SI
-	MOVQ w+8(FP), DI
-	MOVQ k+16(FP), BX
-	MOVQ ldw+24(FP), R8
-	SHLQ $1, R8
-	MOVQ quads+32(FP), R9
-	MOVQ out+40(FP), DX
-	DOT4ROWS(BF16R)
-
 // func dot4RowsF16AVX512(x *float32, w *uint16, k, ldw, quads int, out *float32)
+// Four rows at a time (DI, R10, R11, R12), each x vector loaded once for
+// the four, accumulators Z16-Z19; k%32 == 0.
 TEXT ·dot4RowsF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
@@ -545,79 +270,45 @@ TEXT ·dot4RowsF16AVX512(SB), NOSPLIT, $0-48
 	SHLQ $1, R8
 	MOVQ quads+32(FP), R9
 	MOVQ out+40(FP), DX
-	DOT4ROWS(F16R)
 
-// func quantizeActAVX512(q *int8, c *int32, d *float32, x *float32, nb int)
-// quantizeAct for nb whole blocks of x, by the same float32 operations:
-// d = max|x|/127, quants round(x·(127/max|x|)) to nearest even (the
-// default MXCSR rounding of VCVTPS2DQ), c = -16·Σ quants.
-TEXT ·quantizeActAVX512(SB), NOSPLIT, $0-40
-	MOVQ q+0(FP), DI
-	MOVQ c+8(FP), R8
-	MOVQ d+16(FP), R10
-	MOVQ x+24(FP), SI
-	MOVQ nb+32(FP), CX
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z15
-	MOVL $0x42fe0000, AX // 127.0
-	VMOVD AX, X14
-	VXORPS X13, X13, X13
+zhquad:
+	LEAQ (DI)(R8*1), R10
+	LEAQ (DI)(R8*2), R11
+	LEAQ (R10)(R8*2), R12
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	XORQ AX, AX
+	MOVQ BX, CX
 
-qablk:
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	VPANDD Z15, Z0, Z2
-	VPANDD Z15, Z1, Z3
-	VMAXPS Z3, Z2, Z2
-	VEXTRACTF64X4 $1, Z2, Y3
-	VMAXPS Y3, Y2, Y2
-	VEXTRACTF128 $1, Y2, X3
-	VMAXPS X3, X2, X2
-	VPERMILPS $0x4e, X2, X3
-	VMAXPS X3, X2, X2
-	VPERMILPS $0xb1, X2, X3
-	VMAXPS X3, X2, X2
-	VUCOMISS X13, X2
-	JEQ  qazero
-	VDIVSS X14, X2, X4
-	VMOVSS X4, (R10)
-	VDIVSS X2, X14, X4
-	VBROADCASTSS X4, Z4
-	VMULPS Z4, Z0, Z0
-	VMULPS Z4, Z1, Z1
-	VCVTPS2DQ Z0, Z0
-	VCVTPS2DQ Z1, Z1
-	VPMOVSDB Z0, X5
-	VPMOVSDB Z1, X6
-	VMOVDQU X5, (DI)
-	VMOVDQU X6, 16(DI)
-	VPADDD Z1, Z0, Z0
-	VEXTRACTI64X4 $1, Z0, Y1
-	VPADDD Y1, Y0, Y0
-	VEXTRACTI128 $1, Y0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0x4e, X0, X1
-	VPADDD X1, X0, X0
-	VPSHUFD $0xb1, X0, X1
-	VPADDD X1, X0, X0
-	VMOVD X0, AX
-	IMULL $-16, AX
-	MOVL AX, (R8)
-	JMP  qanext
+zhquad32:
+	VMOVUPS (SI)(AX*2), Z8
+	VMOVUPS 64(SI)(AX*2), Z9
+	F16L(DI, Z0, Z1, Y1)
+	F16L(R10, Z2, Z3, Y3)
+	F16L(R11, Z4, Z5, Y5)
+	F16L(R12, Z6, Z7, Y7)
+	VFMADD231PS Z8, Z0, Z16
+	VFMADD231PS Z8, Z2, Z17
+	VFMADD231PS Z8, Z4, Z18
+	VFMADD231PS Z8, Z6, Z19
+	VFMADD231PS Z9, Z1, Z16
+	VFMADD231PS Z9, Z3, Z17
+	VFMADD231PS Z9, Z5, Z18
+	VFMADD231PS Z9, Z7, Z19
+	ADDQ $64, AX
+	SUBQ $32, CX
+	JNZ  zhquad32
 
-qazero:
-	VMOVSS X13, (R10)
-	VMOVDQU X13, (DI)
-	VMOVDQU X13, 16(DI)
-	MOVL $0, (R8)
-
-qanext:
-	ADDQ $128, SI
-	ADDQ $32, DI
-	ADDQ $4, R8
-	ADDQ $4, R10
-	DECQ CX
-	JNZ  qablk
+	QUADSUM(Z16, Y16, 0)
+	QUADSUM(Z17, Y17, 4)
+	QUADSUM(Z18, Y18, 8)
+	QUADSUM(Z19, Y19, 12)
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ R9
+	JNZ  zhquad
 	VZEROUPPER
 	RET
 
@@ -743,5 +434,263 @@ eoquad32:
 	LEAQ (DI)(R8*4), DI
 	DECQ R9
 	JNZ  eoquad
+	VZEROUPPER
+	RET
+
+// ---- Q8_0 kernels. A row of w is groups of up to 32 blocks, each a
+// 64-byte header of 32 binary16 scales then the group's quants (32 bytes a
+// block, stored +128); see Weights. The x rows (xq, xc, xd) are padded to
+// whole groups.
+
+// func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, nb, rows int, out *float32)
+// Per block of 32: w = stored^0x80 (the signed quants), VPMADDUBSW of |x|
+// (unsigned) with w·sign(x) gives 16 pair sums of at most 2·127·127 (no
+// saturation), VPMADDWD with ones widens them to 8 int32, and the block's
+// scale d_w·d_x multiplies them into the float accumulator Y0. DI walks
+// the quants, R13 the header's scales; R11 counts the row's blocks left,
+// CX the group's.
+TEXT ·dotRowsQ8AVX2(SB), NOSPLIT, $0-48
+	MOVQ xq+0(FP), SI
+	MOVQ xd+8(FP), R10
+	MOVQ w+16(FP), DI
+	MOVQ nb+24(FP), BX
+	MOVQ rows+32(FP), R9
+	MOVQ out+40(FP), DX
+	MOVL $0x80808080, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x00010001, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+
+q2row:
+	VXORPS Y0, Y0, Y0
+	MOVQ SI, R12
+	MOVQ R10, R8
+	MOVQ BX, R11
+
+q2group:
+	MOVQ DI, R13
+	ADDQ $64, DI
+	MOVQ $32, CX
+	CMPQ R11, CX
+	CMOVQLT R11, CX
+	SUBQ CX, R11
+
+q2blk:
+	VMOVDQU (DI), Y4
+	VPXOR Y15, Y4, Y4
+	VMOVDQU (R12), Y5
+	VPSIGNB Y5, Y4, Y4
+	VPABSB Y5, Y5
+	VPMADDUBSW Y4, Y5, Y6
+	VPMADDWD Y14, Y6, Y6
+	VCVTDQ2PS Y6, Y6
+	MOVWLZX (R13), AX
+	VMOVD AX, X7
+	VCVTPH2PS X7, X7
+	VMULSS (R8), X7, X7
+	VBROADCASTSS X7, Y7
+	VFMADD231PS Y7, Y6, Y0
+	ADDQ $32, DI
+	ADDQ $32, R12
+	ADDQ $2, R13
+	ADDQ $4, R8
+	DECQ CX
+	JNZ  q2blk
+	TESTQ R11, R11
+	JNZ  q2group
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	DECQ R9
+	JNZ  q2row
+	VZEROUPPER
+	RET
+
+// Q8PAIR takes the block pair whose quants are at off(DI): Z5 starts from
+// the pair's corrections, spread from cv by the index idx, so that after
+// VPDPBUSD of the stored weights with xq each block's 8 lanes sum to its
+// exact dot product; the pair's scales, spread from sv likewise, multiply
+// it into acc.
+#define Q8PAIR(off, idx, sv, cv, acc) \
+	VMOVDQU32 off(DI), Z4; \
+	VPERMD cv, idx, Z5; \
+	VPDPBUSD off(R12), Z4, Z5; \
+	VCVTDQ2PS Z5, Z5; \
+	VPERMPS sv, idx, Z6; \
+	VFMADD231PS Z6, Z5, acc
+
+// Q8HEAD reads a group header at DI and the x values of its 32 blocks
+// (AX: xd, R8: xc): Z2, Z3 = d_w·d_x of blocks 0-15, 16-31; Z10, Z11 = xc
+// of blocks 0-15, 16-31. DI moves on to the quants.
+#define Q8HEAD \
+	VCVTPH2PS (DI), Z2; \
+	VCVTPH2PS 32(DI), Z3; \
+	VMULPS (AX), Z2, Z2; \
+	VMULPS 64(AX), Z3, Z3; \
+	VMOVDQU32 (R8), Z10; \
+	VMOVDQU32 64(R8), Z11; \
+	ADDQ $64, DI
+
+// func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, nb, rows int, out *float32)
+// Whole groups: the header, then 16 block pairs (64 bytes each) unrolled.
+// The last group's nb%32 blocks (an even number) are taken a pair at a
+// time, the scale and correction vectors shifted down two lanes after
+// each. R12, R8 and AX walk xq, xc and xd per row; DI runs on through all
+// rows; CX counts the row's blocks.
+TEXT ·dotRowsQ8VNNI(SB), NOSPLIT, $0-56
+	MOVQ xq+0(FP), SI
+	MOVQ xc+8(FP), R13
+	MOVQ xd+16(FP), R10
+	MOVQ w+24(FP), DI
+	MOVQ nb+32(FP), BX
+	MOVQ rows+40(FP), R9
+	MOVQ out+48(FP), DX
+	LEAQ ·q8Perm(SB), AX
+	VMOVDQU32 0(AX), Z24
+	VMOVDQU32 64(AX), Z25
+	VMOVDQU32 128(AX), Z26
+	VMOVDQU32 192(AX), Z27
+	VMOVDQU32 256(AX), Z28
+	VMOVDQU32 320(AX), Z29
+	VMOVDQU32 384(AX), Z30
+	VMOVDQU32 448(AX), Z31
+
+vrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	MOVQ SI, R12
+	MOVQ R13, R8
+	MOVQ R10, AX
+	MOVQ BX, CX
+	SUBQ $32, CX
+	JLT  vtail
+
+vgroup:
+	Q8HEAD
+	Q8PAIR(0, Z24, Z2, Z10, Z0)
+	Q8PAIR(64, Z25, Z2, Z10, Z1)
+	Q8PAIR(128, Z26, Z2, Z10, Z0)
+	Q8PAIR(192, Z27, Z2, Z10, Z1)
+	Q8PAIR(256, Z28, Z2, Z10, Z0)
+	Q8PAIR(320, Z29, Z2, Z10, Z1)
+	Q8PAIR(384, Z30, Z2, Z10, Z0)
+	Q8PAIR(448, Z31, Z2, Z10, Z1)
+	Q8PAIR(512, Z24, Z3, Z11, Z0)
+	Q8PAIR(576, Z25, Z3, Z11, Z1)
+	Q8PAIR(640, Z26, Z3, Z11, Z0)
+	Q8PAIR(704, Z27, Z3, Z11, Z1)
+	Q8PAIR(768, Z28, Z3, Z11, Z0)
+	Q8PAIR(832, Z29, Z3, Z11, Z1)
+	Q8PAIR(896, Z30, Z3, Z11, Z0)
+	Q8PAIR(960, Z31, Z3, Z11, Z1)
+	ADDQ $1024, DI
+	ADDQ $1024, R12
+	ADDQ $128, R8
+	ADDQ $128, AX
+	SUBQ $32, CX
+	JGE  vgroup
+
+vtail:
+	ADDQ $32, CX
+	JZ   vdone
+	Q8HEAD
+
+vpair:
+	Q8PAIR(0, Z24, Z2, Z10, Z0)
+	VALIGND $2, Z2, Z3, Z2
+	VALIGND $2, Z3, Z3, Z3
+	VALIGND $2, Z10, Z11, Z10
+	VALIGND $2, Z11, Z11, Z11
+	ADDQ $64, DI
+	ADDQ $64, R12
+	SUBQ $2, CX
+	JNZ  vpair
+
+vdone:
+	HSUM2Z
+	VMOVSS X0, (DX)
+	ADDQ $4, DX
+	DECQ R9
+	JNZ  vrow
+	VZEROUPPER
+	RET
+
+// func quantizeActAVX512(q *int8, c *int32, d *float32, x *float32, nb int)
+// quantizeAct for nb whole blocks of x, by the same float32 operations:
+// d = max|x|/127, quants round(x·(127/max|x|)) to nearest even (the
+// default MXCSR rounding of VCVTPS2DQ), c = -16·Σ quants.
+TEXT ·quantizeActAVX512(SB), NOSPLIT, $0-40
+	MOVQ q+0(FP), DI
+	MOVQ c+8(FP), R8
+	MOVQ d+16(FP), R10
+	MOVQ x+24(FP), SI
+	MOVQ nb+32(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z15
+	MOVL $0x42fe0000, AX // 127.0
+	VMOVD AX, X14
+	VXORPS X13, X13, X13
+
+qablk:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z15, Z0, Z2
+	VPANDD Z15, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2
+	VUCOMISS X13, X2
+	JEQ  qazero
+	VDIVSS X14, X2, X4
+	VMOVSS X4, (R10)
+	VDIVSS X2, X14, X4
+	VBROADCASTSS X4, Z4
+	VMULPS Z4, Z0, Z0
+	VMULPS Z4, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB Z0, X5
+	VPMOVSDB Z1, X6
+	VMOVDQU X5, (DI)
+	VMOVDQU X6, 16(DI)
+	VPADDD Z1, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDD Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD X1, X0, X0
+	VMOVD X0, AX
+	IMULL $-16, AX
+	MOVL AX, (R8)
+	JMP  qanext
+
+qazero:
+	VMOVSS X13, (R10)
+	VMOVDQU X13, (DI)
+	VMOVDQU X13, 16(DI)
+	MOVL $0, (R8)
+
+qanext:
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, R8
+	ADDQ $4, R10
+	DECQ CX
+	JNZ  qablk
 	VZEROUPPER
 	RET

@@ -35,7 +35,6 @@ func cloneWeights(w *Weights) *Weights {
 	c.f32 = append([]float32(nil), w.f32...)
 	c.half = append([]uint16(nil), w.half...)
 	c.q = append([]uint8(nil), w.q...)
-	c.d = append([]uint16(nil), w.d...)
 	return &c
 }
 

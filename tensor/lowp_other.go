@@ -14,8 +14,8 @@ func dotRowsHalf(dt DType, x, _ []float32, w []uint16, k, ldw int, out []float32
 	dotRowsHalfGo(dt, x, w, k, ldw, out)
 }
 
-func dotRowsQ8(a *q8Act, i, nb int, wq []uint8, wd []uint16, out []float32) {
-	dotRowsQ8Go(a, i, nb, wq, wd, out)
+func dotRowsQ8(a *q8Act, i, nb, nbA int, wq []uint8, out []float32) {
+	dotRowsQ8Go(a, i, nb, nbA, wq, out)
 }
 
 func quantizeAct(q []int8, c []int32, d []float32, x []float32) { quantizeActGo(q, c, d, x) }

@@ -169,50 +169,63 @@ func TestDecodeKernels(t *testing.T) {
 
 func TestQuantizeQ8_0(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
-	const n, k = 7, 203
-	w := randSlice(r, n*k)
-	for i := range 32 { // a zero block, a tiny one and a large one
-		w[i], w[k+32+i], w[2*k+64+i] = 0, w[k+32+i]*1e-7, w[2*k+64+i]*3e3
-	}
-	w[3*k+5] = 1e-30
-	for _, dt := range []DType{F32, BF16, F16} {
-		src := makeWeights(dt, w, n, k)
-		q := QuantizeQ8_0(NewPool(3), src)
-		if q.DType() != Q8_0 || QuantizeQ8_0(nil, q) != q {
-			t.Fatalf("%v: DType %v", dt, q.DType())
+	const n = 7
+	for _, k := range []int{203, 32*q8Group + 37} { // one group; a whole one and a tail
+		w := randSlice(r, n*k)
+		for i := range 32 { // a zero block, a tiny one and a large one
+			w[i], w[k+32+i], w[2*k+64+i] = 0, w[k+32+i]*1e-7, w[2*k+64+i]*3e3
 		}
-		if got, want := q.Bytes(), n*8*34; got != want { // ⌈203/32⌉ = 7 blocks, padded to 8
-			t.Errorf("%v: Bytes() = %d, want %d", dt, got, want)
-		}
-		orig, deq := make([]float32, k), make([]float32, k)
-		for j := range n {
-			src.Row(j, orig)
-			q.Row(j, deq)
-			for b := 0; b*Q8Block < k; b++ {
-				xs := orig[b*Q8Block : min(k, (b+1)*Q8Block)]
-				var amax float64
-				for _, v := range xs {
-					amax = math.Max(amax, math.Abs(float64(v)))
-				}
-				d := float64(FromF16(q.d[j*q.nb+b]))
-				if d < amax/127 || d > amax/127*(1+1.0/1024)+0x1p-24 {
-					t.Fatalf("%v row %d block %d: scale %g for max %g", dt, j, b, d, amax)
-				}
-				for i, v := range xs {
-					c := b*Q8Block + i
-					if e := math.Abs(float64(v) - float64(deq[c])); e > 0.50002*d {
-						t.Fatalf("%v row %d col %d: %g dequantizes to %g (scale %g)", dt, j, c, v, deq[c], d)
+		w[3*k+5] = 1e-30
+		nb := (k + 2*Q8Block - 1) / (2 * Q8Block) * 2
+		groups := (nb + q8Group - 1) / q8Group
+		for _, dt := range []DType{F32, BF16, F16} {
+			src := makeWeights(dt, w, n, k)
+			q := QuantizeQ8_0(NewPool(3), src)
+			if q.DType() != Q8_0 || QuantizeQ8_0(nil, q) != q {
+				t.Fatalf("%v: DType %v", dt, q.DType())
+			}
+			if got, want := q.Bytes(), n*(groups*64+nb*32); got != want {
+				t.Errorf("%v k=%d: Bytes() = %d, want %d", dt, k, got, want)
+			}
+			rb := q.Bytes() / n
+			orig, deq := make([]float32, k), make([]float32, k)
+			for j := range n {
+				row := q.q[j*rb : (j+1)*rb]
+				src.Row(j, orig)
+				q.Row(j, deq)
+				for b := range nb {
+					d := float64(q8Scale(row, b))
+					_, qo := q8Pos(b)
+					if b*Q8Block >= k {
+						if d != 0 {
+							t.Fatalf("%v k=%d row %d: padding block %d has scale %g", dt, k, j, b, d)
+						}
+					} else {
+						xs := orig[b*Q8Block : min(k, (b+1)*Q8Block)]
+						var amax float64
+						for _, v := range xs {
+							amax = math.Max(amax, math.Abs(float64(v)))
+						}
+						if d < amax/127 || d > amax/127*(1+1.0/1024)+0x1p-24 {
+							t.Fatalf("%v k=%d row %d block %d: scale %g for max %g", dt, k, j, b, d, amax)
+						}
+						for i, v := range xs {
+							c := b*Q8Block + i
+							if e := math.Abs(float64(v) - float64(deq[c])); e > 0.50002*d {
+								t.Fatalf("%v k=%d row %d col %d: %g dequantizes to %g (scale %g)", dt, k, j, c, v, deq[c], d)
+							}
+						}
+					}
+					for i := max(0, k-b*Q8Block); i < Q8Block; i++ {
+						if row[qo+i] != 128 {
+							t.Fatalf("%v k=%d row %d: padding quant %d of block %d is %d", dt, k, j, i, b, row[qo+i])
+						}
 					}
 				}
-			}
-			for b := (k + Q8Block - 1) / Q8Block; b < q.nb; b++ {
-				if q.d[j*q.nb+b] != 0 {
-					t.Fatalf("%v row %d: padding block %d has a scale", dt, j, b)
-				}
-			}
-			for c := k; c < q.nb*Q8Block; c++ {
-				if q.q[j*q.nb*Q8Block+c] != 128 {
-					t.Fatalf("%v row %d: padding quant %d is %d", dt, j, c, q.q[j*q.nb*Q8Block+c])
+				for b := nb; b < groups*q8Group; b++ { // unused header entries
+					if s, _ := q8Pos(b); row[s] != 0 || row[s+1] != 0 {
+						t.Fatalf("%v k=%d row %d: header entry %d is set", dt, k, j, b)
+					}
 				}
 			}
 		}
@@ -294,7 +307,7 @@ func refMatMulW(y0, x []float32, w *Weights, m int) refW {
 	if w.DType() != Q8_0 || m > gemvMaxM {
 		return r
 	}
-	nb := w.nb
+	nb := q8ActBlocks(w.nb)
 	xq := make([]float32, m*k)
 	dx := make([]float32, m*nb)
 	for i := range m {
@@ -460,7 +473,7 @@ func TestQ8NoOverflow(t *testing.T) {
 	}
 	q := QuantizeQ8_0(nil, NewWeightsF32(w, n, k))
 	// Every weight dequantizes to ±127·d_w and every x to 127·d_x.
-	want := float64(k) * 127 * float64(FromF16(q.d[0])) * 127 * float64(float32(1)/127)
+	want := float64(k) * 127 * float64(q8Scale(q.q, 0)) * 127 * float64(float32(1)/127)
 	forEachImpl(t, func(t *testing.T) {
 		y := make([]float32, n)
 		MatMulW(nil, y, x, q, 1)

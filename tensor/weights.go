@@ -47,20 +47,44 @@ func (d DType) String() string {
 // be modified while in use; F32 likewise. A Weights is immutable once
 // built and safe for concurrent use.
 //
-// Q8_0 layout: row j is nb = ⌈k/32⌉ rounded up to even blocks (the AVX-512
-// kernel takes blocks in pairs); block b of row j holds its 32 quants at
-// q[(j·nb+b)·32:], each stored as quant+128 in a uint8 (so the VNNI
-// instruction can take the weights as its unsigned operand), and its scale
-// as binary16 at d[j·nb+b]. Weights past k are 0 (stored 128) and blocks
-// past ⌈k/32⌉ have scale 0.
+// Q8_0 layout: a row has nb = ⌈k/32⌉ blocks, rounded up to even (the
+// AVX-512 kernel takes blocks in pairs), in groups of up to 32 blocks.
+// A group is a 64-byte header of 32 little-endian binary16 scales (unused
+// entries 0) followed by its blocks' quants, 32 bytes a block, each quant
+// stored as quant+128 (so that the VNNI instruction can take the weights
+// as its unsigned operand). Rows follow each other, q8RowBytes(nb) bytes
+// apart: one sequential stream per row, 34 bytes per 32 weights in whole
+// groups. Weights past k are quant 0 and blocks past ⌈k/32⌉ have scale 0.
 type Weights struct {
 	dtype DType
 	n, k  int
 	f32   []float32
 	half  []uint16
 	q     []uint8
-	d     []uint16
 	nb    int
+}
+
+// q8Group is the number of Q8_0 blocks that share one scale header.
+const q8Group = 32
+
+// q8Head is the size in bytes of a Q8_0 group's scale header.
+const q8Head = 2 * q8Group
+
+// q8RowBytes returns the size of a Q8_0 row of nb blocks.
+func q8RowBytes(nb int) int { return (nb+q8Group-1)/q8Group*q8Head + nb*Q8Block }
+
+// q8Pos returns the offsets within a Q8_0 row of block b's scale and of
+// its first quant.
+func q8Pos(b int) (scale, quants int) {
+	g, i := b/q8Group, b%q8Group
+	base := g * (q8Head + q8Group*Q8Block)
+	return base + 2*i, base + q8Head + i*Q8Block
+}
+
+// q8Scale returns block b's scale in the Q8_0 row.
+func q8Scale(row []uint8, b int) float32 {
+	s, _ := q8Pos(b)
+	return FromF16(uint16(row[s]) | uint16(row[s+1])<<8)
 }
 
 // NewWeightsF32 wraps w, an n×k float32 matrix (len(w) == n·k), without
@@ -106,8 +130,8 @@ func QuantizeQ8_0(p *Pool, w *Weights) *Weights {
 		return w
 	}
 	nb := q8Blocks(w.k)
-	out := &Weights{dtype: Q8_0, n: w.n, k: w.k, nb: nb,
-		q: make([]uint8, w.n*nb*Q8Block), d: make([]uint16, w.n*nb)}
+	rb := q8RowBytes(nb)
+	out := &Weights{dtype: Q8_0, n: w.n, k: w.k, nb: nb, q: make([]uint8, w.n*rb)}
 	p.Run(w.n, func(lo, hi int) {
 		var row []float32
 		if w.dtype != F32 {
@@ -120,19 +144,20 @@ func QuantizeQ8_0(p *Pool, w *Weights) *Weights {
 			} else {
 				w.decodeRow(src, j, 0)
 			}
-			quantizeQ8Row(out.q[j*nb*Q8Block:(j+1)*nb*Q8Block], out.d[j*nb:(j+1)*nb], src)
+			quantizeQ8Row(out.q[j*rb:(j+1)*rb], nb, src)
 		}
 	})
 	return out
 }
 
-// quantizeQ8Row quantizes src into the blocks q (len(d)·32 quants, stored
-// +128) and scales d, padding with zero quants and scales.
-func quantizeQ8Row(q []uint8, d []uint16, src []float32) {
-	for b := range d {
+// quantizeQ8Row quantizes src into the Q8_0 row of nb blocks, whose
+// bytes are zero, padding with zero quants and scales.
+func quantizeQ8Row(row []uint8, nb int, src []float32) {
+	for b := range nb {
 		lo := min(b*Q8Block, len(src))
 		xs := src[lo:min(lo+Q8Block, len(src))]
-		qb := q[b*Q8Block : (b+1)*Q8Block]
+		so, qo := q8Pos(b)
+		qb := row[qo : qo+Q8Block]
 		var amax float32
 		for _, v := range xs {
 			amax = max(amax, float32(math.Abs(float64(v))))
@@ -143,7 +168,7 @@ func quantizeQ8Row(q []uint8, d []uint16, src []float32) {
 		} else if FromF16(h) < amax/127 {
 			h++ // round the scale up, so |w/d| <= 127
 		}
-		d[b] = h
+		row[so], row[so+1] = uint8(h), uint8(h>>8)
 		scale := FromF16(h)
 		if scale == 0 {
 			for i := range qb {
@@ -188,7 +213,7 @@ func (w *Weights) Bytes() int {
 	case BF16, F16:
 		return 2 * len(w.half)
 	}
-	return len(w.q) + 2*len(w.d)
+	return len(w.q)
 }
 
 // Row writes row j of w, widened or dequantized to float32 exactly as the
@@ -212,12 +237,13 @@ func (w *Weights) decodeRow(dst []float32, j, c0 int) {
 	case F16:
 		decodeF16(dst, w.half[off:off+len(dst)])
 	case Q8_0:
-		row := w.q[j*w.nb*Q8Block:]
-		ds := w.d[j*w.nb:]
+		rb := q8RowBytes(w.nb)
+		row := w.q[j*rb : (j+1)*rb]
 		for len(dst) > 0 {
 			b, i := c0/Q8Block, c0%Q8Block
 			c := min(len(dst), Q8Block-i)
-			dequantQ8(dst[:c], row[b*Q8Block+i:b*Q8Block+i+c], FromF16(ds[b]))
+			_, qo := q8Pos(b)
+			dequantQ8(dst[:c], row[qo+i:qo+i+c], q8Scale(row, b))
 			dst, c0 = dst[c:], c0+c
 		}
 	}
