@@ -235,6 +235,28 @@ func splitX(dt DType, x []float32, buf *[]float32) []float32 {
 	return xeo
 }
 
+// quantizeQ8AVX512 is quantizeQ8Row for nb > 0 whole blocks of src within
+// one group: scales to head, quants to quants.
+//
+//go:noescape
+func quantizeQ8AVX512(head, quants *uint8, src *float32, nb int)
+
+// quantizeQ8Row quantizes src into the Q8_0 row of nb blocks, whose bytes
+// are zero, padding with zero quants and scales.
+func quantizeQ8Row(row []uint8, nb int, src []float32) {
+	full := 0
+	if useAsm && useAVX512 {
+		full = min(len(src)/Q8Block, nb)
+		for b := 0; b < full; b += q8Group {
+			c := min(q8Group, full-b)
+			so, qo := q8Pos(b)
+			_ = row[qo+c*Q8Block-1]
+			quantizeQ8AVX512(&row[so], &row[qo], &src[b*Q8Block], c)
+		}
+	}
+	quantizeQ8RowGo(row, nb, src, full)
+}
+
 // q8Perm holds the VPERMPS/VPERMD indices of the VNNI kernel: vector p
 // spreads lane 2p of a 16-lane vector of per-block values over lanes 0-7
 // and lane 2p+1 over lanes 8-15, the lanes of block pair p's dot products.

@@ -694,3 +694,84 @@ qanext:
 	JNZ  qablk
 	VZEROUPPER
 	RET
+
+// func quantizeQ8AVX512(head, quants *uint8, src *float32, nb int)
+// quantizeQ8Row for nb > 0 whole blocks of src, by the same float32
+// operations: the scale max|x|/127 rounded up to binary16 by VCVTPS2PH's
+// round-up mode (saturated to the largest finite one), written to head;
+// quants round(clamp(x·(1/scale), ±127)) to nearest even, +128, to quants.
+TEXT ·quantizeQ8AVX512(SB), NOSPLIT, $0-32
+	MOVQ head+0(FP), R8
+	MOVQ quants+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ nb+24(FP), CX
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z15
+	MOVL $0x42fe0000, AX // 127.0
+	VMOVD AX, X14
+	VPBROADCASTD AX, Z12
+	MOVL $0xc2fe0000, AX // -127.0
+	VPBROADCASTD AX, Z11
+	MOVL $0x3f800000, AX // 1.0
+	VMOVD AX, X13
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, X10
+
+q8wblk:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z15, Z0, Z2
+	VPANDD Z15, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2
+	VDIVSS X14, X2, X3
+	VCVTPS2PH $2, X3, X4
+	VMOVD X4, AX
+	ANDL $0xffff, AX
+	CMPL AX, $0x7c00
+	JLT  q8wfinite
+	MOVL $0x7bff, AX
+	VMOVD AX, X4
+
+q8wfinite:
+	MOVW AX, (R8)
+	TESTL AX, AX
+	JZ   q8wzero
+	VCVTPH2PS X4, X5
+	VDIVSS X5, X13, X6
+	VBROADCASTSS X6, Z6
+	VMULPS Z6, Z0, Z0
+	VMULPS Z6, Z1, Z1
+	VMINPS Z12, Z0, Z0
+	VMINPS Z12, Z1, Z1
+	VMAXPS Z11, Z0, Z0
+	VMAXPS Z11, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB Z0, X5
+	VPMOVSDB Z1, X6
+	VPXOR X10, X5, X5
+	VPXOR X10, X6, X6
+	VMOVDQU X5, (DI)
+	VMOVDQU X6, 16(DI)
+	JMP  q8wnext
+
+q8wzero:
+	VMOVDQU X10, (DI)
+	VMOVDQU X10, 16(DI)
+
+q8wnext:
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $2, R8
+	DECQ CX
+	JNZ  q8wblk
+	VZEROUPPER
+	RET

@@ -232,6 +232,44 @@ func TestQuantizeQ8_0(t *testing.T) {
 	}
 }
 
+// TestQuantizeQ8Row checks each kernel set's weight quantizer against the
+// portable one, byte for byte, on blocks that are zero, tiny (subnormal
+// binary16 scales), huge (saturated scales), at rounding ties, and on a
+// partial last block and padding.
+func TestQuantizeQ8Row(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	for _, k := range []int{5, 64, 100, 32*q8Group + 40, 70 * 32} {
+		src := randSlice(r, k)
+		for b := 0; b*Q8Block < k; b++ {
+			blk := src[b*Q8Block : min(k, (b+1)*Q8Block)]
+			for i := range blk {
+				switch b % 5 {
+				case 1:
+					blk[i] = 0
+				case 2:
+					blk[i] *= 1e-9
+				case 3:
+					blk[i] *= 1e9
+				case 4:
+					blk[i] = float32(i%7-3) * 0.25
+				}
+			}
+		}
+		nb := q8Blocks(k)
+		want := make([]uint8, q8RowBytes(nb))
+		quantizeQ8RowGo(want, nb, src, 0)
+		forEachImpl(t, func(t *testing.T) {
+			got := make([]uint8, len(want))
+			quantizeQ8Row(got, nb, src)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("k=%d: byte %d = %d, want %d", k, i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
 // TestQuantizeAct checks each kernel set's activation quantizer against
 // the portable one, bit for bit: quants, scales and corrections.
 func TestQuantizeAct(t *testing.T) {

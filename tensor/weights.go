@@ -150,10 +150,9 @@ func QuantizeQ8_0(p *Pool, w *Weights) *Weights {
 	return out
 }
 
-// quantizeQ8Row quantizes src into the Q8_0 row of nb blocks, whose
-// bytes are zero, padding with zero quants and scales.
-func quantizeQ8Row(row []uint8, nb int, src []float32) {
-	for b := range nb {
+// quantizeQ8RowGo is quantizeQ8Row for blocks [b0, nb).
+func quantizeQ8RowGo(row []uint8, nb int, src []float32, b0 int) {
+	for b := b0; b < nb; b++ {
 		lo := min(b*Q8Block, len(src))
 		xs := src[lo:min(lo+Q8Block, len(src))]
 		so, qo := q8Pos(b)
