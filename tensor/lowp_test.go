@@ -480,6 +480,56 @@ func TestMatMulWImplsAgree(t *testing.T) {
 	}
 }
 
+// TestMatMulWConcurrent shares one pool and one set of weights between
+// goroutines, as model ranks do, each checking its own products.
+func TestMatMulWConcurrent(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	r := rand.New(rand.NewPCG(35, 36))
+	const k, n = 300, 37
+	var ws []*Weights
+	for _, dt := range []DType{BF16, F16, Q8_0} {
+		ws = append(ws, makeWeights(dt, randSlice(r, n*k), n, k))
+	}
+	type job struct {
+		w    *Weights
+		m    int
+		x    []float32
+		want []float32
+	}
+	var jobs []job
+	for _, w := range ws {
+		for _, m := range []int{1, 3, 40} {
+			x := randSlice(r, m*k)
+			want := make([]float32, m*n)
+			MatMulW(nil, want, x, w, m)
+			jobs = append(jobs, job{w, m, x, want})
+		}
+	}
+	done := make(chan string)
+	for g := range 4 {
+		go func() {
+			msg := ""
+			for it := range 3 * len(jobs) {
+				j := jobs[(it+g)%len(jobs)]
+				y := make([]float32, j.m*n)
+				MatMulW(p, y, j.x, j.w, j.m)
+				for i := range y {
+					if !within(y[i], float64(j.want[i]), math.Abs(float64(j.want[i]))+1, 1e-5) {
+						msg = fmt.Sprintf("goroutine %d: %v m=%d y[%d]=%v want %v", g, j.w.DType(), j.m, i, y[i], j.want[i])
+					}
+				}
+			}
+			done <- msg
+		}()
+	}
+	for range 4 {
+		if msg := <-done; msg != "" {
+			t.Error(msg)
+		}
+	}
+}
+
 // TestMatMulWF32 checks that F32 weights are MatMul, bit for bit.
 func TestMatMulWF32(t *testing.T) {
 	r := rand.New(rand.NewPCG(29, 30))
