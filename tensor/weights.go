@@ -26,6 +26,7 @@ const (
 // Q8Block is the number of weights that share one scale in Q8_0.
 const Q8Block = 32
 
+// String returns the format's lower-case name, as llama.cpp spells it.
 func (d DType) String() string {
 	switch d {
 	case F32:
