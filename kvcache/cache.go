@@ -78,6 +78,19 @@ func (c *Cache) Values(layer, block, head int) []float32 {
 	return c.v[layer][off : off+c.BlockSize*c.HeadDim]
 }
 
+// KeyHeads returns the keys of heads [lo, hi) in one block, one head
+// after another: [(hi−lo)·BlockSize·HeadDim]. A run of heads of a block is
+// contiguous, so a whole block's share of a head range moves as one copy.
+func (c *Cache) KeyHeads(layer, block, lo, hi int) []float32 {
+	return c.k[layer][c.offset(block, lo):c.offset(block, hi)]
+}
+
+// ValueHeads returns the values of heads [lo, hi) in one block, as
+// KeyHeads.
+func (c *Cache) ValueHeads(layer, block, lo, hi int) []float32 {
+	return c.v[layer][c.offset(block, lo):c.offset(block, hi)]
+}
+
 func (c *Cache) offset(block, head int) int {
 	return (block*c.KVHeads + head) * c.BlockSize * c.HeadDim
 }

@@ -26,6 +26,13 @@ func TestPutAndRead(t *testing.T) {
 	if got := c.Keys(0, 3, 0)[:3]; !slices.Equal(got, []float32{0, 0, 0}) {
 		t.Fatalf("layer 0 was written: %v", got)
 	}
+	// Heads 0–1 of block 1 are one run: head 0's slots, then head 1's.
+	if got := c.KeyHeads(1, 1, 0, 2); len(got) != 2*4*3 || !slices.Equal(got[4*3:], c.Keys(1, 1, 1)) || !slices.Equal(got[:4*3], c.Keys(1, 1, 0)) {
+		t.Fatalf("keys of heads [0,2) of block 1 = %v", got)
+	}
+	if got := c.ValueHeads(1, 3, 1, 2); !slices.Equal(got, c.Values(1, 3, 1)) {
+		t.Fatalf("values of heads [1,2) of block 3 = %v", got)
+	}
 	if c.Bytes() != 2*4*2*5*2*4*3 || c.BlocksFor(9) != 3 {
 		t.Fatalf("Bytes %d BlocksFor(9) %d", c.Bytes(), c.BlocksFor(9))
 	}
