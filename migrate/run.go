@@ -113,9 +113,9 @@ type Stats struct {
 // peer and copies what it keeps, concurrently. Afterwards dst holds, for
 // every request of the rank's new group, exactly heads rp.Holds of tokens
 // [0, Len) through the request's Dst table, bit for bit as the sources
-// held them; the caller then frees the Src tables. An error in the data
-// phase (a cancelled ctx) aborts w, as comm failures do, and leaves the
-// source caches intact and the Dst blocks partly written.
+// held them; the caller then frees the Src tables. A failure of comm in
+// either phase (a cancelled ctx) aborts w, as comm failures do, and
+// leaves the source caches intact and the Dst blocks partly written.
 func Run(ctx context.Context, w *comm.World, rp RankPlan, src, dst *kvcache.Cache, opt Options) (Stats, error) {
 	if w == nil || rp.Rank < 0 || rp.Rank >= w.Size() {
 		return Stats{}, fmt.Errorf("migrate: rank %d is not a rank of the World", rp.Rank)
@@ -184,9 +184,10 @@ func (x *run) check() error {
 		return fmt.Errorf("staging buffers of %d bytes, want a positive multiple of 4 below 2^33", sb)
 	case rp.Ranks != x.w.Size():
 		return fmt.Errorf("the plan covers %d ranks, the World has %d", rp.Ranks, x.w.Size())
-	case rp.Layers <= 0 || rp.HeadDim <= 0:
+	case rp.Layers <= 0 || rp.HeadDim <= 0 || rp.Layers > math.MaxInt32 || rp.HeadDim > math.MaxInt32:
 		return fmt.Errorf("geometry of %d layers × head dim %d", rp.Layers, rp.HeadDim)
-	case rp.Held.Lo < 0 || rp.Held.Hi <= rp.Held.Lo || rp.Holds.Lo < 0 || rp.Holds.Hi <= rp.Holds.Lo:
+	case rp.Held.Lo < 0 || rp.Held.Hi <= rp.Held.Lo || rp.Holds.Lo < 0 || rp.Holds.Hi <= rp.Holds.Lo ||
+		rp.Held.Hi > math.MaxInt32 || rp.Holds.Hi > math.MaxInt32:
 		return fmt.Errorf("head ranges %s and %s", span(rp.Held), span(rp.Holds))
 	}
 	x.staging = sb / 4
