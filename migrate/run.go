@@ -430,6 +430,23 @@ func (x *run) chunks(n int64) (size int64, count int) {
 	return size, int((n + size - 1) / size)
 }
 
+// buffers cuts a stream of n values into count messages of size values
+// (chunks) and allocates the staging buffers they alternate between: two
+// when pipelined (one filled while the other is in flight), one
+// otherwise, never more than there are messages.
+func (x *run) buffers(n int64) (size int64, count, nbuf int, bufs [][]float32) {
+	size, count = x.chunks(n)
+	nbuf = 2
+	if x.opt.Mode == Unpipelined {
+		nbuf = 1
+	}
+	bufs = make([][]float32, min(nbuf, count))
+	for i := range bufs {
+		bufs[i] = make([]float32, size)
+	}
+	return size, count, nbuf, bufs
+}
+
 // sendTo sends the pair's stream to one peer.
 func (x *run) sendTo(ctx context.Context, ts []Transfer) (Stats, error) {
 	peer := ts[0].To
@@ -449,16 +466,8 @@ func (x *run) sendTo(ctx context.Context, ts []Transfer) (Stats, error) {
 		}
 		return st, nil
 	}
-	size, count := x.chunks(n)
+	size, count, nbuf, bufs := x.buffers(n)
 	st.Messages = count
-	nbuf := 2
-	if x.opt.Mode == Unpipelined {
-		nbuf = 1
-	}
-	bufs := make([][]float32, min(nbuf, count))
-	for i := range bufs {
-		bufs[i] = make([]float32, size)
-	}
 	cur := &cursor{side: side{c: x.src, base: x.rp.Held.Lo}, it: pieces{ts: ts, layers: x.rp.Layers, bs: x.src.BlockSize}}
 	h := x.opt.Hooks
 	var pending *comm.Pending
@@ -545,15 +554,7 @@ func (x *run) recvFrom(ctx context.Context, ts []Transfer) (Stats, error) {
 		}
 		return st, nil
 	}
-	size, count := x.chunks(n)
-	nbuf := 2
-	if x.opt.Mode == Unpipelined {
-		nbuf = 1
-	}
-	bufs := make([][]float32, min(nbuf, count))
-	for i := range bufs {
-		bufs[i] = make([]float32, size)
-	}
+	size, count, nbuf, bufs := x.buffers(n)
 	msg := func(i int) []float32 { return bufs[i%nbuf][:min(size, n-int64(i)*size)] }
 	recv := func(i int) *comm.Pending {
 		buf := msg(i)
