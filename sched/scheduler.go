@@ -37,6 +37,12 @@ type Config struct {
 	HostBlocks int
 }
 
+// The engine limits a zero Config field means (vLLM's defaults).
+const (
+	DefaultMaxNumBatchedTokens = 2048
+	DefaultMaxNumSeqs          = 256
+)
+
 // Scheduler plans engine steps by continuous batching with chunked prefill,
 // priority admission, prefix caching and preemption by recomputation. See
 // the package documentation for the calling protocol. It is not safe for
@@ -69,10 +75,10 @@ type replica struct {
 // New validates cfg, fills in the defaults and returns an idle scheduler.
 func New(cfg Config) (*Scheduler, error) {
 	if cfg.MaxNumBatchedTokens == 0 {
-		cfg.MaxNumBatchedTokens = 2048
+		cfg.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
 	}
 	if cfg.MaxNumSeqs == 0 {
-		cfg.MaxNumSeqs = 256
+		cfg.MaxNumSeqs = DefaultMaxNumSeqs
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1

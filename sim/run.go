@@ -38,10 +38,12 @@ type RunOptions struct {
 	// HostKVBytes is the host memory per rank for a host KV tier (the
 	// policy parks KV there: seesaw's --swap-space); 0 means none.
 	HostKVBytes int64
-	// OverlapSteps lets pipeline stages carry work from one step into the
-	// next, as vLLM's pipeline-parallel virtual engines do (the baseline
-	// the Seesaw paper measures); off, each step fills and drains the
-	// pipeline, as Gearbox's executors do.
+	// OverlapSteps models vLLM's pipeline-parallel virtual engines (the
+	// baseline the Seesaw paper measures): pipeline stages carry work from
+	// one step into the next, and Sched's sequence and token limits apply
+	// per virtual engine, so a step may hold PP times as much. Off, each
+	// step fills and drains the pipeline under the limits as given, as
+	// Gearbox's executors do.
 	OverlapSteps bool
 }
 
@@ -162,6 +164,14 @@ func Run(opts RunOptions) (*RunResult, error) {
 	blocks := int(kv[0] / int64(opts.BlockSize))
 	if blocks < 1 {
 		return nil, fmt.Errorf("sim: %s leaves no memory for the KV cache", base)
+	}
+	if pp := placements[0].Plan.PP; opts.OverlapSteps && pp > 1 {
+		// vLLM runs PP stages as PP virtual engines, each scheduling its
+		// own batches under the engine's limits: one step here carries a
+		// micro-batch of each, so the limits are per micro-batch (of the
+		// placement the engine starts under: Seesaw's prefill one).
+		opts.Sched.MaxNumSeqs = cmp.Or(opts.Sched.MaxNumSeqs, sched.DefaultMaxNumSeqs) * pp
+		opts.Sched.MaxNumBatchedTokens = cmp.Or(opts.Sched.MaxNumBatchedTokens, sched.DefaultMaxNumBatchedTokens) * pp
 	}
 	reps := make([]*replica, max(opts.Plan.DP, 1))
 	for i := range reps {

@@ -243,3 +243,30 @@ func BenchmarkRun(b *testing.B) {
 	}
 	b.ReportMetric(float64(steps)/time.Since(start).Seconds(), "steps/s")
 }
+
+// TestOverlapLimitsPerVirtualEngine: with overlapping steps a PP
+// deployment's engine limits apply per virtual engine, as vLLM's: eight
+// requests under --max-num-seqs 4 on pp=2 all decode at once (one wave of
+// about 64 steps), where without overlap they take two waves.
+func TestOverlapLimitsPerVirtualEngine(t *testing.T) {
+	_, opts := llama70B(t)
+	opts.Plan = parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 4}
+	opts.Requests = synthetic(8, 16, 64, math.Inf(1), 1)
+	opts.Sched.MaxNumSeqs = 4
+	steps := map[bool]int{}
+	for _, overlap := range []bool{false, true} {
+		o := opts
+		o.OverlapSteps = overlap
+		res, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Report.Completed != 8 {
+			t.Fatalf("overlap %v: %d of 8 completed", overlap, res.Report.Completed)
+		}
+		steps[overlap] = res.Steps
+	}
+	if steps[true] > 70 || steps[false] < 120 {
+		t.Fatalf("steps: %d with overlap (want one wave, ≤ 70), %d without (want two waves, ≥ 120)", steps[true], steps[false])
+	}
+}

@@ -56,7 +56,7 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
 	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
 	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
-	fs.BoolVar(&f.overlap, "pipeline-overlap", false, "pipeline stages start the next step's micro-batches while the current step drains, as vLLM's PP virtual engines do (Gearbox's executors fill and drain the pipeline every step)")
+	fs.BoolVar(&f.overlap, "pipeline-overlap", false, "model vLLM's PP virtual engines: pipeline stages start the next step's micro-batches while the current step drains, and --max-num-seqs and --max-num-batched-tokens apply per virtual engine (Gearbox's executors fill and drain the pipeline every step)")
 	return f
 }
 
