@@ -47,7 +47,7 @@ func randomWeights(cfg *model.Config, pool *tensor.Pool) *model.Weights {
 				data[i] = (float32(x>>8)/(1<<24) - 0.5) * 0.05
 			}
 		})
-		*b.Dst = data
+		b.SetFloat32(data)
 	}
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed

@@ -217,12 +217,13 @@ func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
 func (e *Executor) Config() *model.Config { return e.cfg }
 
 // WeightBytes is the weight memory held by each rank, over all the
-// placements it holds.
+// placements it holds: matrices in their formats, views of the host
+// weights (row splits) counted at their size.
 func (e *Executor) WeightBytes() []int64 {
 	out := make([]int64, len(e.ranks))
 	for _, ep := range e.held {
 		for r, sh := range ep.shards {
-			out[r] += 4 * sh.Elems()
+			out[r] += sh.Bytes()
 		}
 	}
 	return out
@@ -237,7 +238,7 @@ func (e *Executor) PlacementWeightBytes(name string) []int64 {
 	}
 	out := make([]int64, len(ep.shards))
 	for r, sh := range ep.shards {
-		out[r] = 4 * sh.Elems()
+		out[r] = sh.Bytes()
 	}
 	return out
 }

@@ -30,7 +30,7 @@ func load(t *testing.T, spec fixture.Spec) loaded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, model.Options{})
+	m, err := model.Load(dir, model.Options{DType: model.Float32}) // fp32 explicitly: compared with the float64 oracle
 	if err != nil {
 		t.Fatal(err)
 	}

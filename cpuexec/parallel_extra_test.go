@@ -34,7 +34,7 @@ func TestCommVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, model.Options{})
+	m, err := model.Load(dir, model.Options{DType: model.Float32}) // fp32 explicitly: the float32 path's exact equivalences
 	if err != nil {
 		t.Fatal(err)
 	}

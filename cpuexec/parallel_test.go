@@ -25,7 +25,7 @@ func loadParallelFixture(t testing.TB, kvHeads int) *model.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, model.Options{})
+	m, err := model.Load(dir, model.Options{DType: model.Float32}) // fp32 explicitly: the float32 path's exact equivalences
 	if err != nil {
 		t.Fatal(err)
 	}

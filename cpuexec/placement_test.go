@@ -137,7 +137,7 @@ func TestTransitionPPToTP(t *testing.T) {
 				if !p.Tensor.Layered() {
 					layer = -1
 				}
-				if g, w := *got.Slot(p.Tensor, layer), *want.Slot(p.Tensor, layer); !slices.Equal(g, w) {
+				if g, w := pieceValues(got, p.Tensor, layer), pieceValues(want, p.Tensor, layer); !slices.Equal(g, w) {
 					t.Fatalf("rank %d %s layer %d: shard differs from the tp=2 cut of the weights", r, p.Tensor, layer)
 				}
 				if layer < 0 {
@@ -252,4 +252,19 @@ func assertKVEqual(t *testing.T, what string, got, want map[[3]int][]float32) {
 	if !nonzero {
 		t.Fatalf("%s: the KV cache is empty; the test moved nothing", what)
 	}
+}
+
+// pieceValues is tensor t of a shard's layer as float32 values: a vector
+// as held, a matrix widened or dequantized (exact), with its format.
+func pieceValues(sh *parallel.Shard, t parallel.Tensor, layer int) []float32 {
+	if !t.Matrix() {
+		return *sh.Slot(t, layer)
+	}
+	m := *sh.MatSlot(t, layer)
+	n, k := m.Shape()
+	out := make([]float32, n*k)
+	for j := range n {
+		m.Row(j, out[j*k:(j+1)*k])
+	}
+	return append(out, float32(m.DType()))
 }

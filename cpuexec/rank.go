@@ -194,8 +194,7 @@ func (rk *rank) Embed() {
 	for i := 0; i < st.real; i++ {
 		id := st.tokens[st.first+i]
 		if id >= sh.Vocab.Lo && id < sh.Vocab.Hi {
-			r := id - sh.Vocab.Lo
-			copy(x[i*h:(i+1)*h], sh.Embed[r*h:(r+1)*h])
+			sh.Embed.Row(id-sh.Vocab.Lo, x[i*h:(i+1)*h])
 		}
 	}
 }
@@ -232,11 +231,10 @@ func (rk *rank) MLPNorm(l int) {
 
 // QKV projects xn onto the slice's q, k and v heads.
 func (rk *rank) QKV(l int) {
-	st, w, pool, h := &rk.st, rk.layer(l), rk.e.pool, rk.e.cfg.Hidden
-	qs, ks := rk.widths()
-	tensor.MatMul(pool, st.q, st.xn, w.WQ, st.nl, h, qs)
-	tensor.MatMul(pool, st.k, st.xn, w.WK, st.nl, h, ks)
-	tensor.MatMul(pool, st.v, st.xn, w.WV, st.nl, h, ks)
+	st, w, pool := &rk.st, rk.layer(l), rk.e.pool
+	tensor.MatMulW(pool, st.q, st.xn, w.WQ, st.nl)
+	tensor.MatMulW(pool, st.k, st.xn, w.WK, st.nl)
+	tensor.MatMulW(pool, st.v, st.xn, w.WV, st.nl)
 }
 
 // Position adds the q/k/v biases and applies the q/k norms and RoPE to the
@@ -295,16 +293,15 @@ func (rk *rank) Attention(l int) {
 
 // OutProj projects the attention output back to the hidden size.
 func (rk *rank) OutProj(l int) {
-	qs, _ := rk.widths()
-	rk.project(rk.st.attn, rk.layer(l).WO, qs)
+	rk.project(rk.st.attn, rk.layer(l).WO)
 }
 
 // MLPUp computes SiLU(gate)·up over the rank's intermediate slice.
 func (rk *rank) MLPUp(l int) {
-	st, w, pool, h, nl := &rk.st, rk.layer(l), rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
+	st, w, pool, nl := &rk.st, rk.layer(l), rk.e.pool, rk.st.nl
 	is := rk.sh.Inter.Len()
-	tensor.MatMul(pool, st.gate, st.xn, w.WGate, nl, h, is)
-	tensor.MatMul(pool, st.up, st.xn, w.WUp, nl, h, is)
+	tensor.MatMulW(pool, st.gate, st.xn, w.WGate, nl)
+	tensor.MatMulW(pool, st.up, st.xn, w.WUp, nl)
 	if w.BGate != nil {
 		addRows(st.gate, w.BGate, nl)
 		addRows(st.up, w.BUp, nl)
@@ -315,17 +312,18 @@ func (rk *rank) MLPUp(l int) {
 }
 
 // MLPDown projects the MLP activation back to the hidden size.
-func (rk *rank) MLPDown(l int) { rk.project(rk.st.gate, rk.layer(l).WDown, rk.sh.Inter.Len()) }
+func (rk *rank) MLPDown(l int) { rk.project(rk.st.gate, rk.layer(l).WDown) }
 
 // project computes in[nl, k]·wᵀ: added to the residual directly without
 // TP, into the partial sum tmp for ReduceTP with it.
-func (rk *rank) project(in, w []float32, k int) {
+func (rk *rank) project(in []float32, w *tensor.Weights) {
 	pool, h, nl := rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
+	_, k := w.Shape()
 	if rk.g.tp == nil {
-		tensor.MatMulAcc(pool, rk.st.x[:nl*h], in, w, nl, k, h)
+		tensor.MatMulWAcc(pool, rk.st.x[:nl*h], in[:nl*k], w, nl)
 		return
 	}
-	tensor.MatMul(pool, rk.st.tmp[:nl*h], in, w, nl, k, h)
+	tensor.MatMulW(pool, rk.st.tmp[:nl*h], in[:nl*k], w, nl)
 }
 
 // Residual adds the reduced partial sum (under TP) and the branch's bias
@@ -502,7 +500,7 @@ func (rk *rank) Logits() {
 	for j, i := range st.lrows {
 		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.Norm, float32(e.cfg.RMSNormEps))
 	}
-	tensor.MatMul(e.pool, st.logits, st.hl, sh.LMHead, n, h, vs)
+	tensor.MatMulW(e.pool, st.logits, st.hl, sh.LMHead, n)
 	if rk.g.tp == nil {
 		for j, i := range st.lrows {
 			row := st.rowOut[st.first+i]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // Transition moves the executor from the placement its KV cache is under
@@ -18,6 +19,12 @@ import (
 // Send and Recv, in a group labelled "transition", so their bytes are
 // counted like collectives; a piece a rank keeps is copied within it. The
 // whole KV pool moves (every block, in use or not).
+//
+// Weight pieces keep the host matrices' formats: F32, BF16 and F16
+// pieces travel widened to float32 and arrive bit-exact; Q8_0 shards are
+// cut from the host copy when Options.WeightsFromHost is set (the new
+// placement's shards are NewShard's) and a transition that would move
+// Q8_0 pieces between ranks is refused.
 //
 // The new caches and shards are built beside the old ones, so a failed
 // transition (an error, a cancelled ctx) leaves the executor as it was.
@@ -64,10 +71,23 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 	if err != nil {
 		return st, fmt.Errorf("cpuexec: %w", err)
 	}
+	run := moves // the moves the ranks carry out
 	if !held {
 		dst = &execPlacement{placement: to, built: true}
+		cut := false // the new shards are cut from the host copy, not filled by moves
+		if e.quantized() {
+			if !e.fromHost {
+				return st, fmt.Errorf("cpuexec: transition %s → %s would move Q8_0 weights between ranks, which is not supported; hold %s from the start (Options.Placements) or re-shard from the host copy (Options.WeightsFromHost)", from, to, to.Name)
+			}
+			cut = true
+			run = slices.DeleteFunc(slices.Clone(moves), func(m parallel.Move) bool { return m.Tensor != parallel.TKV })
+		}
 		for r := range to.Coords {
-			dst.shards = append(dst.shards, parallel.NewEmptyShard(e.cfg, to, r))
+			if cut {
+				dst.shards = append(dst.shards, parallel.NewShard(e.cfg, e.w, to, r))
+			} else {
+				dst.shards = append(dst.shards, parallel.NewEmptyShard(e.cfg, e.w, to, r))
+			}
 		}
 	}
 	caches := make([]*kvcache.Cache, len(e.ranks))
@@ -79,7 +99,7 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 			return st, fmt.Errorf("cpuexec: %w", err)
 		}
 	}
-	x := &transition{e: e, from: from, to: to, moves: moves, src: src.shards, dst: dst.shards, caches: caches}
+	x := &transition{e: e, from: from, to: to, moves: run, src: src.shards, dst: dst.shards, caches: caches}
 	if err := x.index(); err != nil {
 		return st, err
 	}
@@ -119,6 +139,17 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 	e.moved.LocalBytes += st.LocalBytes
 	e.moved.Moves += st.Moves
 	return st, nil
+}
+
+// quantized reports whether some host matrix is Q8_0, which a transition
+// cannot fill piece by piece.
+func (e *Executor) quantized() bool {
+	for _, m := range e.w.Matrices() {
+		if m.DType() == tensor.Q8_0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Moved is what every transition so far moved, summed.
@@ -166,7 +197,9 @@ func (x *transition) index() error {
 }
 
 // elems is the number of float32 values move m carries: its weight
-// elements, or for the KV cache the keys and values of every block.
+// elements (matrices travel widened to float32 whatever their format, so
+// that BF16 and F16 pieces arrive bit-exact), or for the KV cache the keys
+// and values of every block.
 func (x *transition) elems(m parallel.Move) int64 {
 	if m.Tensor != parallel.TKV {
 		return m.Elems()
@@ -239,6 +272,10 @@ func (x *transition) pack(buf []float32, m parallel.Move, rk *rank) {
 	}
 	have := x.have[rk.id][m.Tensor]
 	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
+		if m.Tensor.Matrix() {
+			parallel.ReadPiece(part, *x.src[rk.id].MatSlot(m.Tensor, l), have, p)
+			return
+		}
 		parallel.CopyPiece(part, p, *x.src[rk.id].Slot(m.Tensor, l), have, p)
 	})
 }
@@ -246,8 +283,14 @@ func (x *transition) pack(buf []float32, m parallel.Move, rk *rank) {
 // packHost writes move m's data from the host copy of the weights.
 func (x *transition) packHost(buf []float32, m parallel.Move) {
 	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
-		full, cols := parallel.HostTensor(x.e.cfg, x.e.w, m.Tensor, l)
-		whole := parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: len(full) / cols}, Cols: parallel.Span{Lo: 0, Hi: cols}}
+		if m.Tensor.Matrix() {
+			full := parallel.HostMatrix(x.e.w, m.Tensor, l)
+			n, k := full.Shape()
+			parallel.ReadPiece(part, full, parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: n}, Cols: parallel.Span{Lo: 0, Hi: k}}, p)
+			return
+		}
+		full := parallel.HostVector(x.e.w, m.Tensor, l)
+		whole := parallel.Piece{Rows: parallel.Span{Lo: 0, Hi: len(full)}, Cols: parallel.Span{Lo: 0, Hi: 1}}
 		parallel.CopyPiece(part, p, full, whole, p)
 	})
 }
@@ -261,6 +304,10 @@ func (x *transition) unpack(buf []float32, m parallel.Move) {
 	}
 	have := x.want[m.To][m.Tensor]
 	eachLayer(buf, m, func(l int, part []float32, p parallel.Piece) {
+		if m.Tensor.Matrix() {
+			parallel.WritePiece(*x.dst[m.To].MatSlot(m.Tensor, l), have, part, p)
+			return
+		}
 		parallel.CopyPiece(*x.dst[m.To].Slot(m.Tensor, l), have, part, p, p)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gearboxlm/gearbox/model/safetensors"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // DType is the element type a backend keeps weights and activations in,
@@ -89,21 +90,63 @@ func (d DType) Round(v []float32) {
 	}
 }
 
-// Tensors lists every weight tensor once (a tied LM head is listed only as
-// the embedding), nil optional tensors left out.
-func (w *Weights) Tensors() [][]float32 {
-	out := [][]float32{w.Embed, w.Norm}
-	if len(w.LMHead) > 0 && (len(w.Embed) == 0 || &w.LMHead[0] != &w.Embed[0]) {
-		out = append(out, w.LMHead)
+// Quantization is a weight quantization applied at load (vLLM's
+// --quantization).
+type Quantization int
+
+const (
+	// NoQuantization keeps matrices in a floating-point format (DType).
+	NoQuantization Quantization = iota
+	// Int8 quantizes every matrix to 8-bit integers in blocks of 32 with
+	// one binary16 scale each, llama.cpp's Q8_0 (tensor.Q8_0).
+	Int8
+)
+
+// ParseQuantization reads a --quantization value: none (or empty) or int8,
+// also spelled q8_0.
+func ParseQuantization(s string) (Quantization, error) {
+	switch strings.ToLower(s) {
+	case "", "none":
+		return NoQuantization, nil
+	case "int8", "q8_0":
+		return Int8, nil
 	}
-	for i := range w.Layers {
-		l := &w.Layers[i]
-		for _, t := range [][]float32{l.AttnNorm, l.WQ, l.WK, l.WV, l.BQ, l.BK, l.BV, l.QNorm, l.KNorm, l.WO, l.BO,
-			l.MLPNorm, l.WGate, l.WUp, l.WDown, l.BGate, l.BUp, l.BDown} {
-			if t != nil {
-				out = append(out, t)
-			}
-		}
+	return 0, fmt.Errorf("model: quantization %q: want int8 (alias q8_0) or none", s)
+}
+
+// String is the --quantization spelling.
+func (q Quantization) String() string {
+	if q == Int8 {
+		return "int8"
 	}
-	return out
+	return "none"
+}
+
+// Storage is the format a matrix stored as src in the checkpoint is held
+// in: Q8_0 under Int8; else src itself under DTypeAuto (the checkpoint's
+// dtype is kept), else the one DType names.
+func (o Options) Storage(src tensor.DType) tensor.DType {
+	if o.Quantization == Int8 {
+		return tensor.Q8_0
+	}
+	switch o.DType {
+	case Float32:
+		return tensor.F32
+	case BFloat16:
+		return tensor.BF16
+	case Float16:
+		return tensor.F16
+	}
+	return src
+}
+
+// Check refuses option combinations loading does not support: Int8 with a
+// half-precision DType (the quantized matrices multiply float32
+// activations, and norms and biases stay float32, so DType has nothing
+// left to choose; auto and float32 are accepted).
+func (o Options) Check() error {
+	if o.Quantization == Int8 && (o.DType == BFloat16 || o.DType == Float16) {
+		return fmt.Errorf("model: quantization int8 with dtype %s: int8 matrices multiply float32 activations and every other tensor stays float32; use dtype auto or float32", o.DType)
+	}
+	return nil
 }

@@ -1,6 +1,11 @@
 package model
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/tensor"
+)
 
 func TestParseDType(t *testing.T) {
 	for in, want := range map[string]DType{
@@ -62,15 +67,70 @@ func TestRoundAndTensors(t *testing.T) {
 		for _, d := range b.Shape {
 			size *= d
 		}
-		*b.Dst = make([]float32, size)
+		if (b.Mat != nil) == (b.Dst != nil) {
+			t.Fatalf("%s: binding sets both or neither of Mat and Dst", b.Name)
+		}
+		if b.Mat != nil {
+			*b.Mat = tensor.NewWeights(tensor.BF16, b.Shape[0], b.Shape[1])
+		} else {
+			*b.Dst = make([]float32, size)
+		}
 		n += size
 	}
 	w.LMHead = w.Embed
 	got := 0
-	for _, t := range w.Tensors() {
-		got += len(t)
+	for _, m := range w.Matrices() {
+		r, k := m.Shape()
+		got += r * k
+	}
+	for _, v := range w.Vectors() {
+		got += len(v)
 	}
 	if got != n || int64(n) != c.NumParams() {
-		t.Errorf("Tensors cover %d elements, bindings %d, NumParams %d", got, n, c.NumParams())
+		t.Errorf("Matrices and Vectors cover %d elements, bindings %d, NumParams %d", got, n, c.NumParams())
+	}
+	// 328 matrix elements in BF16, 20 norm elements in float32.
+	if b := w.Bytes(); b != 2*328+4*20 {
+		t.Errorf("Bytes = %d, want %d", b, 2*328+4*20)
+	}
+	if d, ok := w.MatrixDType(); d != tensor.BF16 || !ok {
+		t.Errorf("MatrixDType = %v, %v", d, ok)
+	}
+}
+
+func TestParseQuantizationAndStorage(t *testing.T) {
+	for in, want := range map[string]Quantization{"": NoQuantization, "none": NoQuantization, "int8": Int8, "Q8_0": Int8} {
+		if got, err := ParseQuantization(in); err != nil || got != want {
+			t.Errorf("ParseQuantization(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseQuantization("fp8"); err == nil || !strings.Contains(err.Error(), "int8 (alias q8_0)") {
+		t.Errorf("ParseQuantization(fp8): %v", err)
+	}
+	for _, c := range []struct {
+		o    Options
+		src  tensor.DType
+		want tensor.DType
+	}{
+		{Options{}, tensor.BF16, tensor.BF16},
+		{Options{}, tensor.F16, tensor.F16},
+		{Options{}, tensor.F32, tensor.F32},
+		{Options{DType: Float32}, tensor.BF16, tensor.F32},
+		{Options{DType: BFloat16}, tensor.F32, tensor.BF16},
+		{Options{DType: Float16}, tensor.BF16, tensor.F16},
+		{Options{Quantization: Int8}, tensor.BF16, tensor.Q8_0},
+		{Options{DType: Float32, Quantization: Int8}, tensor.F32, tensor.Q8_0},
+	} {
+		if got := c.o.Storage(c.src); got != c.want {
+			t.Errorf("%+v: Storage(%v) = %v, want %v", c.o, c.src, got, c.want)
+		}
+	}
+	for _, d := range []DType{BFloat16, Float16} {
+		if err := (Options{DType: d, Quantization: Int8}).Check(); err == nil || !strings.Contains(err.Error(), "use dtype auto or float32") {
+			t.Errorf("int8 with %v: %v", d, err)
+		}
+	}
+	if err := (Options{DType: Float32, Quantization: Int8}).Check(); err != nil {
+		t.Error(err)
 	}
 }

@@ -59,8 +59,8 @@ func TestLoadMatchesConfig(t *testing.T) {
 	if c.Hidden != 64 || c.Heads != 8 || c.KVHeads != 2 || c.HeadDim != 8 || c.Layers != 2 || c.Vocab != 320 {
 		t.Fatalf("config = %+v", c)
 	}
-	if got, want := len(m.Weights.Layers[1].WK), 2*8*64; got != want {
-		t.Fatalf("k_proj has %d values, want %d", got, want)
+	if n, k := m.Weights.Layers[1].WK.Shape(); n*k != 2*8*64 {
+		t.Fatalf("k_proj is %d×%d, want %d values", n, k, 2*8*64)
 	}
 	if m.EOS()[0] != 2 || c.BOS != 1 {
 		t.Fatalf("special tokens: bos %d eos %v", c.BOS, m.EOS())

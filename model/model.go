@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 
 	"github.com/gearboxlm/gearbox/model/safetensors"
+	"github.com/gearboxlm/gearbox/tensor"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
-// Model is a loaded model: its config, float32 weights and tokenizer.
+// Model is a loaded model: its config, weights and tokenizer.
 type Model struct {
 	Name       string // served name: the directory's base name by default
 	Config     *Config
@@ -25,12 +26,25 @@ type Options struct {
 	// Progress, if not nil, is called as tensors are converted, with bytes
 	// done and total bytes.
 	Progress func(done, total int64)
+	// DType is the format matrices are held in: DTypeAuto (the zero
+	// value) keeps each matrix in its checkpoint dtype, viewing the
+	// memory-mapped file where it can; Float32, BFloat16 and Float16
+	// convert. Norms and biases are float32 whatever it says.
+	DType DType
+	// Quantization Int8 quantizes every matrix to Q8_0 at load, from the
+	// checkpoint's values; DType must then be auto or float32 (Check).
+	Quantization Quantization
+	// Pool splits conversions and quantization over its threads; nil runs
+	// them on the caller.
+	Pool *tensor.Pool
 }
 
 // Load reads a Hugging Face model directory: config.json (and
 // generation_config.json), *.safetensors (single file or sharded with an
-// index), tokenizer.json and tokenizer_config.json. Weights are converted to
-// float32 and the safetensors files are closed before it returns.
+// index), tokenizer.json and tokenizer_config.json. Weights are held as
+// opts says (LoadWeights); when matrices view the memory-mapped
+// safetensors files, those stay open until Close, otherwise they are
+// closed before Load returns.
 func Load(dir string, opts Options) (*Model, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -55,13 +69,22 @@ func Load(dir string, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	defer set.Close()
-	w, err := LoadWeights(cfg, set, opts.Progress)
+	w, err := LoadWeights(cfg, set, opts)
 	if err != nil {
+		set.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	if !w.Views() {
+		if err := set.Close(); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	}
 	m := &Model{Name: filepath.Base(filepath.Clean(dir)), Config: cfg, Generation: gen, Weights: w, Tokenizer: tok}
-	return m, m.check()
+	if err := m.check(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
@@ -76,8 +99,15 @@ func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
 }
 
 // LoadFS reads a model directory from a file system (such as an embedded
-// one); the weights must be a single model.safetensors.
+// one) with the default options; the weights must be a single
+// model.safetensors.
 func LoadFS(fsys fs.FS, name string) (*Model, error) {
+	return LoadFSOptions(fsys, name, Options{})
+}
+
+// LoadFSOptions is LoadFS with options. Matrices kept in the file's
+// dtype view the file's bytes read into memory.
+func LoadFSOptions(fsys fs.FS, name string, opts Options) (*Model, error) {
 	data, err := fs.ReadFile(fsys, "config.json")
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", name, err)
@@ -119,13 +149,17 @@ func LoadFS(fsys fs.FS, name string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", name, err)
 	}
-	w, err := LoadWeights(cfg, set, nil)
+	w, err := LoadWeights(cfg, set, opts)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", name, err)
 	}
 	m := &Model{Name: name, Config: cfg, Generation: gen, Weights: w, Tokenizer: tok}
 	return m, m.check()
 }
+
+// Close releases the files the weights view (Weights.Close); the model
+// must not run after it.
+func (m *Model) Close() error { return m.Weights.Close() }
 
 // check verifies that the tokenizer fits the embedding table.
 func (m *Model) check() error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -23,6 +24,7 @@ import (
 type deviceFlags struct {
 	device  string
 	dtype   string
+	quant   string
 	memUtil float64
 	eager   bool
 	threads int
@@ -31,11 +33,54 @@ type deviceFlags struct {
 func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
 	d := &deviceFlags{}
 	fs.StringVar(&d.device, "device", defaultDevice, "where the model runs: auto (a CUDA GPU when one is found, else the CPU), cpu, cuda or cuda:N")
-	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU computes in float32 and rounds the weights to bfloat16/float16 when asked)")
+	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU keeps the weight matrices in this dtype, auto meaning the checkpoint's, memory-mapped, and computes in float32)")
+	fs.StringVar(&d.quant, "quantization", "", "weight quantization: int8 (alias q8_0: 8-bit blocks of 32 with a scale each, quantized at load; CPU only, with --dtype auto or float32) or none")
 	fs.Float64Var(&d.memUtil, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and the KV cache")
 	fs.BoolVar(&d.eager, "enforce-eager", false, "GPU: run every step as plain kernel launches, without CUDA graphs")
 	fs.IntVar(&d.threads, "threads", 0, "CPU threads for the kernels (default: all cores)")
 	return d
+}
+
+// loadOptions are the model loading options --dtype and --quantization
+// ask for: how the host holds the weight matrices (on the CPU, what the
+// kernels read). It refuses int8 with a half-precision --dtype and int8 on
+// a --device that names a GPU.
+func (d *deviceFlags) loadOptions() (model.Options, error) {
+	dt, err := model.ParseDType(d.dtype)
+	if err != nil {
+		return model.Options{}, err
+	}
+	q, err := model.ParseQuantization(d.quant)
+	if err != nil {
+		return model.Options{}, err
+	}
+	o := model.Options{DType: dt, Quantization: q}
+	if q == model.Int8 {
+		if dt == model.BFloat16 || dt == model.Float16 {
+			return o, fmt.Errorf("--quantization %s with --dtype %s: int8 matrices multiply float32 activations on the CPU and every other tensor stays float32; use --dtype auto or float32", d.quant, dt)
+		}
+		if want, err := ParseDevice(d.device); err == nil && want.Kind == CUDA {
+			return o, fmt.Errorf("--quantization %s runs on the CPU only; use --device cpu, or no --quantization on the GPU", d.quant)
+		}
+	}
+	return o, o.Check()
+}
+
+// loadModel loads dir (the built-in model when dir is empty) as --dtype
+// and --quantization ask, conversions and quantization split over
+// --threads; progress, if not nil, draws a progress bar for a directory.
+func (d *deviceFlags) loadModel(dir string, progress io.Writer) (*model.Model, error) {
+	opts, err := d.loadOptions()
+	if err != nil {
+		return nil, err
+	}
+	pool := tensor.NewPool(d.threads)
+	defer pool.Close()
+	opts.Pool = pool
+	if progress != nil && dir != "" {
+		return loadModelWithProgress(dir, progress, opts)
+	}
+	return loadModel(dir, opts)
 }
 
 // runnerSpec is what a command asks of the executor, whichever device runs
@@ -89,12 +134,6 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: " + err.Error()}
 	}
 
-	switch dt {
-	case model.BFloat16, model.Float16:
-		for _, t := range m.Weights.Tensors() {
-			dt.Round(t)
-		}
-	}
 	blocks := spec.numBlocks
 	if blocks == 0 {
 		perBlock := int64(cfg.KVBytesPerToken(4)) * int64(spec.blockSize)
@@ -107,12 +146,23 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		pool.Close()
 		return nil, err
 	}
-	precision := "float32"
-	if dt == model.BFloat16 || dt == model.Float16 {
-		precision = "float32 with weights rounded to " + dt.String()
+	line := fmt.Sprintf("%s: %d threads, %s", choice.Reason, pool.Threads(), weightsLine(m.Weights))
+	return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
+}
+
+// weightsLine describes how the CPU holds the weights: the matrices'
+// format, whether they view the checkpoint's files, and the bytes.
+func weightsLine(w *model.Weights) string {
+	d, ok := w.MatrixDType()
+	format := d.String()
+	if !ok {
+		format = "mixed-format"
 	}
-	line := fmt.Sprintf("%s: %d threads, %s", choice.Reason, pool.Threads(), precision)
-	return &built{runner: x, device: line, close: pool.Close}, nil
+	mapped := ""
+	if w.Views() {
+		mapped = ", memory-mapped"
+	}
+	return fmt.Sprintf("%s weights%s (%s), float32 activations", format, mapped, humanBytes(w.Bytes()))
 }
 
 // kernelCache is the on-disk cache of compiled GPU kernels.
@@ -157,5 +207,5 @@ func (d *deviceFlags) newCUDARunner(m *model.Model, dt model.DType, choice Choic
 	}
 	line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,
 		float64(info.WeightBytes)/(1<<30), info.KVTokens)
-	return &built{runner: x, device: line, close: func() { _ = x.Close() }}, nil
+	return &built{runner: x, device: line, close: func() { _ = x.Close(); _ = m.Close() }}, nil
 }

@@ -120,7 +120,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("generate: %w", err)
 	}
 
-	m, err := loadModel(*modelDir)
+	m, err := dev.loadModel(*modelDir, nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // inspectResult is what inspect reports.
@@ -34,6 +35,9 @@ type inspectResult struct {
 	BytesPerDtype     map[string]int64 `json:"bytes_per_dtype"`
 	KVBytesPerTokenF  int              `json:"kv_bytes_per_token_fp32"`
 	KVBytesPerTokenBF int              `json:"kv_bytes_per_token_bf16"`
+	WeightFormat      string           `json:"weight_format"`         // the CPU's matrix format under --dtype/--quantization
+	WeightMapped      bool             `json:"weights_memory_mapped"` // the matrices view the checkpoint's files
+	ResidentBytes     int64            `json:"resident_weight_bytes"` // the whole model as the CPU holds it
 	Plan              string           `json:"plan"`
 	Policy            string           `json:"policy"`
 	Ranks             []rankBytes      `json:"ranks"`
@@ -52,19 +56,20 @@ type gpuInfo struct {
 	GraphBuckets []int  `json:"graph_buckets"`
 }
 
-// rankBytes is one rank's memory under the plan, in bytes of the CPU
-// engine's fp32 storage.
+// rankBytes is one rank's memory under the plan: fp32 bytes, and the
+// weights as the CPU holds them under --dtype and --quantization.
 type rankBytes struct {
 	Rank             int            `json:"rank"`
 	Coord            parallel.Coord `json:"coord"`
 	HeadChunk        int            `json:"head_chunk"`
 	WeightBytes      int64          `json:"weight_bytes"`
+	ResidentBytes    int64          `json:"resident_weight_bytes"`        // the rank's shard in the CPU's format (row splits view the host copy)
 	ShiftWeightBytes int64          `json:"shift_weight_bytes,omitempty"` // the policy's other placements' shards (Shift's separate model)
 	KVBytesPerToken  int64          `json:"kv_bytes_per_token"`
 }
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--device cuda [--dtype D]] [--output text|json]", stderr)
+	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--dtype D] [--quantization int8] [--device cuda] [--output text|json]", stderr)
 	modelDir := flags.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
 	output := flags.String("output", "text", "output format: text or json")
 	par := addParallelFlags(flags)
@@ -109,11 +114,29 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
+	// The weights as the CPU would hold them: views of the mapped files
+	// under auto, converted or quantized copies otherwise.
+	opts, err := dev.loadOptions()
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	pool := tensor.NewPool(dev.threads)
+	defer pool.Close()
+	opts.Pool = pool
+	w, err := model.LoadWeights(cfg, set, opts)
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	res.WeightFormat, res.WeightMapped, res.ResidentBytes = "mixed", w.Views(), w.Bytes()
+	if d, ok := w.MatrixDType(); ok {
+		res.WeightFormat = d.String()
+	}
 	res.Plan, res.Policy = plan.String(), pol.String()
 	base := parallel.Standard(plan)
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
-			WeightBytes: 4 * base.WeightElems(cfg, r), KVBytesPerToken: 4 * base.KVElemsPerToken(cfg, r)}
+			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(cfg, w, base, r).Bytes(),
+			KVBytesPerToken: 4 * base.KVElemsPerToken(cfg, r)}
 		for _, o := range pol.Placements()[1:] {
 			rb.ShiftWeightBytes += 4 * o.WeightElems(cfg, r)
 		}
@@ -143,16 +166,21 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bytes %-8s %d (%s)\n", d, res.BytesPerDtype[d], humanBytes(res.BytesPerDtype[d]))
 	}
 	fmt.Fprintf(stdout, "KV per token   %d bytes fp32, %d bytes bf16\n", res.KVBytesPerTokenF, res.KVBytesPerTokenBF)
-	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank)\n", res.Plan, res.Policy)
-	fmt.Fprintf(stdout, "%-5s %-20s %-6s %-14s %-20s %s\n", "rank", "dp,pp,sp,tp", "chunk", "weights", "shift weights", "KV per token")
+	mapped := ""
+	if res.WeightMapped {
+		mapped = ", memory-mapped"
+	}
+	fmt.Fprintf(stdout, "CPU weights    %d (%s) resident, %s matrices%s\n", res.ResidentBytes, humanBytes(res.ResidentBytes), res.WeightFormat, mapped)
+	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank; resident: the CPU's %s shard)\n", res.Plan, res.Policy, res.WeightFormat)
+	fmt.Fprintf(stdout, "%-5s %-20s %-6s %-14s %-14s %-20s %s\n", "rank", "dp,pp,sp,tp", "chunk", "weights", "resident", "shift weights", "KV per token")
 	for _, rb := range res.Ranks {
 		extra := "-"
 		if rb.ShiftWeightBytes > 0 {
 			extra = fmt.Sprintf("%s (+%.1f%%)", humanBytes(rb.ShiftWeightBytes), 100*float64(rb.ShiftWeightBytes)/float64(rb.WeightBytes))
 		}
 		c := rb.Coord
-		fmt.Fprintf(stdout, "%-5d %-20s %-6d %-14s %-20s %d B\n", rb.Rank, fmt.Sprintf("%d,%d,%d,%d", c.DP, c.PP, c.SP, c.TP),
-			rb.HeadChunk, humanBytes(rb.WeightBytes), extra, rb.KVBytesPerToken)
+		fmt.Fprintf(stdout, "%-5d %-20s %-6d %-14s %-14s %-20s %d B\n", rb.Rank, fmt.Sprintf("%d,%d,%d,%d", c.DP, c.PP, c.SP, c.TP),
+			rb.HeadChunk, humanBytes(rb.WeightBytes), humanBytes(rb.ResidentBytes), extra, rb.KVBytesPerToken)
 	}
 	if g := res.GPU; g != nil {
 		fmt.Fprintf(stdout, "\ndevice         %s\ndtype          %s\nmemory         %s\n", g.Device, g.DType, humanBytes(g.TotalMemory))
@@ -165,7 +193,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 // inspectGPU loads the model on the device --device names and reports what
 // the executor holds there.
 func inspectGPU(dir string, dev *deviceFlags, spec runnerSpec) (*gpuInfo, error) {
-	m, err := loadModel(dir)
+	m, err := dev.loadModel(dir, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -7,12 +7,13 @@ import (
 	"github.com/gearboxlm/gearbox/model/builtin"
 )
 
-// loadModel loads dir, or the built-in default model when dir is empty.
-func loadModel(dir string) (*model.Model, error) {
+// loadModel loads dir, or the built-in default model when dir is empty,
+// with opts.
+func loadModel(dir string, opts model.Options) (*model.Model, error) {
 	if dir == "" {
-		return model.LoadFS(builtin.FS(), builtin.Name)
+		return model.LoadFSOptions(builtin.FS(), builtin.Name, opts)
 	}
-	m, err := model.Load(dir, model.Options{})
+	m, err := model.Load(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", dir, err)
 	}

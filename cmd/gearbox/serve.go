@@ -104,7 +104,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 			return nil, nil, nil, fmt.Errorf("--slo-tiers: %w", err)
 		}
 	}
-	m, err := loadModelWithProgress(c.modelDir, progress)
+	m, err := c.dev.loadModel(c.modelDir, progress)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -238,12 +238,12 @@ func serveUntilDone(ctx context.Context, ln net.Listener, api *server.Server, en
 
 // loadModelWithProgress loads like loadModel, drawing a progress bar while
 // the weights convert.
-func loadModelWithProgress(dir string, w io.Writer) (*model.Model, error) {
+func loadModelWithProgress(dir string, w io.Writer, opts model.Options) (*model.Model, error) {
 	if dir == "" {
-		return loadModel("")
+		return loadModel("", opts)
 	}
 	last := -1
-	m, err := model.Load(dir, model.Options{Progress: func(done, total int64) {
+	opts.Progress = func(done, total int64) {
 		pct := int(100 * done / max(total, 1))
 		if pct/5 != last/5 {
 			last = pct
@@ -252,7 +252,8 @@ func loadModelWithProgress(dir string, w io.Writer) (*model.Model, error) {
 				fmt.Fprintln(w)
 			}
 		}
-	}})
+	}
+	m, err := model.Load(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", dir, err)
 	}

@@ -191,6 +191,11 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	if err := fillDefaults(cfg, &opts); err != nil {
 		return nil, err
 	}
+	for _, m := range w.Matrices() {
+		if m.DType() == tensor.Q8_0 {
+			return nil, fmt.Errorf("cudaexec: the weights are quantized to Q8_0 (--quantization int8), which runs on the CPU only; load the model without quantization for the GPU")
+		}
+	}
 	nv, err := cuda.LoadNVRTC()
 	if err != nil {
 		return nil, fmt.Errorf("cudaexec: %w", err)
@@ -413,17 +418,30 @@ func (e *Executor) free(p cuda.DevicePtr) error {
 	return e.ops.free(p)
 }
 
+// f32 is a host matrix's values as float32 for the uploader, which
+// rounds them to the executor's dtype: its own storage when it is F32, a
+// widened copy (exact) when it is BF16 or F16; nil for nil.
+func f32(m *tensor.Weights) []float32 {
+	if m == nil {
+		return nil
+	}
+	if m.DType() != tensor.F32 {
+		m = tensor.Convert(nil, m, tensor.F32)
+	}
+	return m.F32()
+}
+
 // newDevShard writes one rank's weights with put, q/k/v and gate/up fused.
 func newDevShard(sh *parallel.Shard, d int, put func(parts ...[]float32) cuda.DevicePtr) *devShard {
 	ds := &devShard{spans: sh}
 	ds.qs, ds.ks = (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
 	ds.qc, ds.kc = (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
 	ds.sliceW, ds.chunkW, ds.inter = ds.qs+2*ds.ks, ds.qc+2*ds.kc, sh.Inter.Len()
-	ds.embed = put(sh.Embed)
+	ds.embed = put(f32(sh.Embed))
 	ds.norm = put(sh.Norm)
 	ds.lmHead = ds.embed
-	if len(sh.LMHead) > 0 && (len(sh.Embed) == 0 || &sh.LMHead[0] != &sh.Embed[0]) {
-		ds.lmHead = put(sh.LMHead)
+	if sh.LMHead != nil && sh.LMHead != sh.Embed {
+		ds.lmHead = put(f32(sh.LMHead))
 	}
 	// The chunk's part of the slice's q, k and v biases, in the order the
 	// chunk's heads sit after the all-to-all.
@@ -437,12 +455,12 @@ func newDevShard(sh *parallel.Shard, d int, put func(parts ...[]float32) cuda.De
 	for _, l := range sh.Layers {
 		ds.layers = append(ds.layers, layerWeights{
 			attnNorm: put(l.AttnNorm), mlpNorm: put(l.MLPNorm),
-			qkv:     put(l.WQ, l.WK, l.WV),
+			qkv:     put(f32(l.WQ), f32(l.WK), f32(l.WV)),
 			qkvBias: put(part(l.BQ, qo, ds.qc), part(l.BK, ko, ds.kc), part(l.BV, ko, ds.kc)),
 			qNorm:   put(l.QNorm), kNorm: put(l.KNorm),
-			o: put(l.WO), oBias: put(l.BO),
-			gateUp: put(l.WGate, l.WUp), guBias: put(l.BGate, l.BUp),
-			down: put(l.WDown), downBias: put(l.BDown),
+			o: put(f32(l.WO)), oBias: put(l.BO),
+			gateUp: put(f32(l.WGate), f32(l.WUp)), guBias: put(l.BGate, l.BUp),
+			down: put(f32(l.WDown)), downBias: put(l.BDown),
 		})
 	}
 	return ds

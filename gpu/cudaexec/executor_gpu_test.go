@@ -63,7 +63,7 @@ func loadFixture(t *testing.T, spec fixture.Spec) (*model.Model, *oracle.Model) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, model.Options{})
+	m, err := model.Load(dir, model.Options{DType: model.Float32}) // fp32 explicitly: compared with the float64 oracle
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func TestHeadsAllToAll(t *testing.T) {
 				for _, d := range bd.Shape {
 					n *= d
 				}
-				*bd.Dst = make([]float32, n)
+				bd.SetFloat32(make([]float32, n))
 			}
 			w.LMHead = w.Embed
 			var h hostMemory

@@ -91,7 +91,7 @@ func randomWeights(cfg *model.Config, pool *tensor.Pool) *model.Weights {
 		}
 		data := make([]float32, n)
 		fillRandom(pool, data, uint32(i))
-		*b.Dst = data
+		b.SetFloat32(data)
 	}
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed
