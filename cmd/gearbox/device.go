@@ -151,18 +151,19 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 }
 
 // weightsLine describes how the CPU holds the weights: the matrices'
-// format, whether they view the checkpoint's files, and the bytes.
+// format, whether they are the checkpoint's bytes in place (its
+// memory-mapped files, for a directory), and the bytes.
 func weightsLine(w *model.Weights) string {
 	d, ok := w.MatrixDType()
 	format := d.String()
 	if !ok {
 		format = "mixed-format"
 	}
-	mapped := ""
+	place := ""
 	if w.Views() {
-		mapped = ", memory-mapped"
+		place = " in place in the checkpoint"
 	}
-	return fmt.Sprintf("%s weights%s (%s), float32 activations", format, mapped, humanBytes(w.Bytes()))
+	return fmt.Sprintf("%s weights%s (%s), float32 activations", format, place, humanBytes(w.Bytes()))
 }
 
 // kernelCache is the on-disk cache of compiled GPU kernels.

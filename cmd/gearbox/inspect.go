@@ -36,7 +36,7 @@ type inspectResult struct {
 	KVBytesPerTokenF  int              `json:"kv_bytes_per_token_fp32"`
 	KVBytesPerTokenBF int              `json:"kv_bytes_per_token_bf16"`
 	WeightFormat      string           `json:"weight_format"`         // the CPU's matrix format under --dtype/--quantization
-	WeightMapped      bool             `json:"weights_memory_mapped"` // the matrices view the checkpoint's files
+	WeightInPlace     bool             `json:"weights_in_place"`      // the matrices are the checkpoint's bytes (memory-mapped for a directory)
 	ResidentBytes     int64            `json:"resident_weight_bytes"` // the whole model as the CPU holds it
 	Plan              string           `json:"plan"`
 	Policy            string           `json:"policy"`
@@ -127,7 +127,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
-	res.WeightFormat, res.WeightMapped, res.ResidentBytes = "mixed", w.Views(), w.Bytes()
+	res.WeightFormat, res.WeightInPlace, res.ResidentBytes = "mixed", w.Views(), w.Bytes()
 	if d, ok := w.MatrixDType(); ok {
 		res.WeightFormat = d.String()
 	}
@@ -166,11 +166,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bytes %-8s %d (%s)\n", d, res.BytesPerDtype[d], humanBytes(res.BytesPerDtype[d]))
 	}
 	fmt.Fprintf(stdout, "KV per token   %d bytes fp32, %d bytes bf16\n", res.KVBytesPerTokenF, res.KVBytesPerTokenBF)
-	mapped := ""
-	if res.WeightMapped {
-		mapped = ", memory-mapped"
+	place := ""
+	if res.WeightInPlace {
+		place = ", in place in the checkpoint"
 	}
-	fmt.Fprintf(stdout, "CPU weights    %d (%s) resident, %s matrices%s\n", res.ResidentBytes, humanBytes(res.ResidentBytes), res.WeightFormat, mapped)
+	fmt.Fprintf(stdout, "CPU weights    %d (%s) resident, %s matrices%s\n", res.ResidentBytes, humanBytes(res.ResidentBytes), res.WeightFormat, place)
 	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank; resident: the CPU's %s shard)\n", res.Plan, res.Policy, res.WeightFormat)
 	fmt.Fprintf(stdout, "%-5s %-20s %-6s %-14s %-14s %-20s %s\n", "rank", "dp,pp,sp,tp", "chunk", "weights", "resident", "shift weights", "KV per token")
 	for _, rb := range res.Ranks {
