@@ -40,6 +40,7 @@ type Executor struct {
 	kv      kvcache.Layout // of rank 0; every rank has the same block count
 	out     []float32      // [NumLogits, vocab] of the last step
 	steps   map[string]int
+	stepsMu sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
 	comm    comm.Stats // counted by worlds that were replaced
 
 	transitions int
@@ -253,7 +254,11 @@ func (e *Executor) KVBytes() []int64 {
 }
 
 // PlanSteps returns how many steps ran under each placement, by name.
-func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
+func (e *Executor) PlanSteps() map[string]int {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	return maps.Clone(e.steps)
+}
 
 // CommStats returns the bytes every collective moved so far.
 func (e *Executor) CommStats() comm.Stats {
@@ -312,7 +317,9 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	if err != nil {
 		return nil, fmt.Errorf("cpuexec: step under %s: %w", p, err)
 	}
+	e.stepsMu.Lock()
 	e.steps[p.Name]++
+	e.stepsMu.Unlock()
 	return e.out, nil
 }
 

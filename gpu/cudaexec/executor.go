@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -105,6 +106,7 @@ type Executor struct {
 	graphStats map[graphKey]comm.Stats
 	info       Info
 	steps      map[string]int
+	stepsMu    sync.Mutex  // guards steps: PlanSteps may run beside a step (an engine's Stats, /metrics)
 	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
 	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
 	out        []float32   // [rows, vocab] host logits of the last step
@@ -665,7 +667,11 @@ func (e *Executor) Placements() []parallel.Placement { return slices.Clone(e.opt
 func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
 
 // PlanSteps implements engine.Runner.
-func (e *Executor) PlanSteps() map[string]int { return maps.Clone(e.steps) }
+func (e *Executor) PlanSteps() map[string]int {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	return maps.Clone(e.steps)
+}
 
 // CommStats is the collective traffic of every step so far, counted as
 // the CPU executor counts it (comm's ring and pairwise formulas), in bytes
@@ -738,7 +744,9 @@ func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placeme
 			e.tokens = append(e.tokens, tensor.MaxIndex(e.out[i*cfg.Vocab:(i+1)*cfg.Vocab]))
 		}
 	}
+	e.stepsMu.Lock()
 	e.steps[p.Name]++
+	e.stepsMu.Unlock()
 	return nil
 }
 
