@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +145,119 @@ func BenchmarkDecode1B(b *testing.B) {
 			b.ReportMetric(stream, "stream-GB/s")
 			b.ReportMetric(100*gbs/stream, "%stream")
 		})
+	}
+}
+
+// formats1B are the 1B shape's random weights in float32, BF16 and Q8_0,
+// built once (8.7 GB together).
+var formats1B struct {
+	once sync.Once
+	w    map[string]*model.Weights
+}
+
+var formatNames = []string{"f32", "bf16", "q8_0"}
+
+// load1BFormats returns the 1B shape's weights by format: load1B's float32
+// matrices, and the same converted to BF16 (nearest) and quantized to
+// Q8_0; vectors are shared.
+func load1BFormats(b *testing.B, pool *tensor.Pool) (*model.Config, map[string]*model.Weights) {
+	cfg, w := load1B(b, pool)
+	formats1B.once.Do(func() {
+		formats1B.w = map[string]*model.Weights{"f32": w}
+		for name, d := range map[string]tensor.DType{"bf16": tensor.BF16, "q8_0": tensor.Q8_0} {
+			c := *w
+			c.Layers = slices.Clone(w.Layers)
+			c.Embed = tensor.Convert(pool, w.Embed, d)
+			c.LMHead = c.Embed
+			if w.LMHead != w.Embed {
+				c.LMHead = tensor.Convert(pool, w.LMHead, d)
+			}
+			for i := range c.Layers {
+				l := &c.Layers[i]
+				for _, m := range []**tensor.Weights{&l.WQ, &l.WK, &l.WV, &l.WO, &l.WGate, &l.WUp, &l.WDown} {
+					*m = tensor.Convert(pool, *m, d)
+				}
+			}
+			formats1B.w[name] = &c
+		}
+	})
+	return cfg, formats1B.w
+}
+
+// BenchmarkDecode1BFormats runs batch-1 decode steps of the 1B shape (512
+// tokens of context) with float32, BF16 and Q8_0 weights, interleaved step
+// by step (each op is one step of every format, timed apart), and reports
+// each format's tokens/s, its speed-up over float32 in the same op
+// sequence (x-f32), and the bytes of its weights.
+func BenchmarkDecode1BFormats(b *testing.B) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	cfg, ws := load1BFormats(b, pool)
+	const ctxLen = 512
+	per := (ctxLen + 16 + 15) / 16
+	blocks := make([]int, per)
+	for j := range blocks {
+		blocks[j] = j
+	}
+	step := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{1}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}}}
+	interleaved(b, cfg, ws, pool, per, &step, func(sec float64) (float64, string) { return 1 / sec, "tok/s" })
+}
+
+// BenchmarkPrefill1BFormats runs one 512-token prefill step of the 1B
+// shape per format, interleaved as BenchmarkDecode1BFormats does, and
+// reports GFLOP/s (2·parameters·tokens) and the share of float32's
+// (x-f32).
+func BenchmarkPrefill1BFormats(b *testing.B) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	cfg, ws := load1BFormats(b, pool)
+	const n = 512
+	blocks := make([]int, n/16)
+	for i := range blocks {
+		blocks[i] = i
+	}
+	step := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: fixture.Tokens(1, n, cfg.Vocab), Blocks: blocks, NumLogits: 1}}}
+	flop := 2 * float64(cfg.NumParams()) * n
+	interleaved(b, cfg, ws, pool, n/16, &step, func(sec float64) (float64, string) { return flop / sec / 1e9, "GFLOP/s" })
+}
+
+// interleaved runs step on one executor per format, one after the other
+// in every op (after one untimed warm-up step each), and reports rate(mean
+// step seconds) per format, each format's rate over float32's, and the
+// weights' bytes.
+func interleaved(b *testing.B, cfg *model.Config, ws map[string]*model.Weights, pool *tensor.Pool, blocks int, step *forward.Batch, rate func(sec float64) (float64, string)) {
+	ctx := context.Background()
+	execs := map[string]*Executor{}
+	for _, name := range formatNames {
+		r, err := NewExecutor(cfg, ws[name], Options{BlockSize: 16, NumBlocks: blocks, Pool: pool})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Step(ctx, step, r.KVPlacement()); err != nil {
+			b.Fatal(err)
+		}
+		execs[name] = r
+	}
+	spent := map[string]time.Duration{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, name := range formatNames {
+			r := execs[name]
+			start := time.Now()
+			if _, err := r.Step(ctx, step, r.KVPlacement()); err != nil {
+				b.Fatal(err)
+			}
+			spent[name] += time.Since(start)
+		}
+	}
+	f32, unit := rate(spent["f32"].Seconds() / float64(b.N))
+	for _, name := range formatNames {
+		v, _ := rate(spent[name].Seconds() / float64(b.N))
+		b.ReportMetric(v, name+"-"+unit)
+		if name != "f32" {
+			b.ReportMetric(v/f32, name+"-x-f32")
+		}
+		b.ReportMetric(float64(ws[name].Bytes())/1e9, name+"-weight-GB")
 	}
 }
 

@@ -9,8 +9,15 @@
 // the log-sum-exp, so partial results over disjoint key ranges merge
 // exactly), transition.go (moving KV and weights to another placement).
 //
+// Weight matrices are multiplied in the format the model holds them in
+// (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);
+// activations and the KV cache are float32.
+//
 // Invariant: under every placement, the executor computes the same
 // function as the naive float64 forward pass kept in the tests, for any
-// split of sequences into prefill chunks and decode steps; a transition
-// delivers every KV and weight element bit-exact.
+// split of sequences into prefill chunks and decode steps (exactly up to
+// float32 rounding with float32 or checkpoint-dtype BF16/F16 weights;
+// within the stated tolerances of lowp_test.go with converted or Q8_0
+// ones); a transition delivers every KV and weight element bit-exact
+// (Q8_0 shards are re-cut from the host copy instead of moved).
 package cpuexec

@@ -8,10 +8,13 @@
 // rotary_emb.inv_freq buffer, which holds no weights, is let through), so
 // a model that loads has exactly the weights its config describes.
 //
-// Checkpoint tensors may be F32, F16 or BF16; LoadWeights converts every
-// one to float32, and Weights holds them row-major, matrices in the
-// PyTorch nn.Linear layout [out, in]. That float32 copy is what this
-// package hands on: the element type a backend keeps weights and
-// activations in is a separate choice, DType (vLLM's --dtype), and
-// DType.Round rounds float32 values to its precision.
+// Checkpoint tensors may be F32, F16 or BF16. Vectors (norms, biases) are
+// converted to float32; matrices are tensor.Weights in the PyTorch
+// nn.Linear layout [out, in], held as Options says: by default in the
+// checkpoint's dtype, as views of the memory-mapped safetensors files (no
+// copy; Model.Close releases them), or converted at load (DType, vLLM's
+// --dtype) or quantized to Q8_0 (Quantization Int8, --quantization int8).
+// The float32 oracle tests load with DType Float32. On the GPU, DType is
+// also the device's compute type (ResolveDType); DType.Round rounds
+// float32 values to its precision.
 package model

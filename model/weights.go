@@ -252,7 +252,9 @@ func loadMatrix(t *safetensors.Tensor, n, k int, opts Options) (*tensor.Weights,
 	if dst == src.DType() {
 		return src, view, nil
 	}
-	return tensor.Convert(opts.Pool, src, dst), false, nil
+	out := tensor.Convert(opts.Pool, src, dst)
+	t.Evict() // converted: the file's pages need not stay resident beside the copy
+	return out, false, nil
 }
 
 // Close releases the checkpoint files the matrices view (see

@@ -48,5 +48,8 @@ func Open(path string) (*File, error) {
 		return nil, err
 	}
 	f.release = func() error { return syscall.Munmap(data) }
+	for _, t := range f.tensors {
+		t.mapped = true
+	}
 	return f, nil
 }

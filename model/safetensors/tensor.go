@@ -14,10 +14,11 @@ type Tensor struct {
 	DType DType
 	Shape []int // row-major; empty for a scalar
 
-	file  string // file name, for errors
-	n     int    // number of elements, product of Shape
-	begin int    // data_offsets relative to the data section
-	data  []byte // exactly n·DType.Size() bytes inside the file
+	file   string // file name, for errors
+	mapped bool   // data lies in a memory-mapped file (Open on Linux)
+	n      int    // number of elements, product of Shape
+	begin  int    // data_offsets relative to the data section
+	data   []byte // exactly n·DType.Size() bytes inside the file
 }
 
 // NumElements is the product of Shape (1 for a scalar, 0 if any dimension

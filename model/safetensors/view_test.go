@@ -55,3 +55,30 @@ func TestViews(t *testing.T) {
 		t.Fatal("ReadUint16 of an F32 tensor succeeded")
 	}
 }
+
+// TestEvict: a tensor's data reads back unchanged after Evict, mapped or
+// not.
+func TestEvict(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "e.safetensors")
+	vals := make([]float32, 10000)
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	if err := WriteFile(path, []WriteTensor{{Name: "w", DType: F32, Shape: []int{len(vals)}, Data: vals}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tt, _ := f.Tensor("w")
+	before, _ := tt.Float32()
+	tt.Evict()
+	after, _ := tt.Float32()
+	for i := range before {
+		if before[i] != after[i] || after[i] != vals[i] {
+			t.Fatalf("value %d: %v before Evict, %v after, want %v", i, before[i], after[i], vals[i])
+		}
+	}
+}

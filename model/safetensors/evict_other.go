@@ -1,0 +1,6 @@
+//go:build !linux
+
+package safetensors
+
+// Evict does nothing off Linux (see the Linux version).
+func (t *Tensor) Evict() {}
