@@ -269,8 +269,9 @@ func (w *Weights) Close() error {
 	return err
 }
 
-// Views reports whether the matrices view checkpoint files that Close
-// releases.
+// Views reports whether some matrices are the checkpoint's bytes in
+// place: views of its memory-mapped files for a directory (which Close
+// releases), of the bytes read into memory for LoadFSOptions.
 func (w *Weights) Views() bool { return w.release != nil }
 
 // Matrices lists every weight matrix once (a tied LM head is listed only

@@ -19,8 +19,10 @@
 // binary16 or Q8_0 (8-bit quants in blocks of 32 with one scale), and
 // MatMulW multiplies by it in that format, accumulating in float32:
 // decode (m <= 32) streams the stored bytes once, which is what bounds its
-// speed; prefill widens panels of w into the float32 GEMM. Read weights.go
-// and lowp.go, then lowp_amd64.s.
+// speed; prefill widens panels of w into the float32 GEMM. Rows (a view),
+// Cols (a copy in the same format) and Convert cut and re-type matrices
+// for loaders and tensor-parallel shards. Read weights.go and lowp.go,
+// then lowp_amd64.s; reshape.go for the cuts.
 //
 // Implementations: on amd64 with AVX2 and FMA the hot loops run in Go
 // assembly, picked at run time (AVX-512 only for the decode GEMV tiles,
