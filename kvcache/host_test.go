@@ -2,7 +2,10 @@ package kvcache
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // TestHostStoreReshards pushes a KV cache split by layers (two pipeline
@@ -76,6 +79,62 @@ func TestHostStoreReshards(t *testing.T) {
 	} {
 		if _, err := host.Push(c, bad.s, bad.dev, bad.hostB); err == nil {
 			t.Errorf("push %+v %v→%v accepted", bad.s, bad.dev, bad.hostB)
+		}
+	}
+}
+
+// TestHostStoreHalfBitExact pushes a BF16 cache split by layers and pulls
+// it split by heads, as TestHostStoreReshards does: every stored 16-bit
+// pattern (NaN payloads and subnormals among them) arrives unchanged, the
+// bytes are 2 per element, and a cache of another dtype is refused.
+func TestHostStoreHalfBitExact(t *testing.T) {
+	const layers, heads, bs, d = 2, 2, 3, 2
+	host, err := NewHostStore(Layout{Layers: layers, KVHeads: heads, HeadDim: d, BlockSize: bs, NumBlocks: 3, DType: tensor.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pattern := func(layer, head, slot, dim int, keys bool) uint16 {
+		p := []uint16{0x7f81, 0xffc1, 0x0001, 0x8000, 0x3f80, 0x7f80}[(layer+head+slot+dim)%6]
+		p ^= uint16(layer<<12 | head<<10 | slot<<8 | dim<<6)
+		if !keys {
+			p = ^p
+		}
+		return p
+	}
+	for l := 0; l < layers; l++ {
+		c, _ := New(Layout{Layers: 1, KVHeads: heads, HeadDim: d, BlockSize: bs, NumBlocks: 2, DType: tensor.BF16})
+		for h := 0; h < heads; h++ {
+			k, v := c.HalfKeys(0, 1, h), c.HalfValues(0, 1, h)
+			for i := range k {
+				k[i], v[i] = pattern(l, h, i/d, i%d, true), pattern(l, h, i/d, i%d, false)
+			}
+		}
+		n, err := host.Push(c, Slice{l, l + 1, 0, heads}, []int{1}, []int{2})
+		if err != nil || n != 2*heads*bs*d*2 {
+			t.Fatalf("push layer %d: %d bytes, %v", l, n, err)
+		}
+	}
+	for h := 0; h < heads; h++ {
+		c, _ := New(Layout{Layers: layers, KVHeads: 1, HeadDim: d, BlockSize: bs, NumBlocks: 1, DType: tensor.BF16})
+		if _, err := host.Pull(c, Slice{0, layers, h, h + 1}, []int{0}, []int{2}); err != nil {
+			t.Fatal(err)
+		}
+		for l := 0; l < layers; l++ {
+			k, v := c.HalfKeys(l, 0, 0), c.HalfValues(l, 0, 0)
+			for i := range k {
+				if k[i] != pattern(l, h, i/d, i%d, true) || v[i] != pattern(l, h, i/d, i%d, false) {
+					t.Fatalf("layer %d head %d element %d: %#04x %#04x", l, h, i, k[i], v[i])
+				}
+			}
+			if !slices.Equal(host.HalfKeys(2, l, h), k) {
+				t.Fatalf("host keys of layer %d head %d = %#04x", l, h, host.HalfKeys(2, l, h))
+			}
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		c, _ := New(Layout{Layers: layers, KVHeads: heads, HeadDim: d, BlockSize: bs, NumBlocks: 1, DType: dt})
+		if _, err := host.Push(c, Slice{0, layers, 0, heads}, []int{0}, []int{0}); err == nil || !strings.Contains(err.Error(), "one dtype") {
+			t.Errorf("a %s cache pushed to a bf16 store: %v", dt, err)
 		}
 	}
 }

@@ -270,3 +270,46 @@ var q8Perm = func() (t [8][16]int32) {
 	}
 	return t
 }()
+
+// axpyRowsBF16AVX2 adds Σ_{r<rows} a[r]·bf16(w[r·ldw+i]) to y[i] for i <
+// n, row by row with one FMA each, 32 columns at a time held in registers
+// across the rows; n%8 == 0, n > 0, rows > 0.
+//
+//go:noescape
+func axpyRowsBF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
+
+// axpyRowsF16AVX2 is axpyRowsBF16AVX2 for binary16 rows.
+//
+//go:noescape
+func axpyRowsF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
+
+// axpyRowsHalf is AxpyRowsHalf after the checks: the assembly kernel for
+// the whole vectors of columns, then for the rest each row's tail widened
+// and added by axpyGo, which is how Axpy finishes its tail.
+func axpyRowsHalf(dt DType, y, a []float32, w []uint16) {
+	n, rows := len(y), len(a)
+	nv := n &^ 7
+	if !useAsm || nv == 0 || dt == F16 && !f16cAvailable {
+		axpyRowsHalfGo(dt, y, a, w)
+		return
+	}
+	_ = w[(rows-1)*n+nv-1]
+	if dt == BF16 {
+		axpyRowsBF16AVX2(&y[0], &a[0], &w[0], nv, n, rows)
+	} else {
+		axpyRowsF16AVX2(&y[0], &a[0], &w[0], nv, n, rows)
+	}
+	if nv == n {
+		return
+	}
+	var t [8]float32
+	for r, s := range a {
+		tail := t[:n-nv]
+		if dt == BF16 {
+			decodeBF16Go(tail, w[r*n+nv:(r+1)*n])
+		} else {
+			decodeF16Go(tail, w[r*n+nv:(r+1)*n])
+		}
+		axpyGo(s, tail, y[nv:])
+	}
+}

@@ -775,3 +775,153 @@ q8wnext:
 	JNZ  q8wblk
 	VZEROUPPER
 	RET
+
+// func axpyRowsBF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
+// For each group of 32 columns (then of 8) of y: the group is loaded into
+// Y0-Y3, every row's a[r]·widen(w) is added with one FMA per vector, and
+// the group is stored. SI walks y, R11 the group's column in row 0 of w,
+// DI that column in row r (BF16W/F16W read off(DI)(AX*1), AX = 0), DX a.
+TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), SI
+	MOVQ a+8(FP), R10
+	MOVQ w+16(FP), R11
+	MOVQ n+24(FP), CX
+	MOVQ ldw+32(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+40(FP), R9
+	XORQ AX, AX
+
+axbfc32:
+	CMPQ CX, $32
+	JLT  axbfc8
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axbfr32:
+	VBROADCASTSS (DX), Y15
+	BF16W(0, Y4)
+	BF16W(16, Y5)
+	BF16W(32, Y6)
+	BF16W(48, Y7)
+	VFMADD231PS Y4, Y15, Y0
+	VFMADD231PS Y5, Y15, Y1
+	VFMADD231PS Y6, Y15, Y2
+	VFMADD231PS Y7, Y15, Y3
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axbfr32
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	VMOVUPS Y2, 64(SI)
+	VMOVUPS Y3, 96(SI)
+	ADDQ $128, SI
+	ADDQ $64, R11
+	SUBQ $32, CX
+	JMP  axbfc32
+
+axbfc8:
+	CMPQ CX, $8
+	JLT  axbfdone
+	VMOVUPS (SI), Y0
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axbfr8:
+	VBROADCASTSS (DX), Y15
+	BF16W(0, Y4)
+	VFMADD231PS Y4, Y15, Y0
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axbfr8
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	ADDQ $16, R11
+	SUBQ $8, CX
+	JMP  axbfc8
+
+axbfdone:
+	VZEROUPPER
+	RET
+
+// func axpyRowsF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
+// For each group of 32 columns (then of 8) of y: the group is loaded into
+// Y0-Y3, every row's a[r]·widen(w) is added with one FMA per vector, and
+// the group is stored. SI walks y, R11 the group's column in row 0 of w,
+// DI that column in row r (BF16W/F16W read off(DI)(AX*1), AX = 0), DX a.
+TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), SI
+	MOVQ a+8(FP), R10
+	MOVQ w+16(FP), R11
+	MOVQ n+24(FP), CX
+	MOVQ ldw+32(FP), R8
+	SHLQ $1, R8
+	MOVQ rows+40(FP), R9
+	XORQ AX, AX
+
+axf16c32:
+	CMPQ CX, $32
+	JLT  axf16c8
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axf16r32:
+	VBROADCASTSS (DX), Y15
+	F16W(0, Y4)
+	F16W(16, Y5)
+	F16W(32, Y6)
+	F16W(48, Y7)
+	VFMADD231PS Y4, Y15, Y0
+	VFMADD231PS Y5, Y15, Y1
+	VFMADD231PS Y6, Y15, Y2
+	VFMADD231PS Y7, Y15, Y3
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axf16r32
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	VMOVUPS Y2, 64(SI)
+	VMOVUPS Y3, 96(SI)
+	ADDQ $128, SI
+	ADDQ $64, R11
+	SUBQ $32, CX
+	JMP  axf16c32
+
+axf16c8:
+	CMPQ CX, $8
+	JLT  axf16done
+	VMOVUPS (SI), Y0
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axf16r8:
+	VBROADCASTSS (DX), Y15
+	F16W(0, Y4)
+	VFMADD231PS Y4, Y15, Y0
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axf16r8
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	ADDQ $16, R11
+	SUBQ $8, CX
+	JMP  axf16c8
+
+axf16done:
+	VZEROUPPER
+	RET
