@@ -45,3 +45,41 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 	tensor.Scale(1/sum, out)
 	return m + float32(math.Log(float64(sum)))
 }
+
+// attendPagedHalf is attendPaged over a BF16 or F16 cache: per block, the
+// scores of q against the block's keys and their weighted sum of its
+// values are each one pass over the stored 16-bit elements
+// (tensor.DotRowsHalf, tensor.AxpyRowsHalf), widened in registers and
+// accumulated in float32; the online softmax is attendPaged's.
+func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
+	bs, d, dt := cache.BlockSize, cache.HeadDim, cache.DType
+	var scores [kvcache.MaxBlockSize]float32
+	clear(out)
+	m, sum := float32(math.Inf(-1)), float32(0)
+	for start := from - from%bs; start < to; start += bs {
+		blk := table[start/bs]
+		a, e := max(from, start)-start, min(to, start+bs)-start
+		s := scores[a:e]
+		tensor.DotRowsHalf(dt, s, q, cache.HalfKeys(layer, blk, head)[a*d:e*d])
+		bm := float32(math.Inf(-1))
+		for j := range s {
+			s[j] *= scale
+			bm = max(bm, s[j])
+		}
+		if bm > m {
+			if sum > 0 {
+				corr := float32(math.Exp(float64(m - bm)))
+				tensor.Scale(corr, out)
+				sum *= corr
+			}
+			m = bm
+		}
+		sum += tensor.ExpSub(s, m)
+		tensor.AxpyRowsHalf(dt, out, s, cache.HalfValues(layer, blk, head)[a*d:e*d])
+	}
+	if sum == 0 {
+		return m
+	}
+	tensor.Scale(1/sum, out)
+	return m + float32(math.Log(float64(sum)))
+}

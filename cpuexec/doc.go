@@ -11,13 +11,19 @@
 //
 // Weight matrices are multiplied in the format the model holds them in
 // (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);
-// activations and the KV cache are float32.
+// activations are float32. The KV cache is float32 by default, or BF16 or
+// F16 (Options.KVDType): keys and values are rounded to nearest as they
+// are written and attention widens them in registers and accumulates in
+// float32 (attendPagedHalf), at half the cache's bytes.
 //
 // Invariant: under every placement, the executor computes the same
 // function as the naive float64 forward pass kept in the tests, for any
 // split of sequences into prefill chunks and decode steps (exactly up to
-// float32 rounding with float32 or checkpoint-dtype BF16/F16 weights;
-// within the stated tolerances of lowp_test.go with converted or Q8_0
-// ones); a transition delivers every KV and weight element bit-exact
-// (Q8_0 shards are re-cut from the host copy instead of moved).
+// float32 rounding with float32 or checkpoint-dtype BF16/F16 weights and
+// a float32 KV cache; within the stated tolerances of lowp_test.go with
+// converted or Q8_0 weights and of kvdtype_test.go with a 16-bit KV
+// cache); a transition or a swap through the host store delivers every KV
+// element (the stored 16-bit ones of a BF16 or F16 cache) and every
+// weight element bit-exact (Q8_0 shards are re-cut from the host copy
+// instead of moved).
 package cpuexec

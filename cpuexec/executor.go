@@ -70,9 +70,15 @@ type Options struct {
 	Placements []parallel.Placement
 	// Plan, when Placements is empty, is shorthand for its standard
 	// placement; the zero value is one rank.
-	Plan         parallel.Plan
-	BlockSize    int          // KV block size in tokens; default 16
-	NumBlocks    int          // KV blocks per replica; default one full context
+	Plan      parallel.Plan
+	BlockSize int // KV block size in tokens; default 16
+	NumBlocks int // KV blocks per replica; default one full context
+	// KVDType is the element format of the KV cache (and of the host KV
+	// store): tensor.F32, the zero value, or tensor.BF16 or tensor.F16,
+	// which halve the cache's bytes; keys and values are rounded to
+	// nearest on write and attention widens them and accumulates in
+	// float32.
+	KVDType      tensor.DType
 	MicroBatches int          // pipeline micro-batches per step; default the step's placement's PP
 	Pool         *tensor.Pool // kernel threads shared by all ranks; nil runs inline
 	Clock        clock.Clock  // times collectives for CommTime; default the wall clock
@@ -128,14 +134,14 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	for r := range first.Coords {
 		e.ranks = append(e.ranks, &rank{id: r, e: e})
 	}
-	kv := kvcache.Layout{BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks}
+	kv := kvcache.Layout{BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks, DType: opts.KVDType}
 	if err := e.allocKV(first, kv); err != nil {
 		return nil, err
 	}
 	e.fromHost = opts.WeightsFromHost
 	if opts.HostBlocks > 0 {
 		h, err := kvcache.NewHostStore(kvcache.Layout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim,
-			BlockSize: opts.BlockSize, NumBlocks: opts.HostBlocks * first.Plan.DP})
+			BlockSize: opts.BlockSize, NumBlocks: opts.HostBlocks * first.Plan.DP, DType: opts.KVDType})
 		if err != nil {
 			return nil, fmt.Errorf("cpuexec: host KV store: %w", err)
 		}
@@ -211,7 +217,7 @@ func (e *Executor) Placements() []parallel.Placement {
 func (e *Executor) KVPlacement() parallel.Placement { return e.kvAt }
 
 // KVLayout is the KV cache layout of each replica's block pool: block ids
-// run over [0, NumBlocks) in every replica.
+// run over [0, NumBlocks) in every replica. Its DType is Options.KVDType.
 func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
 
 // Config is the model's config.

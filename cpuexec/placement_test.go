@@ -10,6 +10,7 @@ import (
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -216,7 +217,8 @@ func TestTransitionPPToTP(t *testing.T) {
 }
 
 // globalKV reads every rank's KV cache into one map keyed by (layer, KV
-// head, block): keys then values of the block's slots.
+// head, block): keys then values of the block's slots, as blockKV reads
+// them.
 func globalKV(e *Executor) map[[3]int][]float32 {
 	out := map[[3]int][]float32{}
 	for r, rk := range e.ranks {
@@ -224,7 +226,7 @@ func globalKV(e *Executor) map[[3]int][]float32 {
 		for l := s.Layers.Lo; l < s.Layers.Hi; l++ {
 			for h := s.Heads.Lo; h < s.Heads.Hi; h++ {
 				for b := 0; b < e.kv.NumBlocks; b++ {
-					kv := append(slices.Clone(rk.cache.Keys(l-s.Layers.Lo, b, h-s.Heads.Lo)), rk.cache.Values(l-s.Layers.Lo, b, h-s.Heads.Lo)...)
+					kv := blockKV(rk.cache, l-s.Layers.Lo, b, h-s.Heads.Lo)
 					key := [3]int{l, h, b}
 					if prev, ok := out[key]; ok && !slices.Equal(prev, kv) {
 						panic(fmt.Sprintf("ranks disagree on replicated KV %v", key))
@@ -233,6 +235,27 @@ func globalKV(e *Executor) map[[3]int][]float32 {
 				}
 			}
 		}
+	}
+	return out
+}
+
+// blockKV is the keys then the values of one head of one block of c: a
+// float32 cache's values, a BF16 or F16 cache's stored bit patterns each
+// as a float32 integer, so that equal slices mean bit-identical elements
+// (NaN payloads included).
+func blockKV(c *kvcache.Cache, layer, block, head int) []float32 {
+	if !c.Half() {
+		return append(slices.Clone(c.Keys(layer, block, head)), c.Values(layer, block, head)...)
+	}
+	return bitsKV(c.HalfKeys(layer, block, head), c.HalfValues(layer, block, head))
+}
+
+// bitsKV is keys then values of 16-bit patterns, each as a float32
+// integer.
+func bitsKV(keys, values []uint16) []float32 {
+	out := make([]float32, 0, len(keys)+len(values))
+	for _, h := range slices.Concat(keys, values) {
+		out = append(out, float32(h))
 	}
 	return out
 }

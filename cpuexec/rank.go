@@ -437,6 +437,10 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	if sh.SPSize == 1 {
 		rows, base = st.real, st.first
 	}
+	attend := attendPaged
+	if rk.cache.Half() {
+		attend = attendPagedHalf
+	}
 	rk.e.pool.Run(rows*hq, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			// Interleave early and late rows so the pool's contiguous
@@ -453,7 +457,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 				from = p + 1 - cfg.SlidingWindow
 			}
 			kv := (sh.Chunk.QLo+j)/group - sh.Chunk.KVLo
-			attendPaged(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
+			attend(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
 				rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, from, p+1, scale)
 		}
 	})

@@ -120,12 +120,15 @@ func swapRun(t *testing.T, e *Executor, prompts [][]int, steps int, decode ...pa
 		}
 		n, err := e.SwapOut(context.Background(), out)
 		all := kvcache.Slice{LayerHi: cfg.Layers, HeadHi: cfg.KVHeads}
-		if want := 4 * int64(len(prompts)*perSeq) * all.Elems(e.kv.BlockSize, cfg.HeadDim); err != nil || n != want {
+		if want := int64(e.kv.ElemBytes()) * int64(len(prompts)*perSeq) * all.Elems(e.kv.BlockSize, cfg.HeadDim); err != nil || n != want {
 			t.Fatalf("swap-out: %d bytes (want the model's KV once, %d), %v", n, want, err)
 		}
 		hostKV := kvOf(func(layer, head, block int) []float32 {
 			for i := range blocks {
 				if j := slices.Index(blocks[i], block); j >= 0 {
+					if host.Half() {
+						return bitsKV(host.HalfKeys(hostBlocks[i][j], layer, head), host.HalfValues(hostBlocks[i][j], layer, head))
+					}
 					return append(slices.Clone(host.Keys(hostBlocks[i][j], layer, head)), host.Values(hostBlocks[i][j], layer, head)...)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -121,7 +122,7 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 		e.order = slices.DeleteFunc(e.order, func(n string) bool { return n == from.Name })
 	}
 	for _, m := range moves {
-		n := x.elems(m) * 4
+		n := x.words(m) * 4
 		switch {
 		case m.From == m.To:
 			st.LocalBytes += n
@@ -196,16 +197,19 @@ func (x *transition) index() error {
 	return nil
 }
 
-// elems is the number of float32 values move m carries: its weight
+// words is the number of float32 words move m's buffer holds: its weight
 // elements (matrices travel widened to float32 whatever their format, so
 // that BF16 and F16 pieces arrive bit-exact), or for the KV cache the keys
-// and values of every block.
-func (x *transition) elems(m parallel.Move) int64 {
+// and values of every block in the cache's dtype — a BF16 or F16 cache's
+// stored 16-bit elements two to a word (see halves), so that they too
+// arrive bit-exact, in half float32's bytes.
+func (x *transition) words(m parallel.Move) int64 {
 	if m.Tensor != parallel.TKV {
 		return m.Elems()
 	}
 	kv := x.e.kv
-	return 2 * int64(m.Layers.Len()) * int64(m.Rows.Len()) * int64(kv.NumBlocks) * int64(kv.BlockSize) * int64(kv.HeadDim)
+	elems := 2 * int64(m.Layers.Len()) * int64(m.Rows.Len()) * int64(kv.NumBlocks) * int64(kv.BlockSize) * int64(kv.HeadDim)
+	return elems * int64(kv.ElemBytes()) / 4 // elems is even: keys and values
 }
 
 // run is rank rk's part: every move in plan order, sending what it holds
@@ -226,7 +230,7 @@ func (x *transition) run(ctx context.Context, rk *rank) error {
 		if m.From != rk.id && m.To != rk.id {
 			continue
 		}
-		n := int(x.elems(m))
+		n := int(x.words(m))
 		if cap(buf) < n {
 			buf = make([]float32, n)
 		}
@@ -326,8 +330,14 @@ func eachLayer(buf []float32, m parallel.Move, f func(layer int, part []float32,
 }
 
 // kvCopy copies move m's keys and values between buf and cache c, which
-// holds KV slice s: out of the cache with toBuf, else into it.
+// holds KV slice s: out of the cache with toBuf, else into it. A BF16 or
+// F16 cache's elements move as they are stored, packed into buf by
+// halves.
 func (x *transition) kvCopy(buf []float32, m parallel.Move, c *kvcache.Cache, s parallel.KVSlice, toBuf bool) {
+	if c.Half() {
+		x.kvCopyHalf(halves(buf), m, c, s, toBuf)
+		return
+	}
 	kv := x.e.kv
 	for l := m.Layers.Lo; l < m.Layers.Hi; l++ {
 		for _, keys := range []bool{true, false} {
@@ -349,6 +359,42 @@ func (x *transition) kvCopy(buf []float32, m parallel.Move, c *kvcache.Cache, s 
 			}
 		}
 	}
+}
+
+// kvCopyHalf is kvCopy for a 16-bit cache, in the same order.
+func (x *transition) kvCopyHalf(buf []uint16, m parallel.Move, c *kvcache.Cache, s parallel.KVSlice, toBuf bool) {
+	kv := x.e.kv
+	for l := m.Layers.Lo; l < m.Layers.Hi; l++ {
+		for _, keys := range []bool{true, false} {
+			for b := 0; b < kv.NumBlocks; b++ {
+				for h := m.Rows.Lo; h < m.Rows.Hi; h++ {
+					var slot []uint16
+					if keys {
+						slot = c.HalfKeys(l-s.Layers.Lo, b, h-s.Heads.Lo)
+					} else {
+						slot = c.HalfValues(l-s.Layers.Lo, b, h-s.Heads.Lo)
+					}
+					if toBuf {
+						copy(buf, slot)
+					} else {
+						copy(slot, buf)
+					}
+					buf = buf[len(slot):]
+				}
+			}
+		}
+	}
+}
+
+// halves views buf's memory as 2·len(buf) 16-bit elements. The words only
+// carry bits from rank to rank (comm's Send and Recv copy them as they
+// are, never computing with them), so the 16-bit elements packed into
+// them arrive unchanged whatever float32 value their bits spell.
+func halves(buf []float32) []uint16 {
+	if len(buf) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(buf))), 2*len(buf))
 }
 
 // Transitions is the number of transitions the executor has run.

@@ -10,6 +10,9 @@
 // HostStore is a second tier in host memory holding the whole model's KV
 // of parked sequences, laid out so that ranks push and pull their slices
 // (pipeline stages' layers, tensor-parallel heads) as contiguous runs.
+// Both tiers store keys and values in one Layout.DType: float32, or BF16
+// or F16 at half the bytes, rounded to nearest on Put and moved between
+// tiers as stored.
 //
 // BlockManager's invariant: every block is exactly one of in use, evictable
 // (cached, no references) or fresh; a cached block's hash names exactly the

@@ -29,6 +29,9 @@
 //     send completes (K7, K8); the receiver unpacks into its destination
 //     blocks. Heads a rank keeps are copied within it.
 //
+// Caches must hold float32 keys and values (kvcache.Layout.DType F32):
+// a BF16 or F16 cache fails the handshake with an error naming it.
+//
 // Stop-and-migrate (K6): callers guarantee that no forward step touches
 // the caches while a migration runs. Invariant, held by the tests: after
 // a migration every request's keys and values are bit-identical to

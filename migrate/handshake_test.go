@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/migrate"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // C5: one rank's metadata is corrupted; every rank returns the same
@@ -184,6 +186,37 @@ func TestHandshakeOptions(t *testing.T) {
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "multiple of 4") {
 			t.Errorf("6-byte buffers, rank %d: %v", r, err)
+		}
+	}
+}
+
+// A rank whose destination cache holds BF16 keys and values cannot run
+// its part: migrate moves float32 caches only. Every rank returns the
+// same handshake error naming the cache, and the source caches keep
+// their bytes.
+func TestHandshakeRefusesHalfCache(t *testing.T) {
+	cfg := geom(1, 2, 2)
+	s := build(t, rand.New(rand.NewPCG(7, 7)), cfg, migrate.Grouping{1, 1}, migrate.Grouping{2}, []int{3}, 0, 1, 1)
+	w, err := comm.NewWorld(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := s.freshDst(t)
+	if dst[1], err = kvcache.New(kvcache.Layout{Layers: cfg.Layers, KVHeads: dst[1].KVHeads, HeadDim: cfg.HeadDim,
+		BlockSize: dst[1].BlockSize, NumBlocks: dst[1].NumBlocks, DType: tensor.BF16}); err != nil {
+		t.Fatal(err)
+	}
+	before := [][]uint32{snapshot(s.src[0]), snapshot(s.src[1])}
+	_, errs := runAll(t, w, parts(s.plan), s.src, dst, migrate.Options{})
+	const want = "rank 1 cannot run its part: destination cache of bf16 keys and values: migrate moves float32 caches only"
+	for r, err := range errs {
+		if !errors.Is(err, migrate.ErrHandshake) || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want a handshake error saying %q", r, err, want)
+		}
+	}
+	for r, c := range s.src {
+		if !slices.Equal(snapshot(c), before[r]) {
+			t.Errorf("source cache %d changed", r)
 		}
 	}
 }

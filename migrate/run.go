@@ -12,6 +12,7 @@ import (
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // Group labels under which comm counts a migration's traffic.
@@ -227,13 +228,17 @@ func (x *run) check() error {
 	return x.checkBlocks()
 }
 
-// checkCache checks a cache that n transfers use.
+// checkCache checks a cache that n transfers use. Caches of BF16 or F16
+// keys and values are refused: the staging buffers and the wire order
+// count float32 values.
 func (x *run) checkCache(name string, c *kvcache.Cache, heads parallel.Span, n int) error {
 	switch {
 	case c == nil && n > 0:
 		return fmt.Errorf("no %s cache for %d transfers", name, n)
 	case c == nil:
 		return nil
+	case c.DType != tensor.F32:
+		return fmt.Errorf("%s cache of %s keys and values: migrate moves float32 caches only", name, c.DType)
 	case c.Layers != x.rp.Layers || c.HeadDim != x.rp.HeadDim || c.KVHeads != heads.Len():
 		return fmt.Errorf("%s cache of %d layers × %d KV heads × head dim %d, want %d × %d (heads %s) × %d",
 			name, c.Layers, c.KVHeads, c.HeadDim, x.rp.Layers, heads.Len(), span(heads), x.rp.HeadDim)

@@ -1,0 +1,323 @@
+package cpuexec
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// A KV cache of BF16 or F16 keys and values against float32's, the
+// weights float32 in both. Tolerances, per logits row, as a fraction of
+// the row's largest |logit|:
+//
+//   - 16-bit KV against float32 KV on one rank: BF16 3e-2, F16 5e-3
+//     (the stored keys and values are rounded once, to 8 and 11
+//     significant bits). Observed: stories260K BF16 0.0094, F16 0.0014;
+//     the random fixture BF16 0.0024, F16 0.0003.
+//   - BF16 KV under tp, pp, sp or dp against one rank with BF16 KV:
+//     1e-4, the float32 path's. A plan moves a key's float32 value by an
+//     ulp or so (other summation orders), which can move its BF16
+//     rounding by one BF16 step. Observed ≤ 9e-6.
+var kvTol = map[tensor.DType]float64{tensor.BF16: 3e-2, tensor.F16: 5e-3}
+
+// kvPlanTol bounds BF16 KV under a plan against one rank with BF16 KV.
+const kvPlanTol = 1e-4
+
+// kvLogits runs tokens as one prefill step on one rank with the KV cache
+// in dt and returns the logits of every position.
+func kvLogits(t testing.TB, m *model.Model, pool *tensor.Pool, tokens []int, dt tensor.DType) []float32 {
+	t.Helper()
+	n := (len(tokens) + 7) / 8
+	r, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 8, NumBlocks: n, KVDType: dt, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.KVLayout().DType; got != dt {
+		t.Fatalf("KV layout in %s, asked for %s", got, dt)
+	}
+	blocks := make([]int, n)
+	for i := range blocks {
+		blocks[i] = i
+	}
+	out, err := r.Step(context.Background(), &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens, Blocks: blocks, NumLogits: len(tokens)}}}, r.KVPlacement())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Clone(out)
+}
+
+// TestHalfKVMatchesFloat32 runs the built-in stories260K and a random
+// fixture, float32 weights, with the KV cache in BF16 and F16 against the
+// float32 cache: every position's logits, teacher-forced on the float32
+// greedy continuation (prefill attention reads the rounded keys and values
+// it has just written), stay within the dtype's tolerance; the KV bytes
+// are half; and the built-in model's greedy text, generated token by token
+// through the engine (decode attention), is float32's.
+func TestHalfKVMatchesFloat32(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	fx, err := fixture.Dir(t.TempDir(), lowpSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []struct{ name, dir string }{{"stories260K", ""}, {"fixture", fx}} {
+		m := loadAs(t, src.dir, model.Options{DType: model.Float32})
+		v := m.Config.Vocab
+		tokens := fixture.Tokens(3, 8, v)
+		if src.dir == "" {
+			tokens = m.Tokenizer.Encode("Once upon a time", true)
+		}
+		for len(tokens) < 72 {
+			l := kvLogits(t, m, pool, tokens, tensor.F32)
+			tokens = append(tokens, tensor.MaxIndex(l[(len(tokens)-1)*v:]))
+		}
+		want := kvLogits(t, m, pool, tokens, tensor.F32)
+		for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+			t.Run(src.name+"/"+dt.String(), func(t *testing.T) {
+				got := kvLogits(t, m, pool, tokens, dt)
+				worst := 0.0
+				for p := range tokens {
+					diff, maxAbs := rowError(got[p*v:(p+1)*v], want[p*v:(p+1)*v])
+					worst = math.Max(worst, diff/maxAbs)
+					if diff > kvTol[dt]*maxAbs {
+						t.Fatalf("position %d: max |diff| %.3g exceeds %g × max |logit| %.3g", p, diff, kvTol[dt], maxAbs)
+					}
+				}
+				if worst == 0 {
+					t.Fatal("the logits equal float32 KV's: the cache was not rounded")
+				}
+				t.Logf("max relative logits error %.3g", worst)
+			})
+		}
+		if src.dir != "" {
+			continue
+		}
+		greedy := func(dt tensor.DType) ([]int, *Executor) {
+			r, err := NewExecutor(m.Config, m.Weights, Options{KVDType: dt, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := engine.NewEngine(engine.Options{Exec: r, Tokenizer: m.Tokenizer, Sched: sched.Config{MaxNumBatchedTokens: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Start()()
+			out, err := g.Generate(context.Background(), engine.Request{Prompt: tokens[:5], MaxTokens: 64, Sampling: sample.Params{Logprobs: -1}, IgnoreEOS: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.Tokens, r
+		}
+		wantTokens, f32 := greedy(tensor.F32)
+		for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+			got, r := greedy(dt)
+			if !slices.Equal(got, wantTokens) {
+				t.Errorf("stories260K greedy tokens with %s KV %v, float32 KV %v", dt, got, wantTokens)
+			}
+			if r.KVLayout().NumBlocks != f32.KVLayout().NumBlocks || 2*r.KVBytes()[0] != f32.KVBytes()[0] {
+				t.Errorf("%s KV: %d blocks of %d bytes in all, float32 %d of %d", dt, r.KVLayout().NumBlocks, r.KVBytes()[0], f32.KVLayout().NumBlocks, f32.KVBytes()[0])
+			}
+		}
+	}
+}
+
+// TestHalfKVPlans runs the parallel scenario (prefill chunks and decodes)
+// under every plan with the KV cache in BF16 and compares each step's
+// logits with one rank's with BF16 KV, within kvPlanTol.
+func TestHalfKVPlans(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	dir, err := fixture.Dir(t.TempDir(), lowpSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadAs(t, dir, model.Options{DType: model.Float32})
+	vocab := m.Config.Vocab
+	single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 200, KVDType: tensor.BF16, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := newScenario(vocab, 1, 16)
+	var want [][]float32
+	for i := range ref.steps {
+		b := ref.batch(i, 1)
+		logits, err := single.Step(context.Background(), &b, parallel.Standard(parallel.Single))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, slices.Clone(logits))
+		ref.advance(i)
+	}
+	for _, ps := range []string{"tp=2", "tp=4", "pp=2", "pp=2,tp=2", "sp=2", "sp=4", "sp=2,tp=2", "dp=2"} {
+		t.Run(ps, func(t *testing.T) {
+			plan, err := parallel.Parse(ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 200, KVDType: tensor.BF16, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := newScenario(vocab, plan.DP, 16)
+			worst := 0.0
+			for i := range sc.steps {
+				b := sc.batch(i, plan.DP)
+				got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r := 0; r < len(got)/vocab; r++ {
+					diff, maxAbs := rowError(got[r*vocab:(r+1)*vocab], want[i][r*vocab:(r+1)*vocab])
+					worst = math.Max(worst, diff/maxAbs)
+					if diff > kvPlanTol*maxAbs {
+						t.Fatalf("step %d row %d: max |diff| %.3g exceeds %g × max |logit| %.3g", i, r, diff, kvPlanTol, maxAbs)
+					}
+				}
+				sc.advance(i)
+			}
+			t.Logf("max relative logits error against one rank: %.3g", worst)
+		})
+	}
+}
+
+// TestHalfKVTransition moves a BF16 KV cache pp=2 → tp=2 (the shards not
+// held) and back: every stored element arrives bit for bit, the KV bytes
+// moved are half of a float32 cache's, comm counts them, and decoding on
+// under tp=2 gives one rank's BF16-KV tokens.
+func TestHalfKVTransition(t *testing.T) {
+	l := load(t, fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, AttentionBias: true, Seed: 310})
+	cfg := l.m.Config
+	pp := parallel.Standard(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1})
+	tp := parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	const blocks = 24
+	prompt := fixture.Tokens(7, 21, cfg.Vocab)
+	table := []int{3, 9, 4, 11, 17, 5, 0, 22, 1, 2}
+	decode := func(e *Executor, first parallel.Placement, then func()) []int {
+		b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: prompt, Blocks: table, NumLogits: 1}}}
+		logits, err := e.Step(context.Background(), &b, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := append(slices.Clone(prompt), tensor.MaxIndex(logits))
+		then()
+		for len(tokens) < len(prompt)+6 {
+			b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[len(tokens)-1:], Pos: len(tokens) - 1, Blocks: table, NumLogits: 1}}}
+			logits, err := e.Step(context.Background(), &b, e.KVPlacement())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens = append(tokens, tensor.MaxIndex(logits))
+		}
+		return tokens[len(prompt):]
+	}
+	single, err := NewExecutor(cfg, l.m.Weights, Options{BlockSize: 4, NumBlocks: blocks, KVDType: tensor.BF16, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := decode(single, single.KVPlacement(), func() {})
+
+	e, err := NewExecutor(cfg, l.m.Weights, Options{Placements: []parallel.Placement{pp}, BlockSize: 4, NumBlocks: blocks, KVDType: tensor.BF16, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decode(e, pp, func() {
+		before := globalKV(e)
+		stats := e.CommStats()
+		st, err := e.Transition(context.Background(), tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertKVEqual(t, "bf16 KV pp=2 → tp=2", globalKV(e), before)
+		// Each tp=2 rank receives the other stage's 2 layers of its 2 KV
+		// heads: keys and values of every block, 2 bytes an element.
+		if want := int64(2 * (2 * 2) * 2 * blocks * 4 * cfg.HeadDim * 2); st.KVBytes != want {
+			t.Fatalf("KV bytes moved %d, want %d (half of float32's)", st.KVBytes, want)
+		}
+		delta := e.CommStats().Sub(stats).Total()
+		if delta.SentBytes != st.KVBytes+st.WeightBytes {
+			t.Fatalf("comm counted %d bytes sent; the transition says KV %d + weights %d", delta.SentBytes, st.KVBytes, st.WeightBytes)
+		}
+		if e.KVLayout().DType != tensor.BF16 {
+			t.Fatalf("KV layout after the transition in %s", e.KVLayout().DType)
+		}
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("tokens after the transition %v, one rank %v", got, want)
+	}
+	before := globalKV(e)
+	if _, err := e.Transition(context.Background(), pp); err != nil {
+		t.Fatal(err)
+	}
+	assertKVEqual(t, "bf16 KV tp=2 → pp=2", globalKV(e), before)
+}
+
+// TestHalfKVSwapReshard is TestSwapReshard with the KV cache and the host
+// store in BF16: prefill under one layout, swap out, reshard, swap in,
+// decode under another. The host store holds every stored element once,
+// bit for bit, the bytes are 2 an element, every rank's pulled slice
+// equals the store, and the greedy tokens equal one rank's with BF16 KV.
+func TestHalfKVSwapReshard(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	l := load(t, fixture.Spec{Heads: 8, KVHeads: 2, Layers: 4, Intermediate: 96, Seed: 322})
+	cfg := l.m.Config
+	prompts := [][]int{fixture.Tokens(1, 13, cfg.Vocab), fixture.Tokens(2, 6, cfg.Vocab), fixture.Tokens(3, 9, cfg.Vocab)}
+	const steps = 6
+	single, err := NewExecutor(cfg, l.m.Weights, Options{BlockSize: 4, NumBlocks: 32, KVDType: tensor.BF16, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, singleKV := swapRun(t, single, prompts, steps)
+	for _, pair := range [][2]parallel.Plan{
+		{{DP: 1, PP: 4, SP: 1, TP: 1}, {DP: 1, PP: 1, SP: 1, TP: 4}},
+		{{DP: 1, PP: 1, SP: 1, TP: 4}, {DP: 1, PP: 2, SP: 1, TP: 2}},
+	} {
+		cp, cd := pair[0], pair[1]
+		t.Run(fmt.Sprintf("%s→%s", cp, cd), func(t *testing.T) {
+			e, err := NewExecutor(cfg, l.m.Weights, Options{Plan: cp, BlockSize: 4, NumBlocks: 32, MicroBatches: 1, HostBlocks: 40, KVDType: tensor.BF16, Pool: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.host.DType != tensor.BF16 {
+				t.Fatalf("host store in %s", e.host.DType)
+			}
+			got, hostKV := swapRun(t, e, prompts, steps, parallel.Standard(cd))
+			if cp.PP == 4 {
+				assertKVEqual(t, "bf16 host store after a pp=4 prefill", hostKV, singleKV)
+			}
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("sequence %d: %v, single rank %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestKVDTypeRefused: a KV cache in a format the cache does not store
+// (Q8_0) is refused when the executor is built, naming the format.
+func TestKVDTypeRefused(t *testing.T) {
+	m := loadAs(t, "", model.Options{DType: model.Float32})
+	_, err := NewExecutor(m.Config, m.Weights, Options{KVDType: tensor.Q8_0})
+	if err == nil || !strings.Contains(err.Error(), "q8_0") || !strings.Contains(err.Error(), "f32, bf16 or f16") {
+		t.Fatalf("a Q8_0 KV cache: %v", err)
+	}
+	if _, err := kvcache.New(kvcache.Layout{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 1, NumBlocks: 1, DType: tensor.DType(9)}); err == nil {
+		t.Fatal("an unknown KV dtype was accepted")
+	}
+}
