@@ -287,3 +287,61 @@ func BenchmarkPrefill1B(b *testing.B) {
 	b.ReportMetric(n/sec, "tok/s")
 	b.ReportMetric(2*float64(cfg.NumParams())*n/sec/1e9, "GFLOP/s")
 }
+
+// BenchmarkDecode1BKV runs decode steps of the 1B shape with BF16 weights
+// (load1BFormats' conversion, the default for a BF16 checkpoint) and the
+// KV cache in float32, BF16 and F16, at long contexts: one sequence at 2k
+// and 8k tokens of context and 16 sequences at 2k. As in
+// BenchmarkDecode1BFormats, each op runs one step per KV format back to
+// back, timed apart, and it reports each format's tokens/s, its speed-up
+// over float32 KV (x-f32) and its KV bytes per token of the model.
+func BenchmarkDecode1BKV(b *testing.B) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	base, ws := load1BFormats(b, pool)
+	cfg := *base
+	cfg.MaxPositions = 8192 + 16
+	for _, c := range []struct{ ctx, batch int }{{2048, 1}, {8192, 1}, {2048, 16}} {
+		b.Run(fmt.Sprintf("ctx=%d/batch=%d", c.ctx, c.batch), func(b *testing.B) {
+			ctx := context.Background()
+			per := (c.ctx + 16) / 16
+			step := forward.Batch{Seqs: make([]forward.SeqBatch, c.batch)}
+			for i := range step.Seqs {
+				blocks := make([]int, per)
+				for j := range blocks {
+					blocks[j] = i*per + j
+				}
+				step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: c.ctx, Blocks: blocks, NumLogits: 1}
+			}
+			execs := make([]*Executor, len(kvDTypes))
+			for i, dt := range kvDTypes {
+				r, err := NewExecutor(&cfg, ws["bf16"], Options{BlockSize: 16, NumBlocks: c.batch * per, KVDType: dt, Pool: pool})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
+					b.Fatal(err)
+				}
+				execs[i] = r
+			}
+			spent := make([]time.Duration, len(kvDTypes))
+			b.ResetTimer()
+			for range b.N {
+				for i, r := range execs {
+					start := time.Now()
+					if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
+						b.Fatal(err)
+					}
+					spent[i] += time.Since(start)
+				}
+			}
+			for i, dt := range kvDTypes {
+				b.ReportMetric(float64(c.batch*b.N)/spent[i].Seconds(), dt.String()+"-tok/s")
+				if i > 0 {
+					b.ReportMetric(spent[0].Seconds()/spent[i].Seconds(), dt.String()+"-x-f32")
+				}
+				b.ReportMetric(float64(execs[i].KVLayout().TokenBytes()), dt.String()+"-KV-B/token")
+			}
+		})
+	}
+}

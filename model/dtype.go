@@ -49,6 +49,19 @@ func (d DType) String() string {
 	return "auto"
 }
 
+// Tensor is the tensor format that stores d's elements: tensor.F32, F16
+// or BF16. DTypeAuto names no format and gives tensor.F32, the CPU's
+// float32.
+func (d DType) Tensor() tensor.DType {
+	switch d {
+	case Float16:
+		return tensor.F16
+	case BFloat16:
+		return tensor.BF16
+	}
+	return tensor.F32
+}
+
 // Size is the bytes per element; 0 for DTypeAuto.
 func (d DType) Size() int {
 	switch d {

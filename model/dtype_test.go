@@ -28,6 +28,11 @@ func TestParseDType(t *testing.T) {
 			t.Errorf("ParseDType(%q) = %v, %v", d.String(), back, err)
 		}
 	}
+	for d, want := range map[DType]tensor.DType{DTypeAuto: tensor.F32, Float32: tensor.F32, Float16: tensor.F16, BFloat16: tensor.BF16} {
+		if d.Tensor() != want {
+			t.Errorf("%v.Tensor() = %v, want %v", d, d.Tensor(), want)
+		}
+	}
 }
 
 func TestResolveDType(t *testing.T) {

@@ -92,7 +92,8 @@ func (p Precision) String() string {
 //     and FP16 for FP16 and FP32 ones (vLLM's documented rule for --dtype
 //     auto); an absent torch_dtype counts as BF16.
 //   - quantization ("", "none" or "fp8"): --quantization fp8.
-//   - kvCacheDType ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"): --kv-cache-dtype;
+//   - kvCacheDType ("auto", or a dtype name: "fp8", "fp8_e4m3",
+//     "fp8_e5m2", "bfloat16", "float16", "float32"): --kv-cache-dtype;
 //     "auto" is the activation dtype.
 func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) (Precision, error) {
 	var p Precision
@@ -125,10 +126,34 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 	switch k := strings.ToLower(strings.TrimSpace(kvCacheDType)); k {
 	case "", "auto":
 		p.KV = p.Activations
-	case "fp8", "fp8_e4m3", "fp8_e5m2":
-		p.KV = FP8
 	default:
-		return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q (supported: auto, fp8, fp8_e4m3, fp8_e5m2)", kvCacheDType)
+		d, err := ParseDType(k)
+		if err != nil {
+			return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q (supported: auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2)", kvCacheDType)
+		}
+		p.KV = d
 	}
+	return p, nil
+}
+
+// CPUKVPrecision is the CPU engine's precision under --kv-cache-dtype:
+// float32 weights and activations, and the KV cache in float32 ("auto" or
+// a float32 name), BF16 or FP16 (gearbox serve and generate's
+// --kv-cache-dtype on the CPU). FP8 is refused: the CPU engine does not
+// store it.
+func CPUKVPrecision(kvCacheDType string) (Precision, error) {
+	p := CPUPrecision
+	k := strings.ToLower(strings.TrimSpace(kvCacheDType))
+	if k == "" || k == "auto" {
+		return p, nil
+	}
+	d, err := ParseDType(k)
+	if err != nil {
+		return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q on the CPU (supported: auto, float32, bfloat16, float16)", kvCacheDType)
+	}
+	if d == FP8 {
+		return p, fmt.Errorf("sim: --kv-cache-dtype %s on the CPU: the CPU engine stores its KV cache in float32, bfloat16 or float16, not fp8", kvCacheDType)
+	}
+	p.KV = d
 	return p, nil
 }

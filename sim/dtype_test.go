@@ -48,6 +48,8 @@ func TestVLLMPrecision(t *testing.T) {
 		{"llama2", "auto", "", "auto", Precision{FP16, FP16, FP16}},
 		{"llama2", "bfloat16", "fp8", "auto", Precision{FP8, BF16, BF16}},
 		{"llama3", "float32", "", "", Precision{FP32, FP32, FP32}},
+		{"llama3", "auto", "", "bfloat16", Precision{BF16, BF16, BF16}},
+		{"llama2", "auto", "", "float32", Precision{FP16, FP16, FP32}},
 	}
 	for _, c := range cases {
 		cfg := llama3
@@ -63,5 +65,24 @@ func TestVLLMPrecision(t *testing.T) {
 		if _, err := VLLMPrecision(llama3, bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestCPUKVPrecision: on the CPU auto keeps float32 KV, bfloat16 and
+// float16 halve its bytes, and fp8 is refused by name.
+func TestCPUKVPrecision(t *testing.T) {
+	for in, want := range map[string]DType{"auto": FP32, "": FP32, "float32": FP32, "bfloat16": BF16, "bf16": BF16, "float16": FP16} {
+		p, err := CPUKVPrecision(in)
+		if err != nil || p != (Precision{Weights: FP32, Activations: FP32, KV: want}) {
+			t.Errorf("CPUKVPrecision(%q) = %v, %v; want kv=%s", in, p, err, want)
+		}
+	}
+	for _, bad := range []string{"fp8", "fp8_e5m2"} {
+		if _, err := CPUKVPrecision(bad); err == nil || !strings.Contains(err.Error(), "not fp8") {
+			t.Errorf("CPUKVPrecision(%q): %v", bad, err)
+		}
+	}
+	if _, err := CPUKVPrecision("int8"); err == nil || !strings.Contains(err.Error(), "supported: auto, float32, bfloat16, float16") {
+		t.Errorf("CPUKVPrecision(int8): %v", err)
 	}
 }

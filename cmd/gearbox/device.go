@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -14,8 +15,10 @@ import (
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
+	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sim"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -25,6 +28,7 @@ type deviceFlags struct {
 	device  string
 	dtype   string
 	quant   string
+	kvDType string
 	memUtil float64
 	eager   bool
 	threads int
@@ -35,6 +39,7 @@ func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
 	fs.StringVar(&d.device, "device", defaultDevice, "where the model runs: auto (a CUDA GPU when one is found, else the CPU), cpu, cuda or cuda:N")
 	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU keeps the weight matrices in this dtype, auto meaning the checkpoint's, memory-mapped, and computes in float32)")
 	fs.StringVar(&d.quant, "quantization", "", "weight quantization: int8 (alias q8_0: 8-bit blocks of 32 with a scale each, quantized at load; CPU only, with --dtype auto or float32) or none")
+	fs.StringVar(&d.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto, float32, bfloat16 or float16 (auto is float32 on the CPU; bfloat16 and float16 halve the CPU cache's bytes, so a pool sized in bytes holds twice the tokens: keys and values are rounded to nearest as written, attention accumulates in float32; on the GPU the KV cache is in the --dtype the model runs in, which auto names and no other is accepted; fp8 is the simulator's, gearbox simulate and plan)")
 	fs.Float64Var(&d.memUtil, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and the KV cache")
 	fs.BoolVar(&d.eager, "enforce-eager", false, "GPU: run every step as plain kernel launches, without CUDA graphs")
 	fs.IntVar(&d.threads, "threads", 0, "CPU threads for the kernels (default: all cores)")
@@ -52,6 +57,9 @@ func (d *deviceFlags) loadOptions() (model.Options, error) {
 	}
 	q, err := model.ParseQuantization(d.quant)
 	if err != nil {
+		return model.Options{}, err
+	}
+	if _, err := d.kvCacheDType(); err != nil {
 		return model.Options{}, err
 	}
 	o := model.Options{DType: dt, Quantization: q}
@@ -83,11 +91,64 @@ func (d *deviceFlags) loadModel(dir string, progress io.Writer) (*model.Model, e
 	return loadModel(dir, opts)
 }
 
+// kvCacheDType reads --kv-cache-dtype: auto (model.DTypeAuto), or
+// float32, bfloat16 or float16 in any spelling the simulator's
+// --kv-cache-dtype accepts (sim.ParseDType: bf16, fp16, half, fp32, …).
+// fp8, which the simulator models on GPUs, is refused: neither executor
+// stores it.
+func (d *deviceFlags) kvCacheDType() (model.DType, error) {
+	s := strings.ToLower(strings.TrimSpace(d.kvDType))
+	if s == "" || s == "auto" {
+		return model.DTypeAuto, nil
+	}
+	k, err := sim.ParseDType(s)
+	if err != nil {
+		return 0, fmt.Errorf("--kv-cache-dtype %q: want auto, float32, bfloat16 or float16", d.kvDType)
+	}
+	switch k {
+	case sim.BF16:
+		return model.BFloat16, nil
+	case sim.FP16:
+		return model.Float16, nil
+	case sim.FP32:
+		return model.Float32, nil
+	}
+	return 0, fmt.Errorf("--kv-cache-dtype %s: the CPU stores its KV cache in float32, bfloat16 or float16 and the GPU in its --dtype, neither in fp8 (gearbox simulate and plan model fp8 KV caches on GPUs)", d.kvDType)
+}
+
+// cpuKVBudget is the most bytes of keys and values the CPU's default KV
+// pool takes (unless one full context needs more).
+const cpuKVBudget = 4 << 30
+
+// cpuKVBlocks is the CPU's default KV pool in blocks per replica: maxSeqs
+// full contexts of maxModelLen tokens, at most cpuKVBudget bytes of the
+// whole model's keys and values in dtype kv — a BF16 or F16 cache holds
+// twice float32's tokens in the budget — and at least one full context.
+func cpuKVBlocks(cfg *model.Config, kv tensor.DType, blockSize, maxModelLen, maxSeqs int) int {
+	perBlock := kvBlockBytes(cfg, kv, blockSize)
+	perSeq := int64((maxModelLen + blockSize - 1) / blockSize)
+	return int(max(perSeq, min(int64(max(maxSeqs, 1))*perSeq, cpuKVBudget/perBlock)))
+}
+
+// kvBlockBytes is one block of the whole model's keys and values in kv.
+func kvBlockBytes(cfg *model.Config, kv tensor.DType, blockSize int) int64 {
+	return kvcache.Layout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, BlockSize: blockSize, DType: kv}.TokenBytes() * int64(blockSize)
+}
+
+// hostBlocks is the host KV store (seesaw) of bytes per replica in blocks
+// of the whole model's keys and values in kv: at least one; 0 for none.
+func hostBlocks(cfg *model.Config, kv tensor.DType, blockSize int, bytes int64) int {
+	if bytes <= 0 {
+		return 0
+	}
+	return int(max(1, bytes/kvBlockBytes(cfg, kv, blockSize)))
+}
+
 // runnerSpec is what a command asks of the executor, whichever device runs
 // it.
 type runnerSpec struct {
 	placements  []parallel.Placement // the policy's, the first the one the KV starts under
-	hostBlocks  int                  // host KV store per replica, in blocks (seesaw); 0 for none
+	hostKVBytes int64                // host KV store per replica, in bytes (seesaw); 0 for none
 	blockSize   int
 	numBlocks   int // 0: the device's default
 	maxTokens   int // largest step in tokens
@@ -104,10 +165,15 @@ type built struct {
 }
 
 // newRunner resolves --device and builds the executor there. On the CPU the
-// default KV pool holds maxSeqs full contexts, at most 4 GiB; on a GPU it
-// is sized from --gpu-memory-utilization.
+// KV cache is in --kv-cache-dtype (float32 for auto) and the default KV
+// pool holds maxSeqs full contexts, at most 4 GiB in that dtype
+// (cpuKVBlocks); on a GPU it is sized from --gpu-memory-utilization.
 func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Logger) (*built, error) {
 	dt, err := model.ParseDType(d.dtype)
+	if err != nil {
+		return nil, err
+	}
+	kvd, err := d.kvCacheDType()
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +190,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		spec.maxModelLen = cfg.MaxPositions
 	}
 	if choice.Device.Kind == CUDA {
-		b, err := d.newCUDARunner(m, dt, choice, spec, logger)
+		b, err := d.newCUDARunner(m, dt, kvd, choice, spec, logger)
 		if err == nil || want.Kind != Auto || !errors.Is(err, gpu.ErrNotFound) {
 			return b, err
 		}
@@ -134,19 +200,20 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: " + err.Error()}
 	}
 
+	kv := kvd.Tensor()
 	blocks := spec.numBlocks
 	if blocks == 0 {
-		perBlock := int64(cfg.KVBytesPerToken(4)) * int64(spec.blockSize)
-		perSeq := int64((spec.maxModelLen + spec.blockSize - 1) / spec.blockSize)
-		blocks = int(max(perSeq, min(int64(max(spec.maxSeqs, 1))*perSeq, (4<<30)/perBlock)))
+		blocks = cpuKVBlocks(cfg, kv, spec.blockSize, spec.maxModelLen, spec.maxSeqs)
 	}
+	host := hostBlocks(cfg, kv, spec.blockSize, spec.hostKVBytes)
 	pool := tensor.NewPool(d.threads)
-	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: spec.hostBlocks, WeightsFromHost: spec.hostBlocks > 0, BlockSize: spec.blockSize, NumBlocks: blocks, Pool: pool})
+	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	line := fmt.Sprintf("%s: %d threads, %s", choice.Reason, pool.Threads(), weightsLine(m.Weights))
+	line := fmt.Sprintf("%s: %d threads, %s, %s", choice.Reason, pool.Threads(), weightsLine(m.Weights), kvLine(x.KVLayout(), cfg))
 	return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
 }
 
@@ -164,6 +231,25 @@ func weightsLine(w *model.Weights) string {
 		place = " in place in the checkpoint"
 	}
 	return fmt.Sprintf("%s weights%s (%s), float32 activations", format, place, humanBytes(w.Bytes()))
+}
+
+// kvLine describes the CPU's KV pool: its dtype, bytes per token of the
+// whole model, and blocks, tokens and bytes per replica.
+func kvLine(kv kvcache.Layout, cfg *model.Config) string {
+	whole := kvBlockBytes(cfg, kv.DType, kv.BlockSize)
+	return fmt.Sprintf("%s KV cache (%d bytes per token): %d blocks, %d tokens, %s", kvDTypeName(kv.DType), whole/int64(kv.BlockSize),
+		kv.NumBlocks, kv.NumBlocks*kv.BlockSize, humanBytes(whole*int64(kv.NumBlocks)))
+}
+
+// kvDTypeName is the --kv-cache-dtype spelling of a CPU KV cache's dtype.
+func kvDTypeName(d tensor.DType) string {
+	switch d {
+	case tensor.BF16:
+		return "bfloat16"
+	case tensor.F16:
+		return "float16"
+	}
+	return "float32"
 }
 
 // kernelCache is the on-disk cache of compiled GPU kernels.
@@ -184,8 +270,13 @@ func (b *built) commStats() comm.Stats {
 }
 
 // newCUDARunner builds the CUDA executor on the chosen device and captures
-// its CUDA graphs, as vLLM does at start-up.
-func (d *deviceFlags) newCUDARunner(m *model.Model, dt model.DType, choice Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
+// its CUDA graphs, as vLLM does at start-up. The CUDA executor keeps the
+// KV cache in the dtype the model runs in: a --kv-cache-dtype (kv) other
+// than auto must name that one.
+func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
+	if run := m.Config.ResolveDType(dt); kv != model.DTypeAuto && kv != run {
+		return nil, fmt.Errorf("--kv-cache-dtype %s on the GPU: the CUDA executor keeps the KV cache in the dtype the model runs in, %s here; use --kv-cache-dtype auto, or --dtype %s", kv, run, kv)
+	}
 	cache, err := kernelCache()
 	if err != nil {
 		logger.Warn("kernel cache disabled", "err", err)

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
+	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
@@ -35,6 +36,7 @@ type inspectResult struct {
 	BytesPerDtype     map[string]int64 `json:"bytes_per_dtype"`
 	KVBytesPerTokenF  int              `json:"kv_bytes_per_token_fp32"`
 	KVBytesPerTokenBF int              `json:"kv_bytes_per_token_bf16"`
+	CPUKV             cpuKV            `json:"cpu_kv_cache"`          // the CPU's KV cache under --kv-cache-dtype
 	WeightFormat      string           `json:"weight_format"`         // the CPU's matrix format under --dtype/--quantization
 	WeightInPlace     bool             `json:"weights_in_place"`      // the matrices are the checkpoint's bytes (memory-mapped for a directory)
 	ResidentBytes     int64            `json:"resident_weight_bytes"` // the whole model as the CPU holds it
@@ -42,6 +44,18 @@ type inspectResult struct {
 	Policy            string           `json:"policy"`
 	Ranks             []rankBytes      `json:"ranks"`
 	GPU               *gpuInfo         `json:"gpu,omitempty"`
+}
+
+// cpuKV is the CPU's KV cache under --kv-cache-dtype: its dtype, the
+// whole model's bytes per token, and the default pool serve would
+// allocate (cpuKVBlocks) for --max-num-seqs contexts of --max-model-len
+// tokens in blocks of --block-size.
+type cpuKV struct {
+	DType         string `json:"dtype"`
+	BytesPerToken int64  `json:"bytes_per_token"`
+	Blocks        int    `json:"blocks"`
+	Tokens        int    `json:"tokens"`
+	Bytes         int64  `json:"bytes"`
 }
 
 // gpuInfo is what the CUDA executor holds once loaded (inspect --device cuda).
@@ -56,8 +70,9 @@ type gpuInfo struct {
 	GraphBuckets []int  `json:"graph_buckets"`
 }
 
-// rankBytes is one rank's memory under the plan: fp32 bytes, and the
-// weights as the CPU holds them under --dtype and --quantization.
+// rankBytes is one rank's memory under the plan: fp32 weight bytes, the
+// weights as the CPU holds them under --dtype and --quantization, and the
+// KV bytes per token in the CPU's --kv-cache-dtype.
 type rankBytes struct {
 	Rank             int            `json:"rank"`
 	Coord            parallel.Coord `json:"coord"`
@@ -69,14 +84,14 @@ type rankBytes struct {
 }
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--dtype D] [--quantization int8] [--device cuda] [--output text|json]", stderr)
+	flags := newFlagSet("inspect", "inspect [--model DIR] [--plan PLAN [--policy shift]] [--dtype D] [--quantization int8] [--kv-cache-dtype D] [--device cuda] [--output text|json]", stderr)
 	modelDir := flags.String("model", "", "Hugging Face model directory (default: the built-in stories260K model)")
 	output := flags.String("output", "text", "output format: text or json")
 	par := addParallelFlags(flags)
 	dev := addDeviceFlags(flags, "cpu")
-	maxLen := flags.Int("max-model-len", 0, "with --device cuda: context length the KV pool is sized for (default: the model's)")
-	blockSize := flags.Int("block-size", 16, "with --device cuda: KV cache block size in tokens")
-	maxSeqs := flags.Int("max-num-seqs", 256, "with --device cuda: requests running at once, which sets the CUDA graph buckets")
+	maxLen := flags.Int("max-model-len", 0, "context length the KV pool is sized for (default: the model's)")
+	blockSize := flags.Int("block-size", 16, "KV cache block size in tokens")
+	maxSeqs := flags.Int("max-num-seqs", 256, "requests running at once: the CPU's default KV pool holds that many full contexts (at most 4 GiB); with --device cuda it sets the CUDA graph buckets")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -132,11 +147,27 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		res.WeightFormat = d.String()
 	}
 	res.Plan, res.Policy = plan.String(), pol.String()
+	kvd, err := dev.kvCacheDType()
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	kv := kvd.Tensor()
+	ctxLen := cfg.MaxPositions
+	if *maxLen > 0 {
+		ctxLen = *maxLen
+	}
+	if *blockSize <= 0 {
+		return fmt.Errorf("inspect: --block-size must be positive, got %d", *blockSize)
+	}
+	blocks := cpuKVBlocks(cfg, kv, *blockSize, ctxLen, *maxSeqs)
+	res.CPUKV = cpuKV{DType: kvDTypeName(kv), BytesPerToken: kvBlockBytes(cfg, kv, 1), Blocks: blocks, Tokens: blocks * *blockSize,
+		Bytes: kvBlockBytes(cfg, kv, *blockSize) * int64(blocks)}
+	elem := int64(kvcache.Layout{DType: kv}.ElemBytes())
 	base := parallel.Standard(plan)
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
 			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(cfg, w, base, r).Bytes(),
-			KVBytesPerToken: 4 * base.KVElemsPerToken(cfg, r)}
+			KVBytesPerToken: elem * base.KVElemsPerToken(cfg, r)}
 		for _, o := range pol.Placements()[1:] {
 			rb.ShiftWeightBytes += 4 * o.WeightElems(cfg, r)
 		}
@@ -166,12 +197,15 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "bytes %-8s %d (%s)\n", d, res.BytesPerDtype[d], humanBytes(res.BytesPerDtype[d]))
 	}
 	fmt.Fprintf(stdout, "KV per token   %d bytes fp32, %d bytes bf16\n", res.KVBytesPerTokenF, res.KVBytesPerTokenBF)
+	k := res.CPUKV
+	fmt.Fprintf(stdout, "CPU KV cache   %s, %d bytes per token; default pool %d blocks, %d tokens, %s (--max-num-seqs %d, %d-token contexts, at most %s)\n",
+		k.DType, k.BytesPerToken, k.Blocks, k.Tokens, humanBytes(k.Bytes), *maxSeqs, ctxLen, humanBytes(cpuKVBudget))
 	place := ""
 	if res.WeightInPlace {
 		place = ", in place in the checkpoint"
 	}
 	fmt.Fprintf(stdout, "CPU weights    %d (%s) resident, %s matrices%s\n", res.ResidentBytes, humanBytes(res.ResidentBytes), res.WeightFormat, place)
-	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank; resident: the CPU's %s shard)\n", res.Plan, res.Policy, res.WeightFormat)
+	fmt.Fprintf(stdout, "\nplan %s, policy %s (fp32 bytes per rank; resident: the CPU's %s shard; KV per token in %s)\n", res.Plan, res.Policy, res.WeightFormat, k.DType)
 	fmt.Fprintf(stdout, "%-5s %-20s %-6s %-14s %-14s %-20s %s\n", "rank", "dp,pp,sp,tp", "chunk", "weights", "resident", "shift weights", "KV per token")
 	for _, rb := range res.Ranks {
 		extra := "-"

@@ -150,15 +150,15 @@ func (p *parallelFlags) seesaw(cfg *model.Config, set map[string]bool) (parallel
 	return plans[0], pol, nil
 }
 
-// hostBlocks is the host KV store's size in blocks per replica for a
+// hostKVBytes is the host KV store's size in bytes per replica for a
 // policy that parks KV on the host (seesaw): --swap-space GiB per rank of
-// the replica, in blocks of the whole model's float32 KV; 0 otherwise.
-func (p *parallelFlags) hostBlocks(cfg *model.Config, pol policy.Policy, blockSize int) int {
+// the replica; 0 otherwise. The executor's side turns it into blocks of
+// the whole model's KV in the cache's dtype (hostBlocks).
+func (p *parallelFlags) hostKVBytes(pol policy.Policy) int64 {
 	s, ok := pol.(*policy.Seesaw)
 	if !ok {
 		return 0
 	}
 	ranks := s.Prefill.Ranks() / s.Prefill.Plan.DP
-	perBlock := int64(cfg.KVBytesPerToken(4)) * int64(blockSize)
-	return max(1, int(p.swapSpace*float64(ranks)*(1<<30)/float64(perBlock)))
+	return int64(p.swapSpace * float64(ranks) * (1 << 30))
 }

@@ -120,7 +120,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		maxLen = c.maxModelLen
 	}
 	run, err := c.dev.newRunner(m, runnerSpec{
-		placements: pol.Placements(), hostBlocks: c.par.hostBlocks(m.Config, pol, c.blockSize), blockSize: c.blockSize, numBlocks: c.kvBlocks,
+		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
 		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen,
 	}, logger)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,6 +114,31 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 		"--dataset", "synthetic:in=32,out=8,n=10")
 	if err != nil || !strings.Contains(stdout, "Successful requests:                     10") {
 		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	// --kv-cache-dtype on the CPU: bfloat16 halves the KV bytes per token,
+	// so the same memory holds twice the tokens; fp8 is refused.
+	capacity := func(stderr string) int {
+		i := strings.Index(stderr, "KV capacity ")
+		if i < 0 {
+			t.Fatalf("no KV capacity in %q", stderr)
+		}
+		n, err := strconv.Atoi(strings.Fields(stderr[i+len("KV capacity "):])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	_, bf16, err := runCLI(t, "simulate", "--model", dir, "--hardware", "2xcpu", "--profile", prof, "--plan", "tp=2",
+		"--dataset", "synthetic:in=32,out=8,n=10", "--kv-cache-dtype", "bfloat16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, b := capacity(stderr), capacity(bf16); b < 2*f-1 || b > 2*f+1 {
+		t.Fatalf("KV capacity %d tokens with bfloat16 KV, %d with float32", b, f)
+	}
+	if _, _, err := runCLI(t, "simulate", "--model", dir, "--hardware", "2xcpu", "--profile", prof, "--plan", "tp=2",
+		"--kv-cache-dtype", "fp8"); err == nil || !strings.Contains(err.Error(), "not fp8") {
+		t.Fatalf("fp8 KV on the CPU: %v", err)
 	}
 	if _, _, err := runCLI(t, "simulate", "--hardware", "cpu", "--plan", "single"); err == nil || !strings.Contains(err.Error(), "needs --profile") {
 		t.Fatalf("cpu without a profile: %v", err)

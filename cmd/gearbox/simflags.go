@@ -53,7 +53,7 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.BoolVar(&f.prefix, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
 	fs.StringVar(&f.dtype, "dtype", "auto", "activation and weight dtype: auto (the model's), bfloat16, float16")
 	fs.StringVar(&f.quant, "quantization", "", "weight quantization: fp8, or none")
-	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
+	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (the activation dtype; float32 with --hardware cpu), bfloat16, float16, float32, or fp8 (GPUs only)")
 	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
 	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
 	fs.BoolVar(&f.overlap, "pipeline-overlap", false, "model vLLM's PP virtual engines: pipeline stages start the next step's micro-batches while the current step drains, and --max-num-seqs and --max-num-batched-tokens apply per virtual engine (Gearbox's executors fill and drain the pipeline every step)")
@@ -113,7 +113,8 @@ func (f *simFlags) setup() (*simSetup, error) {
 }
 
 // node resolves --hardware: a catalog node, or ranks of this CPU from a
-// calibration profile (float32 everywhere, as the CPU engine runs).
+// calibration profile (float32 weights and activations, as the CPU engine
+// runs, and the KV cache in --kv-cache-dtype: float32 for auto).
 func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	count, name := 1, f.hardware
 	if i := strings.IndexAny(name, "xX"); i > 0 {
@@ -142,8 +143,12 @@ func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	if p.IsGPU() {
 		return sim.Node{}, sim.Precision{}, fmt.Errorf("--profile %s describes a GPU (%s), not this CPU; --hardware cpu takes a profile from gearbox calibrate --device cpu", f.profile, p.Name)
 	}
+	prec, err := sim.CPUKVPrecision(f.kvDType)
+	if err != nil {
+		return sim.Node{}, sim.Precision{}, err
+	}
 	node, err := calibrate.Node(p, count)
-	return node, sim.CPUPrecision, err
+	return node, prec, err
 }
 
 // poisson sets the requests' arrivals to a gamma process at rate.

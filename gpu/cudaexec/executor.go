@@ -397,7 +397,7 @@ func (e *Executor) allocKV(blocks int) error {
 			return fmt.Errorf("cudaexec: KV cache of %d blocks: %w", blocks, err)
 		}
 		if r == 0 {
-			e.kv = kvcache.Layout{Layers: sh.Stage.Len(), KVHeads: kvHeads, HeadDim: cfg.HeadDim, BlockSize: e.opts.BlockSize, NumBlocks: blocks}
+			e.kv = kvcache.Layout{Layers: sh.Stage.Len(), KVHeads: kvHeads, HeadDim: cfg.HeadDim, BlockSize: e.opts.BlockSize, NumBlocks: blocks, DType: e.dt.Tensor()}
 		}
 	}
 	return nil
@@ -663,7 +663,8 @@ func (e *Executor) Config() *model.Config { return e.cfg }
 // cache's first.
 func (e *Executor) Placements() []parallel.Placement { return slices.Clone(e.opts.Placements) }
 
-// KVLayout implements engine.Runner.
+// KVLayout implements engine.Runner. Its DType is the dtype the model
+// runs in, which the device's KV cache stores.
 func (e *Executor) KVLayout() kvcache.Layout { return e.kv }
 
 // PlanSteps implements engine.Runner.
