@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -130,6 +131,37 @@ func TestCPUKVPoolInBytes(t *testing.T) {
 	for r := range f32.Ranks {
 		if f32.Ranks[r].KVBytesPerToken != 2*bf16.Ranks[r].KVBytesPerToken || bf16.Ranks[r].KVBytesPerToken != 5*2*2*8*2 {
 			t.Errorf("rank %d KV per token: float32 %d, bfloat16 %d", r, f32.Ranks[r].KVBytesPerToken, bf16.Ranks[r].KVBytesPerToken)
+		}
+	}
+}
+
+// TestServeHalfKVSeesaw serves the built-in model under Seesaw (prefill
+// pp=2, decode tp=2, KV parked on the host store between them) with float32
+// and BF16 KV caches: a greedy completion is the float32 text either way,
+// and the one block of its prompt swaps out and back in at 16 tokens ×
+// 1280 bytes in float32, half that in BF16.
+func TestServeHalfKVSeesaw(t *testing.T) {
+	for _, c := range []struct {
+		kv    string
+		bytes float64
+	}{{"float32", 16 * 1280}, {"bfloat16", 16 * 640}} {
+		url := startInProcess(t, "--kv-cache-dtype", c.kv, "--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2")
+		resp, err := http.Post(url+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct{ Choices []struct{ Text string } }
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || len(out.Choices) != 1 {
+			t.Fatalf("%s: %v, %+v", c.kv, err, out)
+		}
+		if got := out.Choices[0].Text; got != ", there was a little girl named Lily. She loved to play" {
+			t.Errorf("%s KV: %q", c.kv, got)
+		}
+		if o, i := scrape(t, url, "gearbox:kv_swap_out_bytes_total"), scrape(t, url, "gearbox:kv_swap_in_bytes_total"); o != c.bytes || i != c.bytes {
+			t.Errorf("%s KV: swapped %v bytes out and %v in, want %v", c.kv, o, i, c.bytes)
 		}
 	}
 }
