@@ -3,6 +3,7 @@ package calibrate
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,20 @@ import (
 // curve is usable by the cost model.
 func TestMeasureQuick(t *testing.T) {
 	start := time.Now()
-	p, err := Measure(context.Background(), Options{Quick: true, Threads: 2})
+	// The quick grid times 2-rank collectives of 4 KiB to 8 MiB a few
+	// times each; on a loaded 2-core machine (go test runs packages side
+	// by side) scheduling noise can swamp the size dependence and the
+	// link fit refuses the points. That is the measurement doing its job;
+	// this test checks the plumbing, so it measures again, up to twice.
+	var p *sim.Profile
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		p, err = Measure(context.Background(), Options{Quick: true, Threads: 2})
+		if err == nil || !strings.Contains(err.Error(), "do not grow with size") {
+			break
+		}
+		t.Logf("attempt %d: %v", attempt+1, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
