@@ -4,8 +4,9 @@
 //
 //	mkmodel -shape llama-3.2-1b -out /tmp/llama-1b
 //
-// Shapes: see fixture.Shapes. The weights are BF16 unless -dtype says
-// otherwise; a directory that already holds a config.json is left alone.
+// Shapes: see fixture.Shapes. The weights are in the shape's dtype (BF16
+// for the Llama shapes, F32 for stories110m) unless -dtype says otherwise;
+// a directory that already holds a config.json is left alone.
 package main
 
 import (
@@ -21,7 +22,7 @@ import (
 
 func main() {
 	shape := flag.String("shape", "llama-3.2-1b", "model shape: "+strings.Join(shapeNames(), ", "))
-	dtype := flag.String("dtype", "BF16", "storage dtype: BF16, F16 or F32")
+	dtype := flag.String("dtype", "", "storage dtype: BF16, F16 or F32 (default: the shape's)")
 	out := flag.String("out", "", "directory to write (created if missing)")
 	flag.Parse()
 	if err := run(*shape, *dtype, *out); err != nil {
@@ -45,11 +46,13 @@ func run(shape, dtype, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	spec.DType = dtype
+	if dtype != "" {
+		spec.DType = dtype
+	}
 	if err := fixture.Write(out, spec); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s (%s, %s)\n", out, shape, dtype)
+	fmt.Printf("wrote %s (%s, %s)\n", out, shape, spec.DType)
 	return nil
 }
 
