@@ -272,24 +272,7 @@ func TestLowPrecisionPlans(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sc := newScenario(vocab, plan.DP, 16)
-				worst := 0.0
-				for i := range sc.steps {
-					b := sc.batch(i, plan.DP)
-					got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
-					if err != nil {
-						t.Fatal(err)
-					}
-					for r := 0; r < len(got)/vocab; r++ {
-						diff, maxAbs := rowError(got[r*vocab:(r+1)*vocab], want[i][r*vocab:(r+1)*vocab])
-						worst = math.Max(worst, diff/maxAbs)
-						if diff > tol*maxAbs {
-							t.Fatalf("step %d row %d: max |diff| %.3g exceeds %g × max |logit| %.3g", i, r, diff, tol, maxAbs)
-						}
-					}
-					sc.advance(i)
-				}
-				t.Logf("max relative logits error against one rank: %.3g", worst)
+				t.Logf("max relative logits error against one rank: %.3g", stepsWithin(t, e, plan, vocab, want, tol))
 			})
 		}
 	}
@@ -409,4 +392,29 @@ func loadOracle(t testing.TB, dir string) *oracle.Model {
 		t.Fatal(err)
 	}
 	return ref
+}
+
+// stepsWithin runs newScenario's 16 steps under plan on e and checks every
+// logits row against want's (one rank's) within tol of the row's largest
+// |logit|; it returns the largest relative error seen.
+func stepsWithin(t *testing.T, e *Executor, plan parallel.Plan, vocab int, want [][]float32, tol float64) float64 {
+	t.Helper()
+	sc := newScenario(vocab, plan.DP, 16)
+	worst := 0.0
+	for i := range sc.steps {
+		b := sc.batch(i, plan.DP)
+		got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := 0; r < len(got)/vocab; r++ {
+			diff, maxAbs := rowError(got[r*vocab:(r+1)*vocab], want[i][r*vocab:(r+1)*vocab])
+			worst = math.Max(worst, diff/maxAbs)
+			if diff > tol*maxAbs {
+				t.Fatalf("step %d row %d: max |diff| %.3g exceeds %g × max |logit| %.3g", i, r, diff, tol, maxAbs)
+			}
+		}
+		sc.advance(i)
+	}
+	return worst
 }
