@@ -543,7 +543,7 @@ func labels(n int) []string {
 // fixedTable writes one row per setting: each fixed layout's throughput,
 // Seesaw's, and which fixed layout is best. It returns the best fixed
 // layout of each row and whether Seesaw matched or beat every fixed
-// layout in every row (within 1%%).
+// layout in every row (within 1%).
 func fixedTable(w *strings.Builder, n int, head string, rows []string, fixed []map[string]seesawResult, ss []seesawResult) ([]string, bool) {
 	names := labels(n)
 	fmt.Fprintf(w, "| %s | %s | Seesaw | best fixed |\n|%s\n", head, strings.Join(names, " | "), strings.Repeat("---|", len(names)+3))
