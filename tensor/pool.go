@@ -99,6 +99,11 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 		}
 	}
 	j.run()
+	// The workers' chunks are usually nearly done: poll for them (as the
+	// workers poll for jobs) before blocking on done.
+	for i := 0; i < 256 && j.finished.Load() != j.chunks; i++ {
+		runtime.Gosched()
+	}
 	<-j.done
 	j.release()
 }
