@@ -335,45 +335,21 @@ func eachLayer(buf []float32, m parallel.Move, f func(layer int, part []float32,
 // halves.
 func (x *transition) kvCopy(buf []float32, m parallel.Move, c *kvcache.Cache, s parallel.KVSlice, toBuf bool) {
 	if c.Half() {
-		x.kvCopyHalf(halves(buf), m, c, s, toBuf)
+		kvWalk(halves(buf), m, s, x.e.kv.NumBlocks, c.HalfKeys, c.HalfValues, toBuf)
 		return
 	}
-	kv := x.e.kv
-	for l := m.Layers.Lo; l < m.Layers.Hi; l++ {
-		for _, keys := range []bool{true, false} {
-			for b := 0; b < kv.NumBlocks; b++ {
-				for h := m.Rows.Lo; h < m.Rows.Hi; h++ {
-					var slot []float32
-					if keys {
-						slot = c.Keys(l-s.Layers.Lo, b, h-s.Heads.Lo)
-					} else {
-						slot = c.Values(l-s.Layers.Lo, b, h-s.Heads.Lo)
-					}
-					if toBuf {
-						copy(buf, slot)
-					} else {
-						copy(slot, buf)
-					}
-					buf = buf[len(slot):]
-				}
-			}
-		}
-	}
+	kvWalk(buf, m, s, x.e.kv.NumBlocks, c.Keys, c.Values, toBuf)
 }
 
-// kvCopyHalf is kvCopy for a 16-bit cache, in the same order.
-func (x *transition) kvCopyHalf(buf []uint16, m parallel.Move, c *kvcache.Cache, s parallel.KVSlice, toBuf bool) {
-	kv := x.e.kv
+// kvWalk copies the move's slots between buf and a cache read through
+// keys and values (its float32 or 16-bit accessors), layer by layer, keys
+// before values, block by block, head by head.
+func kvWalk[T float32 | uint16](buf []T, m parallel.Move, s parallel.KVSlice, numBlocks int, keys, values func(layer, block, head int) []T, toBuf bool) {
 	for l := m.Layers.Lo; l < m.Layers.Hi; l++ {
-		for _, keys := range []bool{true, false} {
-			for b := 0; b < kv.NumBlocks; b++ {
+		for _, get := range []func(layer, block, head int) []T{keys, values} {
+			for b := 0; b < numBlocks; b++ {
 				for h := m.Rows.Lo; h < m.Rows.Hi; h++ {
-					var slot []uint16
-					if keys {
-						slot = c.HalfKeys(l-s.Layers.Lo, b, h-s.Heads.Lo)
-					} else {
-						slot = c.HalfValues(l-s.Layers.Lo, b, h-s.Heads.Lo)
-					}
+					slot := get(l-s.Layers.Lo, b, h-s.Heads.Lo)
 					if toBuf {
 						copy(buf, slot)
 					} else {
