@@ -10,7 +10,10 @@ import (
 // attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
 // one KV head into out, walking the block table one block at a time with an
 // online softmax, and returns the log-sum-exp of the scaled scores so that
-// partial results over disjoint key ranges can be merged.
+// partial results over disjoint key ranges can be merged. Blocks whose id
+// in table is negative are skipped (another rank holds them), so the result
+// is the partial over this cache's keys; with none it writes zeros and
+// returns -Inf.
 func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
 	bs, d := cache.BlockSize, cache.HeadDim
 	var scores [kvcache.MaxBlockSize]float32
@@ -18,6 +21,9 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 	m, sum := float32(math.Inf(-1)), float32(0)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
+		if blk < 0 {
+			continue // held by another rank (CSPS's sequence-sharded KV)
+		}
 		keys, vals := cache.Keys(layer, blk, head), cache.Values(layer, blk, head)
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		bm := float32(math.Inf(-1))
@@ -58,6 +64,9 @@ func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []
 	m, sum := float32(math.Inf(-1)), float32(0)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
+		if blk < 0 {
+			continue
+		}
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		s := scores[a:e]
 		tensor.DotRowsHalf(dt, s, q, cache.HalfKeys(layer, blk, head)[a*d:e*d])

@@ -1,0 +1,435 @@
+package cpuexec
+
+import (
+	"context"
+	"math"
+
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// cspsWorker is one rank's CSPS program and its scratch, grown to the
+// largest step seen.
+type cspsWorker struct {
+	rk *rank
+	p  *cspsPlan
+
+	send, recv []float32 // all-to-all buffers
+	rows       []float32 // [SP tokens, chunk q|k|v] in batch order, after the first all-to-all
+	spOut      []float32 // [SP tokens, chunk q] this rank's heads of every SP token
+	spLse      []float32 // [SP tokens, chunk heads]
+	locLse     []float32 // [own rows, heads]
+	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
+	units      []cspsUnit
+	sendCounts []int
+	recvCounts []int
+}
+
+// run is the rank program of one CSPS step: every layer computed on the
+// rank's own tokens, attention as the package doc of CSPS says. A rank
+// without tokens in the step still takes part in every collective.
+func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) error {
+	cfg := rk.e.cfg
+	rk.sh, rk.g, rk.mb = sh, groups{}, &w.p.micros[rk.id]
+	defer func() { rk.sh, rk.mb = nil, nil }()
+	rk.prepare(rk.mb, sh)
+	has := rk.st.nl > 0
+	if has {
+		rk.Embed()
+	}
+	for l := 0; l < cfg.Layers; l++ {
+		if err := rk.BeginLayer(ctx, l); err != nil {
+			return err
+		}
+		if has {
+			rk.AttnNorm(l)
+			rk.QKV(l)
+			rk.Position(l)
+			rk.CacheWrite(l)
+		}
+		if err := w.attention(ctx, l); err != nil {
+			return err
+		}
+		if has {
+			rk.OutProj(l)
+			rk.Residual(l, forward.AttnBranch)
+			rk.MLPNorm(l)
+			rk.MLPUp(l)
+			rk.MLPDown(l)
+			rk.Residual(l, forward.MLPBranch)
+		}
+	}
+	if has {
+		rk.Logits()
+	}
+	return nil
+}
+
+// attention fills the rank's attention output (st.attn, every head of its
+// rows) for layer l.
+func (w *cspsWorker) attention(ctx context.Context, l int) error {
+	p, rk := w.p, w.rk
+	cfg := rk.e.cfg
+	d := cfg.HeadDim
+	me := rk.id
+	ch := p.chunks[me]
+	hq := ch.QHi - ch.QLo
+	qc, kc := hq*d, (ch.KVHi-ch.KVLo)*d
+	wd := qc + 2*kc
+	nsp := len(p.spToks)
+	if nsp > 0 {
+		if err := w.exchangeQKV(ctx); err != nil {
+			return err
+		}
+	}
+	grow(&w.spOut, nsp*qc)
+	grow(&w.spLse, nsp*hq)
+	grow(&w.locLse, rk.st.nl*cfg.Heads)
+	w.local(l, wd, qc, kc)
+	if p.anyReq {
+		if err := w.moveQueries(ctx, l, wd); err != nil {
+			return err
+		}
+	}
+	if nsp > 0 {
+		return w.returnOutputs(ctx)
+	}
+	return nil
+}
+
+// exchangeQKV is the first all-to-all of SP-NTP: each rank sends every
+// other rank that rank's head chunk of q, k and v for its own SP tokens,
+// and lays out what it receives in batch order (w.rows).
+func (w *cspsWorker) exchangeQKV(ctx context.Context) error {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me, n := cfg.HeadDim, rk.id, p.n
+	qs, ks := cfg.Heads*d, cfg.KVHeads*d
+	resizeInts(&w.sendCounts, n)
+	resizeInts(&w.recvCounts, n)
+	mine := p.spByOwner[me]
+	total := 0
+	for j := range n {
+		c := p.chunks[j]
+		w.sendCounts[j] = len(mine) * ((c.QHi-c.QLo)*d + 2*(c.KVHi-c.KVLo)*d)
+		total += w.sendCounts[j]
+	}
+	my := p.chunks[me]
+	wd := (my.QHi-my.QLo)*d + 2*(my.KVHi-my.KVLo)*d
+	rtotal := 0
+	for o := range n {
+		w.recvCounts[o] = len(p.spByOwner[o]) * wd
+		rtotal += w.recvCounts[o]
+	}
+	grow(&w.send, total)
+	grow(&w.recv, rtotal)
+	off := 0
+	for j := range n {
+		c := p.chunks[j]
+		qc, kc := (c.QHi-c.QLo)*d, (c.KVHi-c.KVLo)*d
+		for _, ti := range mine {
+			r := p.toks[ti].row
+			off += copy(w.send[off:off+qc], st.q[r*qs+c.QLo*d:])
+			off += copy(w.send[off:off+kc], st.k[r*ks+c.KVLo*d:])
+			off += copy(w.send[off:off+kc], st.v[r*ks+c.KVLo*d:])
+		}
+	}
+	g := rk.e.world.Comm(me)
+	if err := rk.timed(func() error { return g.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts) }); err != nil {
+		return err
+	}
+	grow(&w.rows, len(p.spToks)*wd)
+	off = 0
+	for o := range n {
+		for _, ti := range p.spByOwner[o] {
+			k := p.toks[ti].spOrd
+			copy(w.rows[k*wd:(k+1)*wd], w.recv[off:off+wd])
+			off += wd
+		}
+	}
+	return nil
+}
+
+// local computes every partial this rank can form from what it holds:
+// for its head chunk of every SP token, the in-step keys from the
+// all-to-all and the cached keys it holds; for its own other tokens,
+// every head over the cached keys it holds (their own keys included).
+func (w *cspsWorker) local(l, wd, qc, kc int) {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me := cfg.HeadDim, rk.id
+	ch := p.chunks[me]
+	hq := ch.QHi - ch.QLo
+	group := cfg.Heads / cfg.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	qs := cfg.Heads * d
+	attend := attendPaged
+	if rk.cache.Half() {
+		attend = attendPagedHalf
+	}
+	nsp := len(p.spToks)
+	units := nsp*hq + st.nl*cfg.Heads
+	rk.e.pool.Run(units, func(lo, hi int) {
+		var tmp [maxHeadDim]float32
+		for u := lo; u < hi; u++ {
+			if u < nsp*hq {
+				k, j := u/hq, u%hq
+				t := &p.toks[p.spToks[k]]
+				h := ch.QLo + j
+				kv := h/group - ch.KVLo
+				q := w.rows[k*wd+j*d : k*wd+(j+1)*d]
+				out := w.spOut[k*qc+j*d : k*qc+(j+1)*d]
+				first := p.seqFirstSP[t.seq]
+				base := p.toks[p.spToks[first]].pos
+				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
+				lse := attendRows(out, q, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, d)
+				if p.holds(me, t.seq, t.from, t.mid) {
+					part := tmp[:d]
+					l2 := attend(part, q, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
+					lse = mergePartial(out, lse, part, l2)
+				}
+				w.spLse[k*hq+j] = lse
+				continue
+			}
+			v := u - nsp*hq
+			r, h := v/cfg.Heads, v%cfg.Heads
+			t := &p.toks[p.own[me][r]]
+			if t.sp {
+				continue
+			}
+			out := st.attn[r*qs+h*d : r*qs+(h+1)*d]
+			w.locLse[r*cfg.Heads+h] = attend(out, st.q[r*qs+h*d:r*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+		}
+	})
+}
+
+// maxHeadDim bounds the head dimension of a partial held on the stack.
+const maxHeadDim = 512
+
+// moveQueries sends the query rows of this rank's attention units to the
+// ranks holding cached keys of their ranges, computes the partials other
+// ranks ask of it, returns them, and merges what comes back.
+func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me, n := cfg.HeadDim, rk.id, p.n
+	qs := cfg.Heads * d
+	ch := p.chunks[me]
+	qc := (ch.QHi - ch.QLo) * d
+	resizeInts(&w.sendCounts, n)
+	resizeInts(&w.recvCounts, n)
+	total, rtotal := 0, 0
+	for g := range n {
+		w.sendCounts[g] = reqHeads(p.reqs[me][g]) * d
+		w.recvCounts[g] = reqHeads(p.reqs[g][me]) * d
+		total += w.sendCounts[g]
+		rtotal += w.recvCounts[g]
+	}
+	grow(&w.send, total)
+	grow(&w.recv, rtotal)
+	off := 0
+	for g := range n {
+		for _, rq := range p.reqs[me][g] {
+			t := &p.toks[rq.tok]
+			for h := rq.qlo; h < rq.qhi; h++ {
+				var q []float32
+				if t.sp {
+					q = w.rows[t.spOrd*wd+(h-ch.QLo)*d:]
+				} else {
+					q = st.q[t.row*qs+h*d:]
+				}
+				off += copy(w.send[off:off+d], q[:d])
+			}
+		}
+	}
+	world := rk.e.world.Comm(me)
+	if err := rk.timed(func() error {
+		return world.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	}); err != nil {
+		return err
+	}
+	// Partials for the others: [O (d), LSE] per requested head.
+	units := w.units[:0]
+	qoff, roff := 0, 0
+	for c := range n {
+		for _, rq := range p.reqs[c][me] {
+			for h := rq.qlo; h < rq.qhi; h++ {
+				units = append(units, cspsUnit{tok: rq.tok, head: h, q: qoff, out: roff})
+				qoff += d
+				roff += d + 1
+			}
+		}
+	}
+	w.units = units
+	grow(&w.part, roff)
+	group := cfg.Heads / cfg.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	attend := attendPaged
+	if rk.cache.Half() {
+		attend = attendPagedHalf
+	}
+	rk.e.pool.Run(len(units), func(lo, hi int) {
+		for _, u := range units[lo:hi] {
+			t := &p.toks[u.tok]
+			out := w.part[u.out : u.out+d]
+			w.part[u.out+d] = attend(out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
+		}
+	})
+	for g := range n {
+		w.sendCounts[g] = reqHeads(p.reqs[g][me]) * (d + 1)
+		w.recvCounts[g] = reqHeads(p.reqs[me][g]) * (d + 1)
+	}
+	rtotal = reqHeadsAll(p.reqs[me]) * (d + 1)
+	grow(&w.recv, rtotal)
+	if err := rk.timed(func() error {
+		return world.AllToAllV(ctx, w.part[:roff], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	}); err != nil {
+		return err
+	}
+	off = 0
+	for g := range n {
+		for _, rq := range p.reqs[me][g] {
+			t := &p.toks[rq.tok]
+			for h := rq.qlo; h < rq.qhi; h++ {
+				o, lse := w.recv[off:off+d], w.recv[off+d]
+				off += d + 1
+				if t.sp {
+					k, j := t.spOrd, h-ch.QLo
+					w.spLse[k*(qc/d)+j] = mergePartial(w.spOut[k*qc+j*d:k*qc+(j+1)*d], w.spLse[k*(qc/d)+j], o, lse)
+				} else {
+					i := t.row*cfg.Heads + h
+					w.locLse[i] = mergePartial(st.attn[t.row*qs+h*d:t.row*qs+(h+1)*d], w.locLse[i], o, lse)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cspsUnit is one (token, head) partial a holder computes for another
+// rank: its query at recv[q:], its output at part[out:].
+type cspsUnit struct{ tok, head, q, out int }
+
+func reqHeads(rs []cspsReq) int {
+	n := 0
+	for _, r := range rs {
+		n += r.qhi - r.qlo
+	}
+	return n
+}
+
+func reqHeadsAll(by [][]cspsReq) int {
+	n := 0
+	for _, rs := range by {
+		n += reqHeads(rs)
+	}
+	return n
+}
+
+// returnOutputs is the second all-to-all of SP-NTP: this rank's heads of
+// every SP token go back to the token's owner, which places them in its
+// attention output.
+func (w *cspsWorker) returnOutputs(ctx context.Context) error {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me, n := cfg.HeadDim, rk.id, p.n
+	qs := cfg.Heads * d
+	my := p.chunks[me]
+	qc := (my.QHi - my.QLo) * d
+	total, rtotal := 0, 0
+	for o := range n {
+		w.sendCounts[o] = len(p.spByOwner[o]) * qc
+		c := p.chunks[o]
+		w.recvCounts[o] = len(p.spByOwner[me]) * (c.QHi - c.QLo) * d
+		total += w.sendCounts[o]
+		rtotal += w.recvCounts[o]
+	}
+	grow(&w.send, total)
+	grow(&w.recv, rtotal)
+	off := 0
+	for o := range n {
+		for _, ti := range p.spByOwner[o] {
+			k := p.toks[ti].spOrd
+			off += copy(w.send[off:off+qc], w.spOut[k*qc:(k+1)*qc])
+		}
+	}
+	world := rk.e.world.Comm(me)
+	if err := rk.timed(func() error {
+		return world.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	}); err != nil {
+		return err
+	}
+	off = 0
+	for j := range n {
+		c := p.chunks[j]
+		cw := (c.QHi - c.QLo) * d
+		for _, ti := range p.spByOwner[me] {
+			r := p.toks[ti].row
+			off += copy(st.attn[r*qs+c.QLo*d:r*qs+c.QLo*d+cw], w.recv[off:off+cw])
+		}
+	}
+	return nil
+}
+
+// mergePartial merges the partial (o, lo) over a disjoint key set into
+// (out, lse) and returns the merged log-sum-exp: out = (e^{lse−m}·out +
+// e^{lo−m}·o) / (e^{lse−m} + e^{lo−m}), m the larger of the two. A partial
+// over no keys (−Inf) changes nothing.
+func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
+	if math.IsInf(float64(lo), -1) {
+		return lse
+	}
+	if math.IsInf(float64(lse), -1) {
+		copy(out, o)
+		return lo
+	}
+	m := max(lse, lo)
+	a, b := math.Exp(float64(lse-m)), math.Exp(float64(lo-m))
+	s := a + b
+	fa, fb := float32(a/s), float32(b/s)
+	for i := range out {
+		out[i] = out[i]*fa + o[i]*fb
+	}
+	return m + float32(math.Log(s))
+}
+
+// attendRows is attendPaged over keys and values held in rows of a buffer
+// instead of the paged cache: the key at position k is
+// rows[(k−first)·stride+kOff:][:d] and its value at vOff. It attends to
+// positions [from, to) in tiles aligned at absolute multiples of bs, in
+// attendPaged's order, and returns the log-sum-exp.
+func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, d int) float32 {
+	var scores [kvcache.MaxBlockSize]float32
+	clear(out)
+	m, sum := float32(math.Inf(-1)), float32(0)
+	for start := from - from%bs; start < to; start += bs {
+		a, e := max(from, start)-start, min(to, start+bs)-start
+		bm := float32(math.Inf(-1))
+		for j := a; j < e; j++ {
+			r := (start + j - first) * stride
+			s := tensor.Dot(q, rows[r+kOff:r+kOff+d]) * scale
+			scores[j] = s
+			bm = max(bm, s)
+		}
+		if bm > m {
+			if sum > 0 {
+				corr := float32(math.Exp(float64(m - bm)))
+				tensor.Scale(corr, out)
+				sum *= corr
+			}
+			m = bm
+		}
+		sum += tensor.ExpSub(scores[a:e], m)
+		for j := a; j < e; j++ {
+			r := (start + j - first) * stride
+			tensor.Axpy(scores[j], rows[r+vOff:r+vOff+d], out)
+		}
+	}
+	if sum == 0 {
+		return m
+	}
+	tensor.Scale(1/sum, out)
+	return m + float32(math.Log(float64(sum)))
+}
