@@ -63,6 +63,7 @@ type CSPS struct {
 	n       int
 	perRank int
 	p       parallel.Placement
+	sptMax  int
 
 	steps   int
 	stepsMu sync.Mutex
@@ -76,7 +77,11 @@ type CSPSOptions struct {
 	Ranks     int // N: the ranks a long prompt's SPTs are spread over
 	BlockSize int // default 16
 	PerRank   int // KV blocks per rank; default one full context
-	Options   Options
+	// SPTMax is the longest sequence partition one rank takes, in tokens
+	// (R12: the SPT that fills a rank's KV cache); the scheduler spreads
+	// a prompt over ⌈len/SPTMax⌉ ranks (KVShards). Default PerRank blocks.
+	SPTMax  int
+	Options Options
 }
 
 // CSPSPlacementName is the name of the placement a CSPS executor runs
@@ -97,7 +102,13 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 		return nil, err
 	}
 	plan := parallel.Plan{DP: 1, PP: 1, SP: opts.Ranks, TP: 1}
-	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: parallel.Standard(plan)}
+	if opts.SPTMax < 0 {
+		return nil, fmt.Errorf("cpuexec: csps: negative SPT length %d", opts.SPTMax)
+	}
+	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: parallel.Standard(plan), sptMax: opts.SPTMax}
+	if c.sptMax == 0 {
+		c.sptMax = c.perRank * e.kv.BlockSize
+	}
 	c.p.Name = CSPSPlacementName(opts.Ranks)
 	for range opts.Ranks {
 		c.workers = append(c.workers, &cspsWorker{})
@@ -128,6 +139,17 @@ func (c *CSPS) KVLayout() kvcache.Layout {
 	kv.NumBlocks = c.n * c.perRank
 	return kv
 }
+
+// KVShards tells the scheduler to allocate along the sequence: N shards
+// of PerRank blocks, ⌈SPTMax/BlockSize⌉ blocks of a sequence per rank
+// (engine.SequenceSharded).
+func (c *CSPS) KVShards() (shards, sptBlocks int) {
+	bs := c.e.kv.BlockSize
+	return c.n, max(1, (c.sptMax+bs-1)/bs)
+}
+
+// SPTMax is the longest sequence partition one rank takes, in tokens.
+func (c *CSPS) SPTMax() int { return c.sptMax }
 
 // Owner is the rank holding global block b.
 func (c *CSPS) Owner(b int) int { return b / c.perRank }

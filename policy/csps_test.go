@@ -1,0 +1,65 @@
+package policy
+
+import (
+	"testing"
+
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// TestCSPSArchitecture holds the chooser to App A's inequality evaluated
+// exactly (T10): at N = 2 SP-TP always wins (the paper's sentence says
+// the opposite, G10); the thresholds 2dN/(N−2) for d = 4096 are G11's
+// 24.6K (N=3), 16.4K (N=4), 10.9K (N=8); the inequality agrees with the
+// element counts it is derived from; without TP it is always SP-NTP.
+func TestCSPSArchitecture(t *testing.T) {
+	const d = 4096
+	p := parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 8, TP: 1})
+	for _, tc := range []struct{ n, atOrBelow int }{{3, 24576}, {4, 16384}, {8, 10922}} {
+		if NTPCheaper(tc.atOrBelow, d, tc.n) || !NTPCheaper(tc.atOrBelow+1, d, tc.n) {
+			t.Fatalf("N=%d: SP-NTP should win from %d tokens on", tc.n, tc.atOrBelow+1)
+		}
+	}
+	for _, l := range []int{1 << 10, 1 << 16, 1 << 20, 1 << 24} {
+		if NTPCheaper(l, d, 2) {
+			t.Fatalf("N=2, L=%d: SP-NTP chosen; App A's inequality gives SP-TP at N=2", l)
+		}
+	}
+	for n := 2; n <= 8; n++ {
+		for l := 1000; l < 100000; l += 997 {
+			ntp, tp := ArchElems(l, d, n, true)
+			if NTPCheaper(l, d, n) != (ntp < tp) {
+				t.Fatalf("N=%d L=%d: inequality %v, element counts %.0f vs %.0f", n, l, NTPCheaper(l, d, n), ntp, tp)
+			}
+		}
+	}
+	tpDeploy, err := NewCSPS(p, 16384, d, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := NewCSPS(p, 16384, d, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		l      int
+		degree int
+		tp     Arch // on the TP deployment
+	}{
+		{100, 1, Local}, {16384, 1, Local}, {16385, 2, SPTP}, {32768, 2, SPTP}, {40000, 3, SPNTP}, {49153, 4, SPNTP}, {1 << 20, 8, SPNTP},
+	} {
+		got := tpDeploy.Configure(tc.l)
+		if got.Degree != tc.degree || got.Arch != tc.tp {
+			t.Fatalf("TP deployment, L=%d: %+v, want degree %d %s", tc.l, got, tc.degree, tc.tp)
+		}
+		want := SPNTP
+		if tc.degree == 1 {
+			want = Local
+		}
+		if c := cpu.Configure(tc.l); c.Degree != tc.degree || c.Arch != want {
+			t.Fatalf("no TP, L=%d: %+v, want degree %d %s", tc.l, c, tc.degree, want)
+		}
+	}
+	if d := cpu.Decide(State{}); d.Placement.Name != p.Name || cpu.Place(d, Batch{Tokens: 9999}).Name != p.Name {
+		t.Fatal("csps must keep its one placement")
+	}
+}
