@@ -84,9 +84,13 @@ type CSPSOptions struct {
 	Options Options
 }
 
-// CSPSPlacementName is the name of the placement a CSPS executor runs
-// under.
-func CSPSPlacementName(n int) string { return fmt.Sprintf("csps(ranks=%d)", n) }
+// CSPSPlacement is the placement a CSPS executor over n ranks runs
+// under: SP over the n ranks, named csps(ranks=n).
+func CSPSPlacement(n int) parallel.Placement {
+	p := parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: n, TP: 1})
+	p.Name = fmt.Sprintf("csps(ranks=%d)", n)
+	return p
+}
 
 // NewCSPS builds a CSPS executor over opts.Ranks ranks.
 func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, error) {
@@ -101,15 +105,13 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 	if err != nil {
 		return nil, err
 	}
-	plan := parallel.Plan{DP: 1, PP: 1, SP: opts.Ranks, TP: 1}
 	if opts.SPTMax < 0 {
 		return nil, fmt.Errorf("cpuexec: csps: negative SPT length %d", opts.SPTMax)
 	}
-	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: parallel.Standard(plan), sptMax: opts.SPTMax}
+	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: CSPSPlacement(opts.Ranks), sptMax: opts.SPTMax}
 	if c.sptMax == 0 {
 		c.sptMax = c.perRank * e.kv.BlockSize
 	}
-	c.p.Name = CSPSPlacementName(opts.Ranks)
 	for range opts.Ranks {
 		c.workers = append(c.workers, &cspsWorker{})
 	}
@@ -119,8 +121,7 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 // Config is the model's config.
 func (c *CSPS) Config() *model.Config { return c.e.cfg }
 
-// Placement is the one placement Step runs under: SP over the N ranks,
-// named by CSPSPlacementName.
+// Placement is the one placement Step runs under, CSPSPlacement(N).
 func (c *CSPS) Placement() parallel.Placement { return c.p }
 
 // Placements returns Placement.

@@ -129,7 +129,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("generate: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1}, logger)
+	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, csps: cspsPolicy(pol)}, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

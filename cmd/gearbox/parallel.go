@@ -24,12 +24,14 @@ type parallelFlags struct {
 	prefill   string  // --prefill-plan (seesaw)
 	decode    string  // --decode-plan (seesaw)
 	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
+	sptMax    int     // --csps-spt-max, tokens (csps)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) or seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards)")
+	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
 	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
@@ -76,6 +78,12 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		*a.dst = a.val
 	}
+	if p.policy == "csps" {
+		return p.csps(cfg, plan, set)
+	}
+	if set["csps-spt-max"] {
+		return plan, nil, fmt.Errorf("--csps-spt-max needs --policy csps")
+	}
 	if err := plan.Validate(cfg); err != nil {
 		return plan, nil, err
 	}
@@ -114,7 +122,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift or seesaw)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw or csps)", name)
 }
 
 // seesaw resolves --policy seesaw: two plans of the same ranks; the

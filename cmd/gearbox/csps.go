@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// csps resolves --policy csps: --plan sp=N gives the ranks a long
+// prompt's sequence partitions spread over (any N: the heads are split
+// as evenly as possible, KV heads replicated when N exceeds them). Every
+// rank holds the full weights, so the deployment has no TP and every
+// request runs SP-NTP or, when it fits one partition, whole on one rank;
+// SP-TP (all-gather + reduce-scatter) is not implemented, so a plan with
+// tp, pp or dp is refused.
+func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[string]bool) (parallel.Plan, policy.Policy, error) {
+	if plan.TP > 1 {
+		return plan, nil, fmt.Errorf("--policy csps: tp=%d asks for SP-TP prefill (all-gather + reduce-scatter), which Gearbox's CPU executor does not implement; csps holds the full weights on every rank and runs SP-NTP: use --plan sp=N", plan.TP)
+	}
+	if plan.PP > 1 || plan.DP > 1 {
+		return plan, nil, fmt.Errorf("--policy csps: %s: the csps layout is --plan sp=N (N ranks, full weights each); pp and dp do not apply", plan)
+	}
+	if p.sptMax < 0 {
+		return plan, nil, fmt.Errorf("--csps-spt-max must not be negative, got %d", p.sptMax)
+	}
+	if set["shift-threshold"] || set["prefill-plan"] || set["decode-plan"] || p.shift {
+		return plan, nil, fmt.Errorf("--policy csps takes no shift or seesaw flags")
+	}
+	// SPTMax 0 is settled by the executor (a rank's whole pool) when it is
+	// built; see newCSPSRunner.
+	pol, err := policy.NewCSPS(cpuexec.CSPSPlacement(plan.SP), max(1, p.sptMax), cfg.Hidden, 1)
+	if err != nil {
+		return plan, nil, err
+	}
+	if p.sptMax == 0 {
+		pol.SPTMax = 0
+	}
+	return plan, pol, nil
+}
+
+// newCSPSRunner builds the CPU executor of a csps policy: pol.Ranks ranks
+// with blocks KV blocks each, and settles the policy's SPT length with
+// the executor's.
+func newCSPSRunner(m *model.Model, pol *policy.CSPS, kv tensor.DType, blockSize, blocks int, pool *tensor.Pool) (*cpuexec.CSPS, error) {
+	x, err := cpuexec.NewCSPS(m.Config, m.Weights, cpuexec.CSPSOptions{
+		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax,
+		Options: cpuexec.Options{KVDType: kv, Pool: pool},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pol.SPTMax = x.SPTMax()
+	return x, nil
+}
+
+// cspsPolicy is pol as a csps policy, nil for any other.
+func cspsPolicy(pol policy.Policy) *policy.CSPS {
+	c, _ := pol.(*policy.CSPS)
+	return c
+}
