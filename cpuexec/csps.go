@@ -69,6 +69,8 @@ type CSPS struct {
 	stepsMu sync.Mutex
 	plan    cspsPlan
 	workers []*cspsWorker
+
+	csaTrace func(CSATrace) // tests: each rank's CSA rows of each layer
 }
 
 // CSPSOptions configure a CSPS executor; the fields shared with Options
@@ -80,7 +82,10 @@ type CSPSOptions struct {
 	// SPTMax is the longest sequence partition one rank takes, in tokens
 	// (R12: the SPT that fills a rank's KV cache); the scheduler spreads
 	// a prompt over ⌈len/SPTMax⌉ ranks (KVShards). Default PerRank blocks.
-	SPTMax  int
+	SPTMax int
+	// CSA is the multi-level sparse attention of prompts prefilled over
+	// several ranks; the zero value is off (exact attention).
+	CSA     CSA
 	Options Options
 }
 
@@ -108,7 +113,11 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 	if opts.SPTMax < 0 {
 		return nil, fmt.Errorf("cpuexec: csps: negative SPT length %d", opts.SPTMax)
 	}
+	if err := opts.CSA.validate(); err != nil {
+		return nil, err
+	}
 	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: CSPSPlacement(opts.Ranks), sptMax: opts.SPTMax}
+	c.plan.csa = opts.CSA
 	if c.sptMax == 0 {
 		c.sptMax = c.perRank * e.kv.BlockSize
 	}
@@ -192,7 +201,7 @@ func (c *CSPS) Step(ctx context.Context, b *forward.Batch, p parallel.Placement)
 	e.out = e.out[:b.NumLogits()*cfg.Vocab]
 	err := e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
 		w := c.workers[rk.id]
-		w.rk, w.p = rk, &c.plan
+		w.rk, w.p, w.trace = rk, &c.plan, c.csaTrace
 		defer func() { w.rk, w.p = nil, nil }()
 		return w.run(ctx, rk, e.held[e.order[0]].shards[rk.id])
 	})
@@ -207,12 +216,14 @@ func (c *CSPS) Step(ctx context.Context, b *forward.Batch, p parallel.Placement)
 
 // cspsTok is one token of a CSPS step.
 type cspsTok struct {
-	seq   int  // sequence index in the batch
-	pos   int  // position
-	owner int  // rank holding its block: computes its QKV, O projection, MLP, logits
-	row   int  // row on the owner
-	sp    bool // its piece lies on several ranks: attended head-sharded after the all-to-all
-	spOrd int  // index among the step's SP tokens, batch order (sp only)
+	seq    int  // sequence index in the batch
+	pos    int  // position
+	owner  int  // rank holding its block: computes its QKV, O projection, MLP, logits
+	row    int  // row on the owner
+	sp     bool // its piece lies on several ranks: attended head-sharded after the all-to-all
+	csa    bool // its piece runs CSA's multi-level sparse attention instead (csa.go)
+	csaOrd int  // index among the step's CSA tokens, batch order (csa only)
+	spOrd  int  // index among the step's SP tokens, batch order (sp only)
 	// Key ranges: cached keys [from, mid) reached by moving the query,
 	// in-step keys [mid, to) of an SP piece from the all-to-all; mid = to
 	// for the others, whose own keys are in their owner's cache.
@@ -237,7 +248,10 @@ type cspsPlan struct {
 	chunks         []parallel.Heads // per rank: the query heads (and KV heads they read) it attends for SP tokens
 	reqs           [][][]cspsReq    // [computing rank][holder rank]
 	anyReq         bool
-	spanOwners     []int // scratch: owners seen in a key range
+	csa            CSA     // the executor's sparse attention setting
+	csaToks        []int   // every CSA token, batch order
+	csaByOwner     [][]int // per rank: its CSA tokens, batch order
+	spanOwners     []int   // scratch: owners seen in a key range
 }
 
 // build fills the plan for batch b.
@@ -245,6 +259,8 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 	p.n, p.perRank, p.bs = n, perRank, bs
 	p.toks = p.toks[:0]
 	p.spToks = p.spToks[:0]
+	p.csaToks = p.csaToks[:0]
+	resize(&p.csaByOwner, n)
 	p.anyReq = false
 	resize(&p.micros, n)
 	resize(&p.tables, n)
@@ -257,6 +273,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 		p.micros[r].seqs, p.micros[r].rows = p.micros[r].seqs[:0], p.micros[r].rows[:0]
 		resize(&p.tables[r], len(b.Seqs))
 		p.spByOwner[r] = p.spByOwner[r][:0]
+		p.csaByOwner[r] = p.csaByOwner[r][:0]
 		p.own[r] = p.own[r][:0]
 		resize(&p.reqs[r], n)
 		for g := range n {
@@ -292,6 +309,8 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 				break
 			}
 		}
+		csa := sp && p.csa.Levels > 1 && s.Pos == 0 && cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
+		sp = sp && !csa
 		p.seqFirstSP[i] = -1
 		if sp {
 			p.seqFirstSP[i] = len(p.spToks)
@@ -319,6 +338,11 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 				t := cspsTok{seq: i, pos: pos, owner: owner, row: rows[owner], from: from, mid: pos + 1, to: pos + 1}
 				rows[owner]++
 				p.own[owner] = append(p.own[owner], len(p.toks))
+				if csa {
+					t.csa, t.csaOrd, t.mid = true, len(p.csaToks), from // no cached keys: the prompt's first chunk
+					p.csaToks = append(p.csaToks, len(p.toks))
+					p.csaByOwner[owner] = append(p.csaByOwner[owner], len(p.toks))
+				}
 				if sp {
 					t.sp, t.spOrd, t.mid = true, len(p.spToks), max(from, s.Pos)
 					p.spToks = append(p.spToks, len(p.toks))
@@ -376,6 +400,18 @@ func (p *cspsPlan) holds(r, seq, from, to int) bool {
 		}
 	}
 	return false
+}
+
+// ownersRise reports whether the ranks holding s's tokens never go down
+// along the sequence, so each rank's part is one contiguous SPT.
+func ownersRise(s forward.SeqBatch, bs, perRank int) bool {
+	end := s.Pos + len(s.Tokens)
+	for bi := s.Pos / bs; bi < (end-1)/bs; bi++ {
+		if s.Blocks[bi+1]/perRank < s.Blocks[bi]/perRank {
+			return false
+		}
+	}
+	return true
 }
 
 func containsInt(s []int, v int) bool {

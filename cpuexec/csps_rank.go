@@ -23,8 +23,18 @@ type cspsWorker struct {
 	locLse     []float32 // [own rows, heads]
 	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
 	units      []cspsUnit
-	sendCounts []int
-	recvCounts []int
+
+	// CSA (csa.go).
+	csaMine, csaAll []float32 // kept levels of own tokens, of all tokens (all-gather)
+	csaImp          []float32 // [own rows, heads] importance for the next layer
+	csaM, csaRow    []int     // [CSA tokens, heads] kept level; first all-to-all row offset
+	csaUnits        []csaUnit
+	csaKeys         []float32 // packed [k | v] rows per (level, head, sequence)
+	csaOut          map[csaKey]int
+	order           []int
+	trace           func(CSATrace) // tests
+	sendCounts      []int
+	recvCounts      []int
 }
 
 // run is the rank program of one CSPS step: every layer computed on the
@@ -88,6 +98,11 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	grow(&w.spLse, nsp*hq)
 	grow(&w.locLse, rk.st.nl*cfg.Heads)
 	w.local(l, wd, qc, kc)
+	if len(p.csaToks) > 0 {
+		if err := w.csaAttention(ctx, l); err != nil {
+			return err
+		}
+	}
 	if p.anyReq {
 		if err := w.moveQueries(ctx, l, wd); err != nil {
 			return err
@@ -196,7 +211,7 @@ func (w *cspsWorker) local(l, wd, qc, kc int) {
 			v := u - nsp*hq
 			r, h := v/cfg.Heads, v%cfg.Heads
 			t := &p.toks[p.own[me][r]]
-			if t.sp {
+			if t.sp || t.csa {
 				continue
 			}
 			out := st.attn[r*qs+h*d : r*qs+(h+1)*d]
