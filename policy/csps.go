@@ -43,6 +43,11 @@ type CSPSConfig struct {
 	// 4·L·d/N activations)·(N−1), without TP 4·L·d·(N−1)/N; SP-TP
 	// 2·L·d·(N−1). Zero at degree 1.
 	NTPElems, TPElems float64
+	// CSA's levels and level-2 drop ratio for the prompt's prefill: the
+	// policy's setting when the prompt spans several ranks, none (1
+	// level, exact attention) when it lives on one.
+	CSALevels int
+	CSADrop   float64
 }
 
 // CSPS is CSPS's policy (paper 002): every step runs under the CSPS
@@ -67,6 +72,11 @@ type CSPS struct {
 	SPTMax int // longest sequence partition per rank, in tokens
 	Hidden int // d, the model width
 	TP     int // the deployment's TP degree: 1 on the CPU
+	// CSALevels > 1 turns on CSA's multi-level sparse attention for
+	// prompts spread over several ranks, with level-2 drop ratio CSADrop;
+	// ≤ 1 is off (exact).
+	CSALevels int
+	CSADrop   float64
 }
 
 // NewCSPS validates a CSPS policy over placement p.
@@ -93,10 +103,13 @@ func (c *CSPS) String() string { return "csps" }
 func (c *CSPS) Configure(promptLen int) CSPSConfig {
 	n := min(c.Ranks, max(1, (promptLen+c.SPTMax-1)/c.SPTMax))
 	if n == 1 {
-		return CSPSConfig{Degree: 1, Arch: Local}
+		return CSPSConfig{Degree: 1, Arch: Local, CSALevels: 1}
 	}
 	ntp, tp := ArchElems(promptLen, c.Hidden, n, c.TP > 1)
-	cfg := CSPSConfig{Degree: n, Arch: SPNTP, NTPElems: ntp, TPElems: tp}
+	cfg := CSPSConfig{Degree: n, Arch: SPNTP, NTPElems: ntp, TPElems: tp, CSALevels: 1}
+	if c.CSALevels > 1 {
+		cfg.CSALevels, cfg.CSADrop = c.CSALevels, c.CSADrop
+	}
 	if c.TP > 1 && !NTPCheaper(promptLen, c.Hidden, n) {
 		cfg.Arch = SPTP
 	}

@@ -59,6 +59,13 @@ func TestCSPSArchitecture(t *testing.T) {
 			t.Fatalf("no TP, L=%d: %+v, want degree %d %s", tc.l, c, tc.degree, want)
 		}
 	}
+	cpu.CSALevels, cpu.CSADrop = 3, 0.2
+	if c := cpu.Configure(100); c.CSALevels != 1 {
+		t.Fatalf("a prompt on one rank gets CSA %+v; it has no levels to sparsify", c)
+	}
+	if c := cpu.Configure(1 << 20); c.CSALevels != 3 || c.CSADrop != 0.2 {
+		t.Fatalf("a prompt over 8 ranks gets %+v, want 3 levels at drop 0.2", c)
+	}
 	if d := cpu.Decide(State{}); d.Placement.Name != p.Name || cpu.Place(d, Batch{Tokens: 9999}).Name != p.Name {
 		t.Fatal("csps must keep its one placement")
 	}

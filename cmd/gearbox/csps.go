@@ -39,6 +39,22 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 	if p.sptMax == 0 {
 		pol.SPTMax = 0
 	}
+	switch p.sparse {
+	case "off":
+		if set["csa-levels"] || set["csa-drop"] {
+			return plan, nil, fmt.Errorf("--csa-levels and --csa-drop need --sparse-attention on")
+		}
+	case "on":
+		if p.csaLevels < 2 {
+			return plan, nil, fmt.Errorf("--csa-levels must be at least 2 with --sparse-attention on (1 level is off), got %d", p.csaLevels)
+		}
+		if !(p.csaDrop >= 0 && p.csaDrop < 1) {
+			return plan, nil, fmt.Errorf("--csa-drop must be in [0, 1), got %g", p.csaDrop)
+		}
+		pol.CSALevels, pol.CSADrop = p.csaLevels, p.csaDrop
+	default:
+		return plan, nil, fmt.Errorf("--sparse-attention must be on or off, got %q", p.sparse)
+	}
 	return plan, pol, nil
 }
 
@@ -47,7 +63,7 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 // the executor's.
 func newCSPSRunner(m *model.Model, pol *policy.CSPS, kv tensor.DType, blockSize, blocks int, pool *tensor.Pool) (*cpuexec.CSPS, error) {
 	x, err := cpuexec.NewCSPS(m.Config, m.Weights, cpuexec.CSPSOptions{
-		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax,
+		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax, CSA: cpuexec.CSA{Levels: pol.CSALevels, Drop: pol.CSADrop},
 		Options: cpuexec.Options{KVDType: kv, Pool: pool},
 	})
 	if err != nil {

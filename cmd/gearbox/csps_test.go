@@ -38,6 +38,10 @@ func TestGenerateCSPS(t *testing.T) {
 	if a2a := got.CommBytes.ByKind["all_to_all"]; a2a == 0 || got.CommBytes.Total != a2a {
 		t.Fatalf("csps moved %+v: want all-to-alls only", got.CommBytes)
 	}
+	sparse := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--sparse-attention", "on", "--csa-levels", "2", "--csa-drop", "0.5")
+	if sparse.CompletionTokens != 24 || sparse.CommBytes.ByKind["all_gather"] == 0 {
+		t.Fatalf("csps with sparse attention: %+v (want 24 tokens and CSA's all-gather of kept levels)", sparse)
+	}
 	for _, bad := range []struct {
 		args []string
 		want string
@@ -46,6 +50,11 @@ func TestGenerateCSPS(t *testing.T) {
 		{[]string{"--policy", "csps", "--plan", "sp=2,pp=2"}, "pp and dp"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--csps-spt-max", "-1"}, "--csps-spt-max"},
 		{[]string{"--plan", "sp=2", "--csps-spt-max", "8"}, "needs --policy csps"},
+		{[]string{"--plan", "sp=2", "--sparse-attention", "on"}, "needs --policy csps"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--csa-drop", "0.2"}, "--sparse-attention on"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--sparse-attention", "on", "--csa-levels", "1"}, "--csa-levels"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--sparse-attention", "on", "--csa-drop", "1"}, "--csa-drop"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--sparse-attention", "maybe"}, "on or off"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--device", "cuda"}, ""},
 	} {
 		_, _, err := runCLI(t, append([]string{"generate", "--prompt", "x"}, bad.args...)...)

@@ -25,12 +25,18 @@ type parallelFlags struct {
 	decode    string  // --decode-plan (seesaw)
 	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
 	sptMax    int     // --csps-spt-max, tokens (csps)
+	sparse    string  // --sparse-attention on|off (csps)
+	csaLevels int     // --csa-levels (csps)
+	csaDrop   float64 // --csa-drop (csps)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
 	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards)")
+	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
+	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
+	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
@@ -81,8 +87,10 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if p.policy == "csps" {
 		return p.csps(cfg, plan, set)
 	}
-	if set["csps-spt-max"] {
-		return plan, nil, fmt.Errorf("--csps-spt-max needs --policy csps")
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop"} {
+		if set[f] {
+			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
+		}
 	}
 	if err := plan.Validate(cfg); err != nil {
 		return plan, nil, err
