@@ -85,8 +85,14 @@ type CSPSOptions struct {
 	SPTMax int
 	// CSA is the multi-level sparse attention of prompts prefilled over
 	// several ranks; the zero value is off (exact attention).
-	CSA     CSA
-	Options Options
+	CSA CSA
+	// MicroPartitions splits a step's SP-NTP attention into that many
+	// micro-partitions along the sequence, overlapping each one's
+	// all-to-alls with its neighbours' attention (R27–R30); 0 or 1 runs
+	// it whole. Steps that also move queries to cached keys (later
+	// chunks, decodes of sharded sequences) run whole.
+	MicroPartitions int
+	Options         Options
 }
 
 // CSPSPlacement is the placement a CSPS executor over n ranks runs
@@ -117,7 +123,7 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 		return nil, err
 	}
 	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: CSPSPlacement(opts.Ranks), sptMax: opts.SPTMax}
-	c.plan.csa = opts.CSA
+	c.plan.csa, c.plan.micro = opts.CSA, opts.MicroPartitions
 	if c.sptMax == 0 {
 		c.sptMax = c.perRank * e.kv.BlockSize
 	}
@@ -248,6 +254,7 @@ type cspsPlan struct {
 	chunks         []parallel.Heads // per rank: the query heads (and KV heads they read) it attends for SP tokens
 	reqs           [][][]cspsReq    // [computing rank][holder rank]
 	anyReq         bool
+	micro          int     // SP-NTP micro-partitions (CSPSOptions.MicroPartitions)
 	csa            CSA     // the executor's sparse attention setting
 	csaToks        []int   // every CSA token, batch order
 	csaByOwner     [][]int // per rank: its CSA tokens, batch order

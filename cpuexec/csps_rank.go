@@ -3,7 +3,9 @@ package cpuexec
 import (
 	"context"
 	"math"
+	"sort"
 
+	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -23,6 +25,7 @@ type cspsWorker struct {
 	locLse     []float32 // [own rows, heads]
 	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
 	units      []cspsUnit
+	b1, b2     a2aBufs // SP-NTP's first and second all-to-all
 
 	// CSA (csa.go).
 	csaMine, csaAll []float32 // kept levels of own tokens, of all tokens (all-gather)
@@ -89,15 +92,25 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	qc, kc := hq*d, (ch.KVHi-ch.KVLo)*d
 	wd := qc + 2*kc
 	nsp := len(p.spToks)
+	grow(&w.rows, nsp*wd)
+	grow(&w.spOut, nsp*qc)
+	grow(&w.spLse, nsp*hq)
+	grow(&w.locLse, rk.st.nl*cfg.Heads)
+	if nsp > 0 && p.micro > 1 && !p.anyReq {
+		w.local(l, wd, qc, kc, 0, 0, true)
+		if len(p.csaToks) > 0 {
+			if err := w.csaAttention(ctx, l); err != nil {
+				return err
+			}
+		}
+		return w.pipelined(ctx, l, wd, qc, kc)
+	}
 	if nsp > 0 {
 		if err := w.exchangeQKV(ctx); err != nil {
 			return err
 		}
 	}
-	grow(&w.spOut, nsp*qc)
-	grow(&w.spLse, nsp*hq)
-	grow(&w.locLse, rk.st.nl*cfg.Heads)
-	w.local(l, wd, qc, kc)
+	w.local(l, wd, qc, kc, 0, nsp, true)
 	if len(p.csaToks) > 0 {
 		if err := w.csaAttention(ctx, l); err != nil {
 			return err
@@ -114,64 +127,94 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	return nil
 }
 
-// exchangeQKV is the first all-to-all of SP-NTP: each rank sends every
-// other rank that rank's head chunk of q, k and v for its own SP tokens,
-// and lays out what it receives in batch order (w.rows).
-func (w *cspsWorker) exchangeQKV(ctx context.Context) error {
+// a2aBufs are one all-to-all's buffers and counts.
+type a2aBufs struct {
+	send, recv []float32
+	sc, rc     []int
+}
+
+// ownedIn is rank o's SP tokens with spOrd in [lo, hi).
+func (p *cspsPlan) ownedIn(o, lo, hi int) []int {
+	s := p.spByOwner[o]
+	a := sort.Search(len(s), func(i int) bool { return p.toks[s[i]].spOrd >= lo })
+	e := sort.Search(len(s), func(i int) bool { return p.toks[s[i]].spOrd >= hi })
+	return s[a:e]
+}
+
+// packQKV fills b for the first all-to-all of SP-NTP over the SP tokens
+// [lo, hi): each rank sends every other rank that rank's head chunk of q,
+// k and v for its own tokens; it returns the send and receive totals.
+func (w *cspsWorker) packQKV(b *a2aBufs, lo, hi int) (total, rtotal int) {
 	p, rk := w.p, w.rk
 	cfg, st := rk.e.cfg, &rk.st
 	d, me, n := cfg.HeadDim, rk.id, p.n
 	qs, ks := cfg.Heads*d, cfg.KVHeads*d
-	resizeInts(&w.sendCounts, n)
-	resizeInts(&w.recvCounts, n)
-	mine := p.spByOwner[me]
-	total := 0
+	resizeInts(&b.sc, n)
+	resizeInts(&b.rc, n)
+	mine := p.ownedIn(me, lo, hi)
 	for j := range n {
 		c := p.chunks[j]
-		w.sendCounts[j] = len(mine) * ((c.QHi-c.QLo)*d + 2*(c.KVHi-c.KVLo)*d)
-		total += w.sendCounts[j]
+		b.sc[j] = len(mine) * ((c.QHi-c.QLo)*d + 2*(c.KVHi-c.KVLo)*d)
+		total += b.sc[j]
 	}
 	my := p.chunks[me]
 	wd := (my.QHi-my.QLo)*d + 2*(my.KVHi-my.KVLo)*d
-	rtotal := 0
 	for o := range n {
-		w.recvCounts[o] = len(p.spByOwner[o]) * wd
-		rtotal += w.recvCounts[o]
+		b.rc[o] = len(p.ownedIn(o, lo, hi)) * wd
+		rtotal += b.rc[o]
 	}
-	grow(&w.send, total)
-	grow(&w.recv, rtotal)
+	grow(&b.send, total)
+	grow(&b.recv, rtotal)
 	off := 0
 	for j := range n {
 		c := p.chunks[j]
 		qc, kc := (c.QHi-c.QLo)*d, (c.KVHi-c.KVLo)*d
 		for _, ti := range mine {
 			r := p.toks[ti].row
-			off += copy(w.send[off:off+qc], st.q[r*qs+c.QLo*d:])
-			off += copy(w.send[off:off+kc], st.k[r*ks+c.KVLo*d:])
-			off += copy(w.send[off:off+kc], st.v[r*ks+c.KVLo*d:])
+			off += copy(b.send[off:off+qc], st.q[r*qs+c.QLo*d:])
+			off += copy(b.send[off:off+kc], st.k[r*ks+c.KVLo*d:])
+			off += copy(b.send[off:off+kc], st.v[r*ks+c.KVLo*d:])
 		}
 	}
-	g := rk.e.world.Comm(me)
-	if err := rk.timed(func() error { return g.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts) }); err != nil {
-		return err
-	}
-	grow(&w.rows, len(p.spToks)*wd)
-	off = 0
-	for o := range n {
-		for _, ti := range p.spByOwner[o] {
+	return total, rtotal
+}
+
+// unpackQKV lays out what packQKV's all-to-all brought in batch order
+// (w.rows, sized for every SP token).
+func (w *cspsWorker) unpackQKV(b *a2aBufs, lo, hi int) {
+	p, d := w.p, w.rk.e.cfg.HeadDim
+	my := p.chunks[w.rk.id]
+	wd := (my.QHi-my.QLo)*d + 2*(my.KVHi-my.KVLo)*d
+	off := 0
+	for o := range p.n {
+		for _, ti := range p.ownedIn(o, lo, hi) {
 			k := p.toks[ti].spOrd
-			copy(w.rows[k*wd:(k+1)*wd], w.recv[off:off+wd])
+			copy(w.rows[k*wd:(k+1)*wd], b.recv[off:off+wd])
 			off += wd
 		}
 	}
+}
+
+// exchangeQKV is the first all-to-all of SP-NTP over every SP token.
+func (w *cspsWorker) exchangeQKV(ctx context.Context) error {
+	nsp := len(w.p.spToks)
+	total, rtotal := w.packQKV(&w.b1, 0, nsp)
+	g := w.rk.e.world.Comm(w.rk.id)
+	if err := w.rk.timed(func() error {
+		return g.AllToAllV(ctx, w.b1.send[:total], w.b1.sc, w.b1.recv[:rtotal], w.b1.rc)
+	}); err != nil {
+		return err
+	}
+	w.unpackQKV(&w.b1, 0, nsp)
 	return nil
 }
 
-// local computes every partial this rank can form from what it holds:
-// for its head chunk of every SP token, the in-step keys from the
-// all-to-all and the cached keys it holds; for its own other tokens,
-// every head over the cached keys it holds (their own keys included).
-func (w *cspsWorker) local(l, wd, qc, kc int) {
+// local computes the partials this rank can form from what it holds:
+// for its head chunk of the SP tokens [spLo, spHi), the in-step keys from
+// the all-to-all and the cached keys it holds; with own, for its own
+// other tokens, every head over the cached keys it holds (their own keys
+// included).
+func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	p, rk := w.p, w.rk
 	cfg, st := rk.e.cfg, &rk.st
 	d, me := cfg.HeadDim, rk.id
@@ -184,13 +227,16 @@ func (w *cspsWorker) local(l, wd, qc, kc int) {
 	if rk.cache.Half() {
 		attend = attendPagedHalf
 	}
-	nsp := len(p.spToks)
-	units := nsp*hq + st.nl*cfg.Heads
+	nsp := spHi - spLo
+	units := nsp * hq
+	if own {
+		units += st.nl * cfg.Heads
+	}
 	rk.e.pool.Run(units, func(lo, hi int) {
 		var tmp [maxHeadDim]float32
 		for u := lo; u < hi; u++ {
 			if u < nsp*hq {
-				k, j := u/hq, u%hq
+				k, j := spLo+u/hq, u%hq
 				t := &p.toks[p.spToks[k]]
 				h := ch.QLo + j
 				kv := h/group - ch.KVLo
@@ -343,48 +389,66 @@ func reqHeadsAll(by [][]cspsReq) int {
 	return n
 }
 
-// returnOutputs is the second all-to-all of SP-NTP: this rank's heads of
-// every SP token go back to the token's owner, which places them in its
-// attention output.
-func (w *cspsWorker) returnOutputs(ctx context.Context) error {
+// packOut fills b for the second all-to-all of SP-NTP over the SP
+// tokens [lo, hi): this rank's heads of each token go back to the
+// token's owner.
+func (w *cspsWorker) packOut(b *a2aBufs, lo, hi int) (total, rtotal int) {
 	p, rk := w.p, w.rk
-	cfg, st := rk.e.cfg, &rk.st
-	d, me, n := cfg.HeadDim, rk.id, p.n
-	qs := cfg.Heads * d
+	d, me, n := rk.e.cfg.HeadDim, rk.id, p.n
 	my := p.chunks[me]
 	qc := (my.QHi - my.QLo) * d
-	total, rtotal := 0, 0
+	resizeInts(&b.sc, n)
+	resizeInts(&b.rc, n)
+	mine := len(p.ownedIn(me, lo, hi))
 	for o := range n {
-		w.sendCounts[o] = len(p.spByOwner[o]) * qc
+		b.sc[o] = len(p.ownedIn(o, lo, hi)) * qc
 		c := p.chunks[o]
-		w.recvCounts[o] = len(p.spByOwner[me]) * (c.QHi - c.QLo) * d
-		total += w.sendCounts[o]
-		rtotal += w.recvCounts[o]
+		b.rc[o] = mine * (c.QHi - c.QLo) * d
+		total += b.sc[o]
+		rtotal += b.rc[o]
 	}
-	grow(&w.send, total)
-	grow(&w.recv, rtotal)
+	grow(&b.send, total)
+	grow(&b.recv, rtotal)
 	off := 0
 	for o := range n {
-		for _, ti := range p.spByOwner[o] {
+		for _, ti := range p.ownedIn(o, lo, hi) {
 			k := p.toks[ti].spOrd
-			off += copy(w.send[off:off+qc], w.spOut[k*qc:(k+1)*qc])
+			off += copy(b.send[off:off+qc], w.spOut[k*qc:(k+1)*qc])
 		}
 	}
-	world := rk.e.world.Comm(me)
-	if err := rk.timed(func() error {
-		return world.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	return total, rtotal
+}
+
+// unpackOut places every rank's heads of this rank's SP tokens [lo, hi)
+// in its attention output.
+func (w *cspsWorker) unpackOut(b *a2aBufs, lo, hi int) {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d := cfg.HeadDim
+	qs := cfg.Heads * d
+	mine := p.ownedIn(rk.id, lo, hi)
+	off := 0
+	for j := range p.n {
+		c := p.chunks[j]
+		cw := (c.QHi - c.QLo) * d
+		for _, ti := range mine {
+			r := p.toks[ti].row
+			off += copy(st.attn[r*qs+c.QLo*d:r*qs+c.QLo*d+cw], b.recv[off:off+cw])
+		}
+	}
+}
+
+// returnOutputs is the second all-to-all of SP-NTP over every SP token.
+func (w *cspsWorker) returnOutputs(ctx context.Context) error {
+	nsp := len(w.p.spToks)
+	total, rtotal := w.packOut(&w.b2, 0, nsp)
+	g := w.rk.e.world.Comm(w.rk.id)
+	if err := w.rk.timed(func() error {
+		return g.AllToAllV(ctx, w.b2.send[:total], w.b2.sc, w.b2.recv[:rtotal], w.b2.rc)
 	}); err != nil {
 		return err
 	}
-	off = 0
-	for j := range n {
-		c := p.chunks[j]
-		cw := (c.QHi - c.QLo) * d
-		for _, ti := range p.spByOwner[me] {
-			r := p.toks[ti].row
-			off += copy(st.attn[r*qs+c.QLo*d:r*qs+c.QLo*d+cw], w.recv[off:off+cw])
-		}
-	}
+	w.unpackOut(&w.b2, 0, nsp)
 	return nil
 }
 
@@ -447,4 +511,74 @@ func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs 
 	}
 	tensor.Scale(1/sum, out)
 	return m + float32(math.Log(float64(sum)))
+}
+
+// pipelined runs SP-NTP's attention over the step's SP tokens in
+// micro-partitions along the sequence (R27–R30): partition i's first
+// all-to-all is in flight while the rank attends partition i−1, and
+// partition i−1's second all-to-all while it attends partition i. The
+// two directions run on two groups of the same ranks, each FIFO (R29).
+// Partition i's queries see only keys of partitions ≤ i, which have
+// arrived, so every row is final when it is sent back (R32: finished
+// rows only, no partial merge) and equals the unpipelined row to the bit.
+// QKV is computed once for the rank's rows before the pipeline (R30).
+func (w *cspsWorker) pipelined(ctx context.Context, l, wd, qc, kc int) error {
+	p, rk := w.p, w.rk
+	nsp := len(p.spToks)
+	m := min(p.micro, nsp)
+	bound := func(i int) int { return parallel.Even(nsp, m, i).Lo }
+	all := make([]int, p.n)
+	for r := range all {
+		all[r] = r
+	}
+	world := rk.e.world
+	gq, err := world.Group("csps-qkv", all...)
+	if err != nil {
+		return err
+	}
+	gout, err := world.Group("csps-out", all...)
+	if err != nil {
+		return err
+	}
+	cq, co := gq.Comm(rk.id), gout.Comm(rk.id)
+	start := func(c *comm.Comm, b *a2aBufs, pack func(*a2aBufs, int, int) (int, int), lo, hi int) *comm.Pending {
+		total, rtotal := pack(b, lo, hi)
+		return c.Start(ctx, func(ctx context.Context, c *comm.Comm) error {
+			return c.AllToAllV(ctx, b.send[:total], b.sc, b.recv[:rtotal], b.rc)
+		})
+	}
+	wait := func(pd *comm.Pending) error { return rk.timed(pd.Wait) }
+	inQ := start(cq, &w.b1, w.packQKV, bound(0), bound(1))
+	var out *comm.Pending
+	for i := range m {
+		lo, hi := bound(i), parallel.Even(nsp, m, i).Hi
+		if err := wait(inQ); err != nil {
+			if out != nil {
+				_ = out.Wait()
+			}
+			return err
+		}
+		w.unpackQKV(&w.b1, lo, hi)
+		if i+1 < m {
+			inQ = start(cq, &w.b1, w.packQKV, bound(i+1), parallel.Even(nsp, m, i+1).Hi)
+		}
+		w.local(l, wd, qc, kc, lo, hi, false)
+		if out != nil {
+			if err := wait(out); err != nil {
+				if i+1 < m {
+					_ = inQ.Wait()
+				}
+				return err
+			}
+			pl := parallel.Even(nsp, m, i-1)
+			w.unpackOut(&w.b2, pl.Lo, pl.Hi)
+		}
+		out = start(co, &w.b2, w.packOut, lo, hi)
+	}
+	if err := wait(out); err != nil {
+		return err
+	}
+	last := parallel.Even(nsp, m, m-1)
+	w.unpackOut(&w.b2, last.Lo, last.Hi)
+	return nil
 }

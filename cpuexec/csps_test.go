@@ -254,3 +254,53 @@ func TestCSPSDecodeMovesQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestCSPSMicroPartitions (T3): SP-NTP pipelined over M ∈ {2, 4, 16}
+// micro-partitions (uneven ones included) gives logits bitwise equal to
+// M = 1 and moves the same all-to-all bytes, for a long prompt beside a
+// short one and for two long prompts in one step, under GQA with N ∤ heads.
+func TestCSPSMicroPartitions(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, kv := range []int{4, 1} {
+		m := loadParallelFixture(t, kv)
+		for _, n := range []int{2, 3, 4} {
+			type result struct {
+				logits []float32
+				bytes  int64
+			}
+			run := func(micro int) result {
+				c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: n, BlockSize: 4, PerRank: 64, MicroPartitions: micro, Options: Options{Pool: pool}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				alloc := newSPAlloc(n, 64)
+				ranks, counts := spread(23, n)
+				a := fixture.Tokens(7, 90, m.Config.Vocab)
+				bTok := fixture.Tokens(9, 45, m.Config.Vocab)
+				b := forward.Batch{Seqs: []forward.SeqBatch{
+					{Tokens: a, Blocks: alloc.table(ranks, counts), NumLogits: 90},
+					{Tokens: fixture.Tokens(8, 11, m.Config.Vocab), Blocks: alloc.table([]int{n - 1}, []int{3}), NumLogits: 2},
+					{Tokens: bTok, Blocks: alloc.table([]int{0, n - 1}, []int{6, 6}), NumLogits: 45},
+				}}
+				got, err := c.Step(context.Background(), &b, c.Placement())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return result{append([]float32(nil), got...), c.CommStats().Kind(comm.KindAllToAll).SentBytes}
+			}
+			want := run(1)
+			for _, micro := range []int{2, 4, 16} {
+				got := run(micro)
+				for i := range got.logits {
+					if got.logits[i] != want.logits[i] {
+						t.Fatalf("kv=%d N=%d M=%d: logit %d is %v, M=1 %v", kv, n, micro, i, got.logits[i], want.logits[i])
+					}
+				}
+				if got.bytes != want.bytes {
+					t.Fatalf("kv=%d N=%d M=%d: all-to-alls moved %d bytes, M=1 %d", kv, n, micro, got.bytes, want.bytes)
+				}
+			}
+		}
+	}
+}

@@ -77,6 +77,8 @@ type CSPS struct {
 	// ≤ 1 is off (exact).
 	CSALevels int
 	CSADrop   float64
+	// MicroPartitions is the executor's SP-NTP pipelining depth (R27).
+	MicroPartitions int
 }
 
 // NewCSPS validates a CSPS policy over placement p.

@@ -39,6 +39,10 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 	if p.sptMax == 0 {
 		pol.SPTMax = 0
 	}
+	if p.micro < 1 {
+		return plan, nil, fmt.Errorf("--csps-micro-partitions must be at least 1, got %d", p.micro)
+	}
+	pol.MicroPartitions = p.micro
 	switch p.sparse {
 	case "off":
 		if set["csa-levels"] || set["csa-drop"] {
@@ -64,7 +68,8 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 func newCSPSRunner(m *model.Model, pol *policy.CSPS, kv tensor.DType, blockSize, blocks int, pool *tensor.Pool) (*cpuexec.CSPS, error) {
 	x, err := cpuexec.NewCSPS(m.Config, m.Weights, cpuexec.CSPSOptions{
 		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax, CSA: cpuexec.CSA{Levels: pol.CSALevels, Drop: pol.CSADrop},
-		Options: cpuexec.Options{KVDType: kv, Pool: pool},
+		MicroPartitions: pol.MicroPartitions,
+		Options:         cpuexec.Options{KVDType: kv, Pool: pool},
 	})
 	if err != nil {
 		return nil, err

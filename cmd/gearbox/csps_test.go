@@ -38,6 +38,9 @@ func TestGenerateCSPS(t *testing.T) {
 	if a2a := got.CommBytes.ByKind["all_to_all"]; a2a == 0 || got.CommBytes.Total != a2a {
 		t.Fatalf("csps moved %+v: want all-to-alls only", got.CommBytes)
 	}
+	if piped := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--csps-micro-partitions", "4"); piped.Text != want.Text {
+		t.Fatalf("csps with 4 micro-partitions: %q, single rank %q", piped.Text, want.Text)
+	}
 	sparse := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--sparse-attention", "on", "--csa-levels", "2", "--csa-drop", "0.5")
 	if sparse.CompletionTokens != 24 || sparse.CommBytes.ByKind["all_gather"] == 0 {
 		t.Fatalf("csps with sparse attention: %+v (want 24 tokens and CSA's all-gather of kept levels)", sparse)

@@ -28,6 +28,7 @@ type parallelFlags struct {
 	sparse    string  // --sparse-attention on|off (csps)
 	csaLevels int     // --csa-levels (csps)
 	csaDrop   float64 // --csa-drop (csps)
+	micro     int     // --csps-micro-partitions (csps)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
@@ -37,6 +38,7 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
+	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
@@ -87,7 +89,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if p.policy == "csps" {
 		return p.csps(cfg, plan, set)
 	}
-	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop"} {
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions"} {
 		if set[f] {
 			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
 		}
