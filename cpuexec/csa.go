@@ -45,9 +45,12 @@ import (
 // Eq. 5 in log form (mergePartial), which weighs a key visible at c
 // levels c times (G1): even at Drop = 0 CSA is not dense attention.
 //
-// CSA runs for pieces that start the prompt (position 0), span several
-// ranks, and whose ranks rise along the sequence (the sequence-sharded
-// allocation's tables); later chunks and decode attend densely.
+// CSA runs for a whole prompt prefilled in one chunk (from position 0
+// to a token whose logits are wanted) that spans several ranks whose
+// order rises along the sequence (the sequence-sharded allocation's
+// tables), without a sliding window; a prompt prefilled in several
+// chunks, and every decode, attends densely (R37's decode drops are not
+// applied).
 type CSA struct {
 	Levels int     // N_v; ≤ 1 is off
 	Drop   float64 // level 2's drop ratio p, in [0, 1)

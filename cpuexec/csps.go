@@ -316,7 +316,9 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 				break
 			}
 		}
-		csa := sp && p.csa.Levels > 1 && s.Pos == 0 && cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
+		// CSA for a whole prompt in one chunk: from position 0 to the
+		// token whose logits the engine samples.
+		csa := sp && p.csa.Levels > 1 && s.Pos == 0 && s.NumLogits > 0 && cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
 		sp = sp && !csa
 		p.seqFirstSP[i] = -1
 		if sp {

@@ -304,3 +304,31 @@ func TestCSPSMicroPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestCSPSPrefillVolume holds SP-NTP's traffic to App A's count (R6): per
+// layer, over all ranks, the first all-to-all moves 3·L·d·(N−1)/N
+// elements and the second L·d·(N−1)/N (MHA, N | heads), whatever the
+// uneven SPTs; nothing else moves.
+func TestCSPSPrefillVolume(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	m := loadParallelFixture(t, 8)
+	cfg := m.Config
+	const l = 90
+	for _, n := range []int{2, 4, 8} {
+		c, err := NewCSPS(cfg, m.Weights, CSPSOptions{Ranks: n, BlockSize: 4, PerRank: 32, Options: Options{Pool: pool}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks, counts := spread(23, n)
+		b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: fixture.Tokens(4, l, cfg.Vocab), Blocks: newSPAlloc(n, 32).table(ranks, counts), NumLogits: 1}}}
+		if _, err := c.Step(context.Background(), &b, c.Placement()); err != nil {
+			t.Fatal(err)
+		}
+		st := c.CommStats()
+		want := int64(cfg.Layers) * int64(4*l*cfg.Hidden*(n-1)/n) * 4
+		if got := st.Kind(comm.KindAllToAll).SentBytes; got != want || st.Total().SentBytes != want {
+			t.Fatalf("N=%d: all-to-alls moved %d bytes (all collectives %d), App A gives %d", n, got, st.Total().SentBytes, want)
+		}
+	}
+}
