@@ -25,7 +25,8 @@ import (
 // is sharded along the sequence (one SPT per rank); a short one whose
 // blocks all sit on one rank lives there whole and runs there (DP-like),
 // beside the shards of long ones. Any block table is computed correctly;
-// Alloc hands out tables of that shape.
+// the scheduler's sequence-sharded allocation (KVShards, which the engine
+// passes to kvcache.ManagerConfig.Shards) hands out tables of that shape.
 //
 // Each step, every token is computed (embedding, QKV, O projection, MLP,
 // logits) by the rank holding its block, which also stores its K and V.
@@ -54,10 +55,19 @@ import (
 // Exactness (inferred design, stated): a prompt prefilled in one chunk
 // attends over its own keys in tiles aligned at absolute multiples of the
 // block size, in the single-rank kernel's order, so its attention is the
-// single rank's to the bit when the GEMMs are row-independent; merged
-// partials (later chunks, decode over several shards) differ from the
-// single rank's one online softmax by float32 rounding only. Tests hold
-// logits to 1e-4 of the largest logit and greedy tokens to equality.
+// single rank's to the bit; the logits still differ in the last bits
+// because tensor.MatMulW's rounding depends on how many rows it gets (a
+// rank multiplies its SPT's rows only). Merged partials (later chunks,
+// decode over several shards) differ from the single rank's one online
+// softmax by float32 rounding. Tests hold logits to 1e-4 of the largest
+// logit and greedy tokens to equality. With a 16-bit KV cache the keys of
+// the step's own SP pieces are attended in float32 as the all-to-all
+// brings them, those in the cache as stored.
+//
+// Micro-partition pipelining (CSPSOptions.MicroPartitions) and CSA's
+// multi-level sparse attention (CSPSOptions.CSA, csa.go) act on SP
+// pieces; SP-TP (all-gather + reduce-scatter) is not implemented, the
+// ranks holding the full weights.
 type CSPS struct {
 	e       *Executor // DP = N: rank r's full weights and its KV pool of PerRank blocks
 	n       int
