@@ -3,6 +3,7 @@ package cpuexec
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -53,6 +54,7 @@ type spRun struct {
 	m      *model.Model
 	c      *CSPS
 	single *Executor
+	maxRel float64 // largest |CSPS − one rank| / max(|one rank|, 1) seen by stepLast
 }
 
 func newSPRun(t *testing.T, m *model.Model, ranks, perRank int, pool *tensor.Pool) *spRun {
@@ -112,6 +114,10 @@ func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) []float32 {
 	}
 	v := r.m.Config.Vocab
 	assertLogitsClose(r.t, what, got, want, v)
+	for i := range got {
+		d := math.Abs(float64(got[i]-want[i])) / math.Max(math.Abs(float64(want[i])), 1)
+		r.maxRel = math.Max(r.maxRel, d)
+	}
 	for i := range seqs {
 		if a, b := tensor.MaxIndex(got[i*v:(i+1)*v]), tensor.MaxIndex(want[i*v:(i+1)*v]); a != b {
 			r.t.Fatalf("%s: sequence %d greedy token %d, one rank %d", what, i, a, b)
@@ -249,6 +255,10 @@ func TestCSPSDecodeMovesQuery(t *testing.T) {
 					for i, s := range seqs {
 						s.tokens = append(s.tokens, tensor.MaxIndex(logits[i*cfg.Vocab:(i+1)*cfg.Vocab]))
 					}
+				}
+				t.Logf("largest logit error against one rank over %d steps: %.2g (relative, floor 1)", steps, r.maxRel)
+				if r.maxRel > 1e-5 {
+					t.Fatalf("logits drift %.2g from one rank's", r.maxRel)
 				}
 			})
 		}
