@@ -74,10 +74,11 @@ func TestCSPSEngineMatchesSingleRank(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], err = e.Generate(context.Background(), r, nil)
+			out, err := e.Generate(context.Background(), r, nil)
 			if err != nil {
 				t.Error(err)
 			}
+			got[i] = out
 		}()
 	}
 	wg.Wait()
