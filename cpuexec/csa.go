@@ -37,10 +37,12 @@ import (
 // Communication per layer: a small all-gather of every token's m per
 // head (so each segment knows which rows it receives), one all-to-all
 // carrying, to each rank, for every head it owns at some level ≥ 2 of the
-// sender's segments, the q, k and v of the tokens kept at the lowest such
-// level (a superset of the higher ones: nothing is sent twice, R22; with
-// GQA a kept token's K and V go per query head, the shared K/V of a group
-// not being kept or dropped as one), and one all-to-all bringing back
+// sender's segments, the q of the tokens kept at the lowest such level (a
+// superset of the higher ones: nothing is sent twice, R22), and the K and
+// V of each KV head those heads read for every token at least one of them
+// keeps (GQA, G9: drops are per query head, and a shared K/V row goes
+// once if any head of its group that the destination owns keeps the
+// token), and one all-to-all bringing back
 // (O, LSE) per kept (token, head, level). The owner merges the levels by
 // Eq. 5 in log form (mergePartial), which weighs a key visible at c
 // levels c times (G1): even at Drop = 0 CSA is not dense attention.
@@ -158,35 +160,39 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 		}
 	}
 
-	// First all-to-all: q, k, v of kept tokens for the heads each
-	// destination owns at some level of this rank's segments.
+	// First all-to-all: the q rows of kept tokens for the heads each
+	// destination owns at some level of this rank's segments, and the K
+	// and V rows of each KV head those heads read, once per token.
+	nkv := cfg.KVHeads
 	total := 0
 	for j := range n {
 		w.sendCounts[j] = 0
-		w.csaSendPairs(me, j, func(ti, h int) { w.sendCounts[j] += 3 * d })
+		w.csaSendRows(me, j, func(ti, h int) { w.sendCounts[j] += d }, func(ti, g int) { w.sendCounts[j] += 2 * d })
 		total += w.sendCounts[j]
 	}
 	grow(&w.send, total)
 	off = 0
 	for j := range n {
-		w.csaSendPairs(me, j, func(ti, h int) {
+		w.csaSendRows(me, j, func(ti, h int) {
 			r := p.toks[ti].row
-			kv := h / group
 			off += copy(w.send[off:off+d], st.q[r*qs+h*d:])
-			off += copy(w.send[off:off+d], st.k[r*ks+kv*d:])
-			off += copy(w.send[off:off+d], st.v[r*ks+kv*d:])
+		}, func(ti, g int) {
+			r := p.toks[ti].row
+			off += copy(w.send[off:off+d], st.k[r*ks+g*d:])
+			off += copy(w.send[off:off+d], st.v[r*ks+g*d:])
 		})
 	}
 	rtotal := 0
 	resizeInts(&w.csaRow, nc*nh)
-	for i := range w.csaRow {
-		w.csaRow[i] = -1
-	}
+	resizeInts(&w.csaKV, nc*nkv)
 	for o := range n {
 		w.recvCounts[o] = 0
-		w.csaSendPairs(o, me, func(ti, h int) {
+		w.csaSendRows(o, me, func(ti, h int) {
 			w.csaRow[p.toks[ti].csaOrd*nh+h] = rtotal + w.recvCounts[o]
-			w.recvCounts[o] += 3 * d
+			w.recvCounts[o] += d
+		}, func(ti, g int) {
+			w.csaKV[p.toks[ti].csaOrd*nkv+g] = rtotal + w.recvCounts[o]
+			w.recvCounts[o] += 2 * d
 		})
 		rtotal += w.recvCounts[o]
 	}
@@ -222,9 +228,9 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 				if t.seq != seq {
 					seq, start = t.seq, len(w.csaKeys)/(2*d)
 				}
-				row := w.csaRow[t.csaOrd*nh+h]
-				w.csaKeys = append(w.csaKeys, w.recv[row+d:row+3*d]...)
-				w.csaUnits = append(w.csaUnits, csaUnit{q: row, keys: start, n: len(w.csaKeys)/(2*d) - start, tok: ti, h: h, v: v})
+				kvRow := w.csaKV[t.csaOrd*nkv+h/group]
+				w.csaKeys = append(w.csaKeys, w.recv[kvRow:kvRow+2*d]...)
+				w.csaUnits = append(w.csaUnits, csaUnit{q: w.csaRow[t.csaOrd*nh+h], keys: start, n: len(w.csaKeys)/(2*d) - start, tok: ti, h: h, v: v})
 			}
 		}
 	}
@@ -237,9 +243,13 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 			outOff += d + 1
 		})
 	}
+	for i := range w.csaUnits {
+		u := &w.csaUnits[i]
+		u.at = w.csaOut[csaKey{u.v, u.h, u.tok}]
+	}
 	rk.e.pool.Run(len(w.csaUnits), func(lo, hi int) {
 		for _, u := range w.csaUnits[lo:hi] {
-			at := w.csaOut[csaKey{u.v, u.h, u.tok}]
+			at := u.at
 			keys := w.csaKeys[u.keys*2*d:]
 			w.part[at+d] = attendRows(w.part[at:at+d], w.recv[u.q:u.q+d], keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, d)
 		}
@@ -272,8 +282,9 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 }
 
 // csaUnit is one kept query at one level and head: its q at recv[q:],
-// its keys the n rows from keys of the packed list.
-type csaUnit struct{ q, keys, n, tok, h, v int }
+// its keys the n rows from keys of the packed list, its output at
+// part[at:] (d values, then the LSE).
+type csaUnit struct{ q, keys, n, tok, h, v, at int }
 
 type csaKey struct{ v, h, tok int }
 
@@ -293,44 +304,56 @@ func totalInts(s []int) int {
 	return n
 }
 
-// csaSendPairs calls f for each (token, head) row rank o sends rank j in
-// the first all-to-all, in order: for every head j owns at some level
-// ≥ 2 of o's segments (lowest such level ℓ), o's CSA tokens kept at ℓ.
-func (w *cspsWorker) csaSendPairs(o, j int, f func(ti, h int)) {
+// csaLowest sets w.ell[h] to the lowest level ≥ 2 at which rank j owns
+// head h in rank o's segment, 0 where it owns h at none.
+func (w *cspsWorker) csaLowest(o, j int) []int {
 	p := w.p
 	nh := w.rk.e.cfg.Heads
-	for v := 2; v <= p.csa.Levels; v++ {
+	resizeInts(&w.ell, nh)
+	clear(w.ell)
+	for v := p.csa.Levels; v >= 2; v-- {
 		lo, hi := p.csa.Segment(v, o, p.n)
 		if j < lo || j >= hi {
 			continue
 		}
-		heads := p.levelHeads(v, j, nh)
-		for h := heads.Lo; h < heads.Hi; h++ {
-			if w.ownedBelow(o, j, h, v) {
-				continue
+		hs := p.levelHeads(v, j, nh)
+		for h := hs.Lo; h < hs.Hi; h++ {
+			w.ell[h] = v
+		}
+	}
+	return w.ell
+}
+
+// csaSendRows calls q for each query row and kv for each K/V row pair
+// rank o sends rank j in the first all-to-all, in order: per head j owns
+// at some level ≥ 2 of o's segments (lowest such level ℓ), the q of o's
+// CSA tokens kept at ℓ; then per KV head, the K and V of o's tokens that
+// one of those query heads keeps (once, however many of them do).
+func (w *cspsWorker) csaSendRows(o, j int, q func(ti, h int), kv func(ti, g int)) {
+	p, cfg := w.p, w.rk.e.cfg
+	nh, group := cfg.Heads, cfg.Heads/cfg.KVHeads
+	ell := w.csaLowest(o, j)
+	for h, v := range ell {
+		if v == 0 {
+			continue
+		}
+		for _, ti := range p.csaByOwner[o] {
+			if w.csaM[p.toks[ti].csaOrd*nh+h] >= v {
+				q(ti, h)
 			}
-			for _, ti := range p.csaByOwner[o] {
-				if w.csaM[p.toks[ti].csaOrd*nh+h] >= v {
-					f(ti, h)
+		}
+	}
+	for g := range cfg.KVHeads {
+		for _, ti := range p.csaByOwner[o] {
+			m := w.csaM[p.toks[ti].csaOrd*nh:]
+			for h := g * group; h < (g+1)*group; h++ {
+				if ell[h] > 0 && m[h] >= ell[h] {
+					kv(ti, g)
+					break
 				}
 			}
 		}
 	}
-}
-
-// ownedBelow reports whether j owns head h at a level in [2, v) of o's
-// segments (so o already sent it the head's rows).
-func (w *cspsWorker) ownedBelow(o, j, h, v int) bool {
-	p := w.p
-	for u := 2; u < v; u++ {
-		lo, hi := p.csa.Segment(u, o, p.n)
-		if j >= lo && j < hi {
-			if hs := p.levelHeads(u, j, w.rk.e.cfg.Heads); h >= hs.Lo && h < hs.Hi {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // csaBackPairs calls f for each (level, head, token) output rank j sends

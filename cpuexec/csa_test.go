@@ -212,12 +212,14 @@ func TestCSAMatchesMultiplicityReference(t *testing.T) {
 							}
 						}
 					}
+					group := nh / cfg.KVHeads
 					for _, x := range toks {
 						o := x.rank
 						for j := range n {
 							if j == o {
 								continue
 							}
+							kvSent := make([]bool, cfg.KVHeads)
 							for h := range nh {
 								first := 0 // lowest level ≥ 2 at which j owns h in o's segment
 								for v := 2; v <= csa.Levels; v++ {
@@ -235,7 +237,13 @@ func TestCSAMatchesMultiplicityReference(t *testing.T) {
 									}
 								}
 								if first > 0 && x.m[h] >= first {
-									wantBytes += int64(3*d) * 4 // q, k, v out
+									wantBytes += int64(d) * 4 // q out
+									kvSent[h/group] = true
+								}
+							}
+							for _, sent := range kvSent {
+								if sent {
+									wantBytes += int64(2*d) * 4 // k, v out, once per KV head
 								}
 							}
 						}

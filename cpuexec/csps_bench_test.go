@@ -27,7 +27,8 @@ func cspsBenchModel(b *testing.B) *model.Model {
 }
 
 // BenchmarkCSPS times, on ranks = 1 (one rank, the plain executor) and on
-// CSPS over 2 and 4 ranks (and 4 ranks with M = 4 micro-partitions): the prefill of one 2048-token prompt in one
+// CSPS over 2 and 4 ranks (and 4 ranks with M = 4 micro-partitions, and
+// with CSA at 3 levels, level-2 drop 0.5): the prefill of one 2048-token prompt in one
 // chunk (the CSPS prompt sharded along the sequence, SP-NTP), and one
 // decode step of that sequence at 2048 tokens of context (q moved to the
 // shards). Reports prompt tokens per second and comm bytes per step.
@@ -37,8 +38,11 @@ func BenchmarkCSPS(b *testing.B) {
 	defer pool.Close()
 	const prompt, bs = 2048, 16
 	tokens := fixture.Tokens(1, prompt+1, m.Config.Vocab)
-	for _, rm := range [][2]int{{1, 1}, {2, 1}, {4, 1}, {4, 4}} {
-		n, micro := rm[0], rm[1]
+	for _, rm := range []struct {
+		n, micro int
+		csa      CSA
+	}{{1, 1, CSA{}}, {2, 1, CSA{}}, {4, 1, CSA{}}, {4, 4, CSA{}}, {4, 1, CSA{Levels: 3, Drop: 0.5}}} {
+		n, micro := rm.n, rm.micro
 		perRank := (prompt/bs + n) / n
 		var run func(context.Context, *forward.Batch) ([]float32, error)
 		var blocks []int
@@ -56,7 +60,7 @@ func BenchmarkCSPS(b *testing.B) {
 				blocks = append(blocks, j)
 			}
 		} else {
-			c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: n, BlockSize: bs, PerRank: perRank, MicroPartitions: micro, Options: Options{Pool: pool}})
+			c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: n, BlockSize: bs, PerRank: perRank, MicroPartitions: micro, CSA: rm.csa, Options: Options{Pool: pool}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,7 +72,11 @@ func BenchmarkCSPS(b *testing.B) {
 		pre := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[:prompt], Blocks: blocks, NumLogits: 1}}}
 		dec := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[prompt:], Pos: prompt, Blocks: blocks, NumLogits: 1}}}
 		ctx := context.Background()
-		b.Run(fmt.Sprintf("ranks=%d,M=%d/prefill%d", n, micro, prompt), func(b *testing.B) {
+		name := fmt.Sprintf("ranks=%d,M=%d", n, micro)
+		if rm.csa.Levels > 1 {
+			name += fmt.Sprintf(",csa=%d@%g", rm.csa.Levels, rm.csa.Drop)
+		}
+		b.Run(name+fmt.Sprintf("/prefill%d", prompt), func(b *testing.B) {
 			c0 := comm()
 			for range b.N {
 				if _, err := run(ctx, &pre); err != nil {
@@ -78,7 +86,7 @@ func BenchmarkCSPS(b *testing.B) {
 			b.ReportMetric(float64(prompt*b.N)/b.Elapsed().Seconds(), "tok/s")
 			b.ReportMetric(float64(comm()-c0)/float64(b.N), "comm-B/step")
 		})
-		b.Run(fmt.Sprintf("ranks=%d,M=%d/decode@%d", n, micro, prompt), func(b *testing.B) {
+		b.Run(name+fmt.Sprintf("/decode@%d", prompt), func(b *testing.B) {
 			if _, err := run(ctx, &pre); err != nil {
 				b.Fatal(err)
 			}

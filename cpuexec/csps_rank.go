@@ -30,7 +30,9 @@ type cspsWorker struct {
 	// CSA (csa.go).
 	csaMine, csaAll []float32 // kept levels of own tokens, of all tokens (all-gather)
 	csaImp          []float32 // [own rows, heads] importance for the next layer
-	csaM, csaRow    []int     // [CSA tokens, heads] kept level; first all-to-all row offset
+	csaM, csaRow    []int     // [CSA tokens, heads] kept level; q row offset in the first all-to-all
+	csaKV           []int     // [CSA tokens, KV heads] K/V row offset in the first all-to-all
+	ell             []int     // [heads] lowest level a destination owns each head at
 	csaUnits        []csaUnit
 	csaKeys         []float32 // packed [k | v] rows per (level, head, sequence)
 	csaOut          map[csaKey]int
