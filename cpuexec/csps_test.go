@@ -342,3 +342,26 @@ func TestCSPSPrefillVolume(t *testing.T) {
 		}
 	}
 }
+
+// TestCSPSSlidingWindow: with a 20-token sliding window, a prompt over 4
+// ranks prefilled in one chunk and in chunks, then decoded, matches one
+// rank (the window cuts keys held by other ranks out of both the
+// all-to-all's range and the moved queries' ranges).
+func TestCSPSSlidingWindow(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	m := loadParallelFixture(t, 2)
+	cfg := *m.Config
+	cfg.SlidingWindow = 20
+	win := &model.Model{Config: &cfg, Weights: m.Weights}
+	r := newSPRun(t, win, 4, 64, pool)
+	alloc := newSPAlloc(4, 64)
+	ranks, counts := spread(23, 4)
+	one := &spSeq{tokens: fixture.Tokens(7, 90, cfg.Vocab), blocks: alloc.table(ranks, counts)}
+	r.step("one chunk", []*spSeq{one}, []int{90})
+	chunked := &spSeq{tokens: one.tokens, blocks: alloc.table(ranks, counts)}
+	r.step("chunk 1", []*spSeq{chunked}, []int{37})
+	r.step("chunk 2", []*spSeq{chunked}, []int{40})
+	r.step("chunk 3", []*spSeq{chunked}, []int{12})
+	r.step("decode", []*spSeq{chunked}, []int{1})
+}
