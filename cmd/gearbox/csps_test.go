@@ -45,6 +45,19 @@ func TestGenerateCSPS(t *testing.T) {
 	if sparse.CompletionTokens != 24 || sparse.CommBytes.ByKind["all_gather"] == 0 {
 		t.Fatalf("csps with sparse attention: %+v (want 24 tokens and CSA's all-gather of kept levels)", sparse)
 	}
+	info, _, err := runCLI(t, "inspect", "--policy", "csps", "--plan", "sp=3", "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins inspectResult
+	if err := json.Unmarshal([]byte(info), &ins); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ins.Ranks { // full weights and every KV head of its tokens on each rank
+		if len(ins.Ranks) != 3 || r.KVBytesPerToken != int64(ins.KVBytesPerTokenF) || r.WeightBytes != ins.Ranks[0].WeightBytes {
+			t.Fatalf("inspect csps: %s", info)
+		}
+	}
 	for _, bad := range []struct {
 		args []string
 		want string

@@ -164,6 +164,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		Bytes: kvBlockBytes(cfg, kv, *blockSize) * int64(blocks)}
 	elem := int64(kvcache.Layout{DType: kv}.ElemBytes())
 	base := parallel.Standard(plan)
+	if c := cspsPolicy(pol); c != nil {
+		// csps: every rank holds the full weights and every KV head of
+		// the tokens it holds, as a data-parallel replica does.
+		base = parallel.Standard(parallel.Plan{DP: c.Ranks, PP: 1, SP: 1, TP: 1})
+	}
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
 			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(cfg, w, base, r).Bytes(),
