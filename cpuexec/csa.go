@@ -396,6 +396,7 @@ func (w *cspsWorker) keptLevels(l int, mine []int) {
 			e++
 		}
 		n := e - a
+		level := CSA{Levels: nv, Drop: p.drops[p.toks[mine[a]].seq]}
 		for h := range nh {
 			w.order = w.order[:0]
 			for i := a; i < e; i++ {
@@ -414,7 +415,7 @@ func (w *cspsWorker) keptLevels(l int, mine []int) {
 			for rank, i := range w.order {
 				m := 1
 				for v := 2; v <= nv; v++ {
-					if rank < p.csa.Kept(v, n) {
+					if rank < level.Kept(v, n) {
 						m = v
 					}
 				}

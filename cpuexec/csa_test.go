@@ -311,3 +311,67 @@ func TestCSAOffIsExact(t *testing.T) {
 		t.Fatal("drop ratio 1 accepted")
 	}
 }
+
+// TestCSAPerRequest: ConfigureCSA decides per prompt; in one step a
+// 96-token prompt runs CSA at drop 0.5 (its middle layers keep half of
+// each SPT at level 2) while a 64-token one is left dense (the single
+// rank's logits).
+func TestCSAPerRequest(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	m := loadCSAModel(t, 2)
+	cfg := m.Config
+	c, err := NewCSPS(cfg, m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, CSA: CSA{Levels: 2, Drop: 0.1},
+		ConfigureCSA: func(n int) (bool, float64) { return n > 64, 0.5 }, Options: Options{Pool: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := NewExecutor(cfg, m.Weights, Options{BlockSize: 4, NumBlocks: 256, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	kept := map[[2]int]int{} // (layer, rank) → tokens kept at level 2 for head 0
+	seqs := map[int]bool{}
+	c.csaTrace = func(tr CSATrace) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range tr.Pos {
+			seqs[tr.Seq[i]] = true
+			if tr.M[i][0] >= 2 {
+				kept[[2]int{tr.Layer, tr.Rank}]++
+			}
+		}
+	}
+	alloc := newSPAlloc(4, 64)
+	ranks, counts := spread(24, 4)
+	long := alloc.table(ranks, counts)
+	ranks, counts = spread(16, 4)
+	short := alloc.table(ranks, counts)
+	b := forward.Batch{Seqs: []forward.SeqBatch{
+		{Tokens: fixture.Tokens(1, 96, cfg.Vocab), Blocks: long, NumLogits: 1},
+		{Tokens: fixture.Tokens(2, 64, cfg.Vocab), Blocks: short, NumLogits: 1},
+	}}
+	got, err := c.Step(context.Background(), &b, c.Placement())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append([]float32(nil), got...)
+	want, err := single.Step(context.Background(), &b, single.KVPlacement())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := cfg.Vocab
+	assertLogitsClose(t, "dense prompt", got[v:2*v], want[v:2*v], v)
+	if !seqs[0] || seqs[1] {
+		t.Fatalf("CSA ran on sequences %v, want only 0", seqs)
+	}
+	for r := range 4 {
+		if k := kept[[2]int{1, r}]; k != 12 { // 24-token SPT, drop 0.5
+			t.Fatalf("layer 1 rank %d keeps %d tokens at level 2, want 12", r, k)
+		}
+		if k := kept[[2]int{0, r}]; k != 24 {
+			t.Fatalf("layer 0 rank %d keeps %d tokens at level 2, want all 24", r, k)
+		}
+	}
+}

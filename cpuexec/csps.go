@@ -96,6 +96,11 @@ type CSPSOptions struct {
 	// CSA is the multi-level sparse attention of prompts prefilled over
 	// several ranks; the zero value is off (exact attention).
 	CSA CSA
+	// ConfigureCSA, when set, configures CSA per request: it is called
+	// with the length of each whole prompt CSA could run on and returns
+	// whether CSA runs on it and its level-2 drop ratio (in [0, 1); the
+	// levels stay CSA.Levels). Nil runs CSA.Drop on every such prompt.
+	ConfigureCSA func(promptLen int) (on bool, drop float64)
 	// MicroPartitions splits a step's SP-NTP attention into that many
 	// micro-partitions along the sequence, overlapping each one's
 	// all-to-alls with its neighbours' attention (R27–R30); 0 or 1 runs
@@ -136,7 +141,7 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 		return nil, err
 	}
 	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: CSPSPlacement(opts.Ranks), sptMax: opts.SPTMax}
-	c.plan.csa, c.plan.micro = opts.CSA, opts.MicroPartitions
+	c.plan.csa, c.plan.micro, c.plan.configure = opts.CSA, opts.MicroPartitions, opts.ConfigureCSA
 	if c.sptMax == 0 {
 		c.sptMax = c.perRank * e.kv.BlockSize
 	}
@@ -267,11 +272,13 @@ type cspsPlan struct {
 	chunks         []parallel.Heads // per rank: the query heads (and KV heads they read) it attends for SP tokens
 	reqs           [][][]cspsReq    // [computing rank][holder rank]
 	anyReq         bool
-	micro          int     // SP-NTP micro-partitions (CSPSOptions.MicroPartitions)
-	csa            CSA     // the executor's sparse attention setting
-	csaToks        []int   // every CSA token, batch order
-	csaByOwner     [][]int // per rank: its CSA tokens, batch order
-	spanOwners     []int   // scratch: owners seen in a key range
+	micro          int // SP-NTP micro-partitions (CSPSOptions.MicroPartitions)
+	csa            CSA // the executor's sparse attention setting
+	configure      func(int) (bool, float64)
+	drops          []float64 // per sequence: its CSA drop ratio
+	csaToks        []int     // every CSA token, batch order
+	csaByOwner     [][]int   // per rank: its CSA tokens, batch order
+	spanOwners     []int     // scratch: owners seen in a key range
 }
 
 // build fills the plan for batch b.
@@ -307,6 +314,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 		p.chunks = append(p.chunks, h)
 	}
 	resizeInts(&p.seqFirstSP, len(b.Seqs))
+	resize(&p.drops, len(b.Seqs))
 	rows := make([]int, n) // next local row per rank
 	outRow := 0
 	for i, s := range b.Seqs {
@@ -332,6 +340,12 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 		// CSA for a whole prompt in one chunk: from position 0 to the
 		// token whose logits the engine samples.
 		csa := sp && p.csa.Levels > 1 && s.Pos == 0 && s.NumLogits > 0 && cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
+		p.drops[i] = p.csa.Drop
+		if csa && p.configure != nil {
+			on, drop := p.configure(len(s.Tokens))
+			csa = on && drop >= 0 && drop < 1
+			p.drops[i] = drop
+		}
 		sp = sp && !csa
 		p.seqFirstSP[i] = -1
 		if sp {

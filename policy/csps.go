@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gearboxlm/gearbox/parallel"
 )
@@ -79,7 +80,27 @@ type CSPS struct {
 	CSADrop   float64
 	// MicroPartitions is the executor's SP-NTP pipelining depth (R27).
 	MicroPartitions int
+	// Objective, when its TTFT is set, chooses each request's drop ratio
+	// instead of CSADrop.
+	Objective CSPSObjective
 }
+
+// CSPSObjective is CSPS's per-request objective (R39, Eq. 9): the least
+// accuracy loss subject to TTFT ≤ TTFT. Without the paper's accuracy
+// regressor (F_Ad, R40), the loss is taken to grow with the drop ratio
+// (inferred), so the choice is: no CSA when dense SP-NTP meets the TTFT,
+// else the smallest level-2 drop on R43's grid (0 to 0.9 by 0.02) that
+// does, else 0.9.
+type CSPSObjective struct {
+	TTFT time.Duration
+	// Prefill predicts a prompt's prefill time under a configuration (the
+	// simulator's F_pipe, or a calibrated model of the ranks); required
+	// with TTFT.
+	Prefill func(promptLen int, c CSPSConfig) time.Duration
+}
+
+// dropGrid is R43's search: level-2 drop ratios 0, 0.02, …, 0.9.
+const dropSteps, dropStep = 45, 0.02
 
 // NewCSPS validates a CSPS policy over placement p.
 func NewCSPS(p parallel.Placement, sptMax, hidden, tp int) (*CSPS, error) {
@@ -111,6 +132,9 @@ func (c *CSPS) Configure(promptLen int) CSPSConfig {
 	cfg := CSPSConfig{Degree: n, Arch: SPNTP, NTPElems: ntp, TPElems: tp, CSALevels: 1}
 	if c.CSALevels > 1 {
 		cfg.CSALevels, cfg.CSADrop = c.CSALevels, c.CSADrop
+		if o := c.Objective; o.TTFT > 0 && o.Prefill != nil {
+			cfg = c.objective(promptLen, cfg)
+		}
 	}
 	if c.TP > 1 && !NTPCheaper(promptLen, c.Hidden, n) {
 		cfg.Arch = SPTP
@@ -137,4 +161,21 @@ func ArchElems(promptLen, hidden, n int, gatherWeights bool) (ntp, tp float64) {
 		ntp += 4 * d * d * (nn - 1)
 	}
 	return ntp, 2 * l * d * (nn - 1)
+}
+
+// objective picks cfg's CSA setting by the TTFT objective.
+func (c *CSPS) objective(promptLen int, cfg CSPSConfig) CSPSConfig {
+	o := c.Objective
+	dense := cfg
+	dense.CSALevels, dense.CSADrop = 1, 0
+	if o.Prefill(promptLen, dense) <= o.TTFT {
+		return dense
+	}
+	for i := 0; i <= dropSteps; i++ {
+		cfg.CSADrop = float64(i) * dropStep
+		if o.Prefill(promptLen, cfg) <= o.TTFT {
+			return cfg
+		}
+	}
+	return cfg
 }

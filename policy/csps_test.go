@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"math"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/parallel"
 )
@@ -68,5 +70,46 @@ func TestCSPSArchitecture(t *testing.T) {
 	}
 	if d := cpu.Decide(State{}); d.Placement.Name != p.Name || cpu.Place(d, Batch{Tokens: 9999}).Name != p.Name {
 		t.Fatal("csps must keep its one placement")
+	}
+}
+
+// TestCSPSObjective: with a TTFT objective the drop ratio is the least on
+// R43's grid that meets it (none when dense attention does, 0.9 when
+// nothing does), per request by length; prompts on one rank get none.
+func TestCSPSObjective(t *testing.T) {
+	p := parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 4, TP: 1})
+	c, err := NewCSPS(p, 1000, 4096, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.CSALevels, c.CSADrop = 3, 0.1
+	// A made-up model: 1 ms per token dense, CSA saving half its drop.
+	model := func(l int, cfg CSPSConfig) time.Duration {
+		base := float64(l) * float64(time.Millisecond)
+		if cfg.CSALevels > 1 {
+			base *= 1 - cfg.CSADrop/2
+		}
+		return time.Duration(base)
+	}
+	c.Objective = CSPSObjective{TTFT: 3 * time.Second, Prefill: model}
+	for _, tc := range []struct {
+		l      int
+		levels int
+		drop   float64
+	}{
+		{800, 1, 0},     // one rank
+		{2500, 1, 0},    // dense meets 3 s
+		{3200, 3, 0.14}, // 3.2 s·(1 − p/2) ≤ 3 s from p = 0.125: 0.14 on the grid
+		{4000, 3, 0.5},  // 4 s·(1 − p/2) ≤ 3 s from p = 0.5
+		{9000, 3, 0.9},  // nothing meets it: the most
+	} {
+		got := c.Configure(tc.l)
+		if got.CSALevels != tc.levels || math.Abs(got.CSADrop-tc.drop) > 1e-9 {
+			t.Fatalf("L=%d: %+v, want %d levels at drop %g", tc.l, got, tc.levels, tc.drop)
+		}
+	}
+	c.Objective = CSPSObjective{}
+	if got := c.Configure(4000); got.CSALevels != 3 || got.CSADrop != 0.1 {
+		t.Fatalf("without an objective: %+v, want the fixed 0.1", got)
 	}
 }

@@ -69,7 +69,11 @@ func newCSPSRunner(m *model.Model, pol *policy.CSPS, kv tensor.DType, blockSize,
 	x, err := cpuexec.NewCSPS(m.Config, m.Weights, cpuexec.CSPSOptions{
 		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax, CSA: cpuexec.CSA{Levels: pol.CSALevels, Drop: pol.CSADrop},
 		MicroPartitions: pol.MicroPartitions,
-		Options:         cpuexec.Options{KVDType: kv, Pool: pool},
+		ConfigureCSA: func(promptLen int) (bool, float64) {
+			c := pol.Configure(promptLen)
+			return c.CSALevels > 1, c.CSADrop
+		},
+		Options: cpuexec.Options{KVDType: kv, Pool: pool},
 	})
 	if err != nil {
 		return nil, err
