@@ -122,7 +122,9 @@ func (c *CSPS) Placements() []parallel.Placement { return []parallel.Placement{c
 
 func (c *CSPS) String() string { return "csps" }
 
-// Configure chooses a prompt of promptLen tokens' degree and architecture.
+// Configure chooses a prompt of promptLen tokens' degree, architecture
+// and CSA setting (the executor asks it per prompt through
+// cpuexec.CSPSOptions.ConfigureCSA).
 func (c *CSPS) Configure(promptLen int) CSPSConfig {
 	n := min(c.Ranks, max(1, (promptLen+c.SPTMax-1)/c.SPTMax))
 	if n == 1 {
