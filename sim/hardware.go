@@ -405,8 +405,9 @@ var hostLinks = map[string]HostLink{
 
 // nodeAliases are whole boxes named by their cloud instance type.
 var nodeAliases = map[string]string{
-	"g5.48xlarge": "8xA10G@pcie4x8", // AWS: 8×A10G, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
-	"g6.48xlarge": "8xL4@pcie4x8",   // AWS: 8×L4, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"g5.48xlarge":  "8xA10G@pcie4x8", // AWS: 8×A10G, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"g6.48xlarge":  "8xL4@pcie4x8",   // AWS: 8×L4, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"p4d.24xlarge": "8xA100-40GB",    // AWS: 8×A100-40GB SXM on NVSwitch (600 GB/s); its network is network.go's
 }
 
 // Node is Count GPUs of one type joined by one link, each GPU with its own
