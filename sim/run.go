@@ -45,6 +45,11 @@ type RunOptions struct {
 	// step fills and drains the pipeline under the limits as given, as
 	// Gearbox's executors do.
 	OverlapSteps bool
+	// MicroBatches is the pipeline micro-batches each step's tokens are
+	// cut into (StepShape.MicroBatches); 0 means the plan's PP. 1 passes a
+	// step through the stages whole, as Sarathi-Serve's pipeline carries
+	// one chunk of a sequence at a time.
+	MicroBatches int
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -183,6 +188,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 			r.runner.EnableHostTier(hostBlocks)
 		}
 		r.runner.OverlapSteps(opts.OverlapSteps)
+		r.runner.shape.MicroBatches = opts.MicroBatches
 		// No tokenizer and no EOS: the engine produces no text and
 		// generates each request's output tokens in full.
 		r.eng, err = engine.NewEngine(engine.Options{
