@@ -136,6 +136,32 @@ func TestCSPSPrefillNTP(t *testing.T) {
 	}
 }
 
+// TestCSPSDedup holds the first all-to-all of a 3-level request on two
+// servers to R22's deduplicated volume: each same-server peer gets the
+// GPU's level-2 kept tokens once for its level-2 heads (4 query heads and
+// one KV head of GLM-4 over 8 GPUs), which cover its level-3 heads, and
+// each peer in the other server the level-3 kept tokens for its level-3
+// heads (2 query heads, one KV head over 16).
+func TestCSPSDedup(t *testing.T) {
+	m, c := cspsSetup(t, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	const L, p = 1 << 20, 0.2
+	r, err := m.CSPSPrefillCost(cfg, c, L, CSPSOptions{Levels: 3, Drop: p, Micro: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := float64(L / 16)
+	want := s*(1-p)*float64((4+2)*128*2)*7 + s*(1-p)/2*float64((2+2)*128*2)*8
+	if math.Abs(r.FirstBytes/want-1) > 1e-9 {
+		t.Errorf("first all-to-all %g bytes, want %g", r.FirstBytes, want)
+	}
+	// The second carries each level's outputs back: level 2 to 7 peers, level 3 to all 15.
+	back := s*(1-p)*float64(4*128*2+4*4)*7 + s*(1-p)/2*float64(2*128*2+2*4)*15
+	if math.Abs(r.SecondBytes/back-1) > 1e-9 {
+		t.Errorf("second all-to-all %g bytes, want %g", r.SecondBytes, back)
+	}
+}
+
 // TestCSPSTable3 is Table 3's comparison for one layer of a 1M-token
 // GLM-4 request across 8 GPUs: sending Q takes at most 2 ms, gathering the
 // layer's KV more than 500 times as long.
@@ -198,6 +224,19 @@ func BenchmarkCSPSPrefillCost(b *testing.B) {
 	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
 	for b.Loop() {
 		if _, err := m.CSPSPrefillCost(cfg, c, 1<<20, CSPSOptions{Levels: 3, Drop: 0.1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRunCSPS serves 200 NeedleBench-shaped requests on the 64-GPU
+// cluster (prefill pricing, placement and the decode pool's steps).
+func BenchmarkRunCSPS(b *testing.B) {
+	m, c := cspsSetup(b, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	reqs := CSPSWorkload(NeedleBenchInput, NeedleBenchOutput, 200, 1, 1)
+	for b.Loop() {
+		if _, err := RunCSPS(CSPSRunOptions{Model: cfg, Cost: m, Cluster: c, Prefill: CSPSOptions{Levels: 3, Drop: 0.1}, Requests: reqs}); err != nil {
 			b.Fatal(err)
 		}
 	}
