@@ -77,8 +77,9 @@ func (m *CostModel) DecodeStep(cfg *model.Config, c Cluster, gpus, batch, span i
 		m.GEMM(tok, 2*cfg.Intermediate, d, m.wgtDType) + m.GEMM(tok, d, cfg.Intermediate, m.wgtDType) +
 		m.Elementwise(int64(tok)*int64(6*d)*m.actBytes)
 	kv := kvTokens / int64(gpus)
-	q := int64(min(batch, batch*span)) // queries one GPU attends: its own and the split requests' broadcast ones
-	attn := m.Attention(AttentionWork{Queries: q, Pairs: kv, KVReads: kv}, H, Hkv, dh, true)
+	// A GPU attends the queries of every request with a shard on it: with
+	// requests split across the pool, up to the whole batch.
+	attn := m.Attention(AttentionWork{Queries: int64(batch), Pairs: kv, KVReads: kv}, H, Hkv, dh, true)
 	exch := 0.0
 	if span > 1 {
 		link := c.Node.Link
@@ -239,7 +240,7 @@ func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok
 	decServers := (dec + c.Node.Count - 1) / c.Node.Count
 	migrate := func(q *CSPSRequest) float64 {
 		src := len(serverGroups(c, q.GPUs))
-		l := c.PairLink(0, c.Node.Count, 1)
+		l := c.PairLink(q.GPUs[0], pre, 1) // to the pool's first GPU: NVLink when both pools share the server
 		bytes := int64(q.Input) * perTok
 		return m.Collective(comm.KindSend, bytes/int64(min(src, decServers)), 2, l)
 	}
