@@ -241,3 +241,54 @@ func BenchmarkRunCSPS(b *testing.B) {
 		}
 	}
 }
+
+// TestCSPSPrefillTP holds SP-TP's hierarchical all-gather to R26: a GPU of
+// a 16-GPU, two-server request gets its 7 server peers' SPTs over NVLink
+// and the other server's 8 SPTs once through the NIC, twice a layer
+// (around attention and around the MLP); N = 2 in one server moves one
+// SPT each way.
+func TestCSPSPrefillTP(t *testing.T) {
+	m, c := cspsSetup(t, "internlm/internlm2_5-7b-chat-1m")
+	cfg, _ := LookupModel("internlm/internlm2_5-7b-chat-1m")
+	p, err := m.CSPSPrefillCost(cfg, c, 1<<20, CSPSOptions{N: 16, Arch: ArchTP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg := float64(1<<20/16) * 4096 * 2
+	if want := 2 * seg * (7 + 8); p.Arch != ArchTP || math.Abs(p.FirstBytes-want) > 1 {
+		t.Errorf("%s: all-gather %g bytes, want %g", p.Arch, p.FirstBytes, want)
+	}
+	q, err := m.CSPSPrefillCost(cfg, c, 100<<10, CSPSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Arch != ArchTP || q.N != 2 || math.Abs(q.FirstBytes-2*float64(50<<10)*4096*2) > 1 {
+		t.Errorf("100K prompt: %s on %d GPUs, %g bytes", q.Arch, q.N, q.FirstBytes)
+	}
+	// Each GPU projects QKV, o and the MLP for the whole sequence on its
+	// N-th of the weights: at least those FLOPs at the dense peak.
+	flops := 2 * float64(1<<20) * float64(4096*(4+2*1)*128/4+4096*4096/16+3*4096*14336/16)
+	if p.Other < flops/m.Node.GPU.BF16FLOPS {
+		t.Errorf("linear work %g s, below its FLOPs at peak %g s", p.Other, flops/m.Node.GPU.BF16FLOPS)
+	}
+}
+
+// TestDecodeStep bounds one SP decode step of GLM-4 on the 16-GPU pool:
+// every GPU streams the full weights, so a step takes at least their
+// bytes at the HBM bandwidth; a 1M-token request spread over the pool adds
+// its KV share and the per-layer Q / (O, LSE) exchange over the network.
+func TestDecodeStep(t *testing.T) {
+	m, c := cspsSetup(t, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	floor := float64(cfg.NumParams()*2) / m.Node.GPU.HBMBytesPerS
+	short := m.DecodeStep(cfg, c, 16, 1, 1, 1000)
+	if short < floor || short > 2*floor/MemoryEfficiency {
+		t.Errorf("one short request: %g s, weights floor %g s", short, floor)
+	}
+	long := m.DecodeStep(cfg, c, 16, 1, 16, 1<<20)
+	kv := float64(int64(1<<20)/16*int64(cfg.KVBytesPerToken(2))) / m.Node.GPU.HBMBytesPerS
+	exch := float64(cfg.Layers) * 2 * (15 * NetHopLatency)
+	if long < short+kv+exch {
+		t.Errorf("1M request over 16 GPUs: %g s, want at least %g + KV %g + exchange %g", long, short, kv, exch)
+	}
+}
