@@ -32,6 +32,9 @@ func (l Placement) WeightElems(cfg *model.Config, r int) int64 {
 		perLayer += 2*inter + h
 	}
 	n := int64(stage.Len()) * perLayer
+	if l.FFN.Pooled() { // SiDP: no gate, up or down in the layers other replicas own
+		n -= int64(stage.Len()-l.OwnedFFNLayers(cfg, r)) * 3 * inter * h
+	}
 	first, last := c.PP == 0, c.PP == p.PP-1
 	if first {
 		n += vocab * h
