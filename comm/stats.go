@@ -19,6 +19,7 @@ const (
 	KindSend                      // Send: counts bytes sent
 	KindRecv                      // Recv: counts bytes received
 	KindBarrier                   // Barrier: counts calls only
+	KindRead                      // a one-sided read (Group.Drive): the reader's received bytes, the owner's sent bytes
 	numKinds
 )
 
@@ -31,6 +32,7 @@ var kindNames = [numKinds]string{
 	KindSend:          "send",
 	KindRecv:          "recv",
 	KindBarrier:       "barrier",
+	KindRead:          "read",
 }
 
 // String returns the snake_case name used in logs and metric labels, e.g.
