@@ -7,7 +7,9 @@
 // goroutines), rank.go (one rank's forward pass, top to bottom),
 // attention.go (paged attention with an online softmax that also returns
 // the log-sum-exp, so partial results over disjoint key ranges merge
-// exactly), transition.go (moving KV and weights to another placement).
+// exactly), transition.go (moving KV and weights to another placement),
+// sidp.go (SiDP: the replicas' pooled MLP weights, fetched into slots or
+// served by their owner).
 //
 // Weight matrices are multiplied in the format the model holds them in
 // (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);

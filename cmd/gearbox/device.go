@@ -154,6 +154,7 @@ type runnerSpec struct {
 	maxTokens   int // largest step in tokens
 	maxSeqs     int // most sequences at once
 	maxModelLen int
+	sidpSlots   int // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
 }
 
 // built is an executor ready for an engine, with what to log about it and
@@ -208,7 +209,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	host := hostBlocks(cfg, kv, spec.blockSize, spec.hostKVBytes)
 	pool := tensor.NewPool(d.threads)
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
-		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool})
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -276,6 +277,11 @@ func (b *built) commStats() comm.Stats {
 func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
 	if run := m.Config.ResolveDType(dt); kv != model.DTypeAuto && kv != run {
 		return nil, fmt.Errorf("--kv-cache-dtype %s on the GPU: the CUDA executor keeps the KV cache in the dtype the model runs in, %s here; use --kv-cache-dtype auto, or --dtype %s", kv, run, kv)
+	}
+	for _, p := range spec.placements {
+		if p.FFN.Pooled() {
+			return nil, fmt.Errorf("placement %s: the CUDA executor does not run SiDP's pooled MLP weights (--policy sidp); use --device cpu", p)
+		}
 	}
 	cache, err := kernelCache()
 	if err != nil {

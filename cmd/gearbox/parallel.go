@@ -24,12 +24,18 @@ type parallelFlags struct {
 	prefill   string  // --prefill-plan (seesaw)
 	decode    string  // --decode-plan (seesaw)
 	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
+	sidpThr   int     // --sidp-threshold (sidp)
+	sidpWin   int     // --sidp-window (sidp)
+	sidpSlots int     // --sidp-slots (sidp); 0: dp−1
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) or seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens)")
+	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it)")
+	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
+	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
 	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
@@ -96,7 +102,22 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if name != "seesaw" && (set["prefill-plan"] || set["decode-plan"]) {
 		return plan, nil, fmt.Errorf("--prefill-plan and --decode-plan need --policy seesaw")
 	}
+	if name != "sidp" && (set["sidp-threshold"] || set["sidp-window"] || set["sidp-slots"]) {
+		return plan, nil, fmt.Errorf("--sidp-threshold, --sidp-window and --sidp-slots need --policy sidp")
+	}
 	switch name {
+	case "sidp":
+		if set["shift-threshold"] || set["shift-parallel-threshold"] {
+			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift, not sidp")
+		}
+		if p.sidpSlots != 0 && p.sidpSlots < plan.DP-1 {
+			return plan, nil, fmt.Errorf("--sidp-slots %d: a peak-shifted cycle fetches up to dp−1 = %d layers before it uses the first; give at least that", p.sidpSlots, plan.DP-1)
+		}
+		pol, err := policy.NewSiDP(plan, p.sidpThr, p.sidpWin, nil)
+		if err != nil {
+			return plan, nil, fmt.Errorf("%w; for example --plan dp=%d", err, max(2, plan.DP))
+		}
+		return plan, pol, nil
 	case "seesaw":
 		return p.seesaw(cfg, set)
 	case "static":
@@ -114,7 +135,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift or seesaw)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw or sidp)", name)
 }
 
 // seesaw resolves --policy seesaw: two plans of the same ranks; the
@@ -161,4 +182,13 @@ func (p *parallelFlags) hostKVBytes(pol policy.Policy) int64 {
 	}
 	ranks := s.Prefill.Ranks() / s.Prefill.Plan.DP
 	return int64(p.swapSpace * float64(ranks) * (1 << 30))
+}
+
+// sidpSlots is the WaS slot count for the executor: --sidp-slots under a
+// policy that pools the MLP (0: the executor's default, dp−1), else 0.
+func (p *parallelFlags) sidpSlotsFor(pol policy.Policy) int {
+	if _, ok := pol.(*policy.SiDP); !ok {
+		return 0
+	}
+	return p.sidpSlots
 }
