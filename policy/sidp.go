@@ -11,13 +11,16 @@ import (
 // DefaultSiDPThreshold is B_th, the batched tokens per step (over all
 // replicas) below which SiDP's group moves to Compute-as-a-Service once
 // the drop persists. The paper profiles it per GPU and model as the batch
-// whose forward time hides the weight fetch (R16/R17). On the CPU ranks
-// a fetch is a memcpy over the same memory bus the GEMMs read, so it never
-// hides; the crossover is where shipping rows costs as much as copying
-// weights. 32 is where cpuexec's BenchmarkSiDPStep crossed on the 2-core
-// development machine (docs in the package; the number is measured, not
-// fitted to any test).
-const DefaultSiDPThreshold = 32
+// whose forward time hides the weight fetch (R16/R17). On CPU ranks a
+// fetch is a memcpy over the memory bus the GEMMs read too, so it never
+// hides; the threshold is where CaS stops beating WaS. cpuexec's
+// BenchmarkSiDPStep (dp=2, hidden 512, intermediate 2048, 2 threads, AMD
+// EPYC, shared) measured, per decode step: 48 batched tokens CaS 68 ms,
+// WaS 81 ms; 64 tokens CaS 94–126 ms, WaS 102–114 ms (a tie within the
+// noise); 128 tokens CaS 298 ms, WaS 191 ms. 64 is the tie, and the
+// band's top (2·64 = 128) is where WaS clearly wins. A measured number,
+// not fitted to any test.
+const DefaultSiDPThreshold = 64
 
 // DefaultSiDPWindow is the persistence window in steps: a mode changes
 // only after this many consecutive steps on the far side of the band. 16

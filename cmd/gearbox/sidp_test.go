@@ -102,7 +102,7 @@ func TestServeSiDP(t *testing.T) {
 		t.Fatalf("%v, %+v", err, out)
 	}
 	// One 5-token prefill and 15 decodes, all below the default threshold
-	// of 32: the 16th step (the window) is the first under CaS.
+	// of 64: the 16th step (the window) is the first under CaS.
 	if scrape(t, url, `gearbox:parallel_plan_info{plan="dp=2 sidp-cas",policy="sidp"}`) != 1 ||
 		scrape(t, url, `gearbox:plan_switches_total{from="dp=2 sidp-was",to="dp=2 sidp-cas"}`) != 1 {
 		t.Error("the metrics do not show one WaS→CaS switch at the last step")
