@@ -2,9 +2,12 @@ package cpuexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,6 +291,7 @@ func TestSiDPCaS(t *testing.T) {
 		t.Run(ps, func(t *testing.T) {
 			plan, _ := parallel.Parse(ps)
 			worst := 0.0
+			dummyOwners := 0 // layers served by an owner with no tokens of its own
 			var prev []SiDPStats
 			runSiDP(t, m, plan, 12, func(int) parallel.FFNMode { return parallel.FFNCaS },
 				func(step int, b forward.Batch, want, got []float32, traffic comm.Stats, e *Executor, p parallel.Placement) {
@@ -326,6 +330,9 @@ func TestSiDPCaS(t *testing.T) {
 								}
 							}
 							if peers > 0 {
+								if rows[o] == 0 {
+									dummyOwners++
+								}
 								fused++
 								fusedRows += total
 								sendWant += peers * h * 4
@@ -347,7 +354,10 @@ func TestSiDPCaS(t *testing.T) {
 					}
 					prev = stats
 				})
-			t.Logf("%s: CaS logits within %.3g of plain DP", ps, worst)
+			if dummyOwners == 0 {
+				t.Fatal("no step had an idle owner serving its peers")
+			}
+			t.Logf("%s: CaS logits within %.3g of plain DP; %d layers served by idle owners", ps, worst, dummyOwners)
 		})
 	}
 }
@@ -442,6 +452,7 @@ func TestWaSSlots(t *testing.T) {
 		}
 		states := map[[2]int]*slotState{}
 		taken := make([]int, len(p.Coords))
+		fetched := make([][]int, len(p.Coords)) // each rank's reservations of the current step, in order
 		var failure string
 		rng := rand.New(rand.NewPCG(3, uint64(k)))
 		sleep := func() {
@@ -465,6 +476,7 @@ func TestWaSSlots(t *testing.T) {
 			}
 			switch ev {
 			case slotReserved:
+				fetched[rank] = append(fetched[rank], layer)
 				if s.taken {
 					bad("reserved while taken")
 				}
@@ -499,10 +511,24 @@ func TestWaSSlots(t *testing.T) {
 			b := ms.next()
 			want := withWatchdog(t, func(ctx context.Context) ([]float32, error) { return plain.Step(ctx, &b, parallel.Standard(plan)) })
 			want = append([]float32(nil), want...)
+			for r := range fetched {
+				fetched[r] = fetched[r][:0]
+			}
 			got := withWatchdog(t, func(ctx context.Context) ([]float32, error) { return e.Step(ctx, &b, p) })
 			for j := range want {
 				if got[j] != want[j] {
 					t.Fatalf("k=%d step %d: logit %d differs from plain DP", k, i, j)
+				}
+			}
+			// Busy ranks fetched in the peak-shifted order, idle ones nothing.
+			rows := replicaRows(b, plan.DP)
+			for r, c := range p.Coords {
+				want := []int(nil)
+				if rows[c.DP] > 0 {
+					want = parallel.PrefetchOrder(m.Config.Layers, plan.DP, c.DP, true)
+				}
+				if !slices.Equal(fetched[r], want) {
+					t.Fatalf("k=%d step %d rank %d (rows %v): fetched %v, want %v", k, i, r, rows, fetched[r], want)
 				}
 			}
 			ms.advance()
@@ -554,5 +580,106 @@ func TestWaSNoAllocs(t *testing.T) {
 	}
 	if n > 1 {
 		t.Fatalf("prefetch path allocates %.0f per micro-batch", n)
+	}
+}
+
+// TestSiDPWeightFormats: WaS copies BF16 checkpoint matrices (viewed in
+// place) and Q8_0-quantized ones as stored, so its logits stay
+// bit-identical to plain DP's in those formats too; CaS stays within
+// float32 rounding of them (Q8_0's activation quantization at m ≤ 32
+// depends on each row alone).
+func TestSiDPWeightFormats(t *testing.T) {
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 4, KVHeads: 2, Layers: 4, Intermediate: 96, DType: "BF16", Seed: 23})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range []model.Options{{}, {Quantization: model.Int8}} {
+		m, err := model.Load(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := m.Weights.MatrixDType()
+		plan, _ := parallel.Parse("dp=2")
+		for _, mode := range []parallel.FFNMode{parallel.FFNWaS, parallel.FFNCaS} {
+			runSiDP(t, m, plan, 6, func(int) parallel.FFNMode { return mode },
+				func(step int, _ forward.Batch, want, got []float32, _ comm.Stats, _ *Executor, _ parallel.Placement) {
+					if mode == parallel.FFNWaS {
+						for i := range want {
+							if got[i] != want[i] {
+								t.Fatalf("%s WaS step %d: logit %d %g, plain DP %g", d, step, i, got[i], want[i])
+							}
+						}
+					} else if r := maxRelDiff(got, want); r > 1e-5 {
+						t.Fatalf("%s CaS step %d: %.3g from plain DP", d, step, r)
+					}
+				})
+		}
+		m.Close()
+	}
+}
+
+// TestSiDPFailure: a rank failing mid-step under WaS or CaS, or a context
+// cancelled there, ends the step promptly with that error on every rank
+// (no housekeeper or peer left waiting), and the next step is correct.
+func TestSiDPFailure(t *testing.T) {
+	m := loadSiDPFixture(t)
+	plan, _ := parallel.Parse("dp=2,tp=2")
+	boom := fmt.Errorf("kernel failed")
+	before := runtime.NumGoroutine()
+	for _, mode := range []parallel.FFNMode{parallel.FFNWaS, parallel.FFNCaS} {
+		p := sidpPlacement(t, plan, mode)
+		was := sidpPlacement(t, plan, parallel.FFNWaS)
+		e, err := NewExecutor(m.Config, m.Weights, Options{Placements: []parallel.Placement{was}, BlockSize: 4, NumBlocks: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, _ := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 64})
+		ctx, cancel := context.WithCancel(context.Background())
+		for _, fail := range []func(r, l int) error{
+			func(r, l int) error {
+				if r == 3 && l == 3 {
+					return boom
+				}
+				return nil
+			},
+			func(r, l int) error {
+				if r == 0 && l == 4 {
+					cancel()
+				}
+				return nil
+			},
+		} {
+			e.fault = func(_ context.Context, r, l int) error { return fail(r, l) }
+			ms := newMixedSteps(m.Config.Vocab, plan.DP, 11)
+			b := forward.Batch{Seqs: []forward.SeqBatch{
+				{Tokens: ms.seqs[0].tokens[:7], Blocks: ms.seqs[0].blocks, NumLogits: 1, Replica: 0},
+				{Tokens: ms.seqs[1].tokens[:5], Blocks: ms.seqs[1].blocks, NumLogits: 1, Replica: 1}}}
+			start := time.Now()
+			_, err := e.Step(ctx, &b, p)
+			if err == nil || (!errors.Is(err, boom) && !errors.Is(err, context.Canceled)) {
+				t.Fatalf("%s: failed step: %v", mode, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("%s: failed step took %v", mode, d)
+			}
+			e.fault = nil
+			want, _ := plain.Step(context.Background(), &b, parallel.Standard(plan))
+			want = append([]float32(nil), want...)
+			got, err := e.Step(context.Background(), &b, p)
+			if err != nil {
+				t.Fatalf("%s: step after the failure: %v", mode, err)
+			}
+			if r := maxRelDiff(got, want); r > 1e-5 {
+				t.Fatalf("%s: %.3g from plain DP after the failure", mode, r)
+			}
+		}
+		cancel()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines left behind", n-before)
 	}
 }
