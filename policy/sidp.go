@@ -14,12 +14,12 @@ import (
 // whose forward time hides the weight fetch (R16/R17). On CPU ranks a
 // fetch is a memcpy over the memory bus the GEMMs read too, so it never
 // hides; the threshold is where CaS stops beating WaS. cpuexec's
-// BenchmarkSiDPStep (dp=2, hidden 512, intermediate 2048, 2 threads, AMD
-// EPYC, shared) measured, per decode step: 48 batched tokens CaS 68 ms,
-// WaS 81 ms; 64 tokens CaS 94–126 ms, WaS 102–114 ms (a tie within the
-// noise); 128 tokens CaS 298 ms, WaS 191 ms. 64 is the tie, and the
-// band's top (2·64 = 128) is where WaS clearly wins. A measured number,
-// not fitted to any test.
+// BenchmarkSiDPStep (dp=2, hidden 512, intermediate 2048, 2 threads,
+// medians of 3, docs/performance.md) measured per decode step: 48 batched
+// tokens CaS 74 ms, WaS 132 ms; 64 tokens CaS 99 ms, WaS 103 ms (a tie
+// within the noise); 128 tokens CaS 284 ms, WaS 216 ms. 64 is the tie,
+// and the band's top (2·64 = 128) is where WaS clearly wins. A measured
+// number, not fitted to any test.
 const DefaultSiDPThreshold = 64
 
 // DefaultSiDPWindow is the persistence window in steps: a mode changes
