@@ -144,6 +144,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	metrics.Watch(eng.Stats, run.runner.KVLayout())
+	watchSiDP(metrics, pol, run.runner)
 	if tiers != nil {
 		metrics.Tiers(tiers)
 	}

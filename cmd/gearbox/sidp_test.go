@@ -85,9 +85,9 @@ func TestInspectSiDP(t *testing.T) {
 }
 
 // TestServeSiDP: serve under --policy sidp answers with the single rank's
-// greedy text, and /metrics names the mode in the plan label (the mode
-// is the placement's name: gearbox:parallel_plan_info and
-// gearbox:plan_switches_total carry it).
+// greedy text, and /metrics shows the mode (gearbox:sidp_mode, and the
+// placement's name in gearbox:parallel_plan_info and
+// gearbox:plan_switches_total), the bytes fetched and the fused rows.
 func TestServeSiDP(t *testing.T) {
 	url := startInProcess(t, "--plan", "dp=2", "--policy", "sidp")
 	resp, err := http.Post(url+"/v1/completions", "application/json",
@@ -106,6 +106,13 @@ func TestServeSiDP(t *testing.T) {
 	if scrape(t, url, `gearbox:parallel_plan_info{plan="dp=2 sidp-cas",policy="sidp"}`) != 1 ||
 		scrape(t, url, `gearbox:plan_switches_total{from="dp=2 sidp-was",to="dp=2 sidp-cas"}`) != 1 {
 		t.Error("the metrics do not show one WaS→CaS switch at the last step")
+	}
+	// 15 steps under WaS fetched layers 1 and 3 (rank 0's non-owned; rank 1
+	// had no tokens), and in the last step owner 1 fused rank 0's row for
+	// each of them.
+	layer := 4.0 * 3 * 172 * 64
+	if f, rows, mode := scrape(t, url, "gearbox:sidp_fetched_bytes_total"), scrape(t, url, "gearbox:sidp_fused_rows_total"), scrape(t, url, "gearbox:sidp_mode"); f != 15*2*layer || rows != 2 || mode != 1 {
+		t.Errorf("sidp metrics: fetched %v bytes, fused %v rows, mode %v; want %v, 2, 1", f, rows, mode, 15*2*layer)
 	}
 }
 
