@@ -687,7 +687,8 @@ func TestSiDPFailure(t *testing.T) {
 // TestSiDPEveryMix runs one step for every non-empty set of busy replicas
 // on dp=3 and dp=4 (dp=4 has a replica owning only one of the 6 layers
 // and a partial cycle), under WaS and CaS, each under the watchdog: no
-// mix deadlocks, WaS equals plain DP bit for bit and CaS within 1e-5.
+// mix deadlocks, WaS equals plain DP bit for bit (and one rank holding
+// the whole model, for a single busy replica) and CaS within 1e-5.
 func TestSiDPEveryMix(t *testing.T) {
 	m := loadSiDPFixture(t)
 	pool := tensor.NewPool(2)
@@ -696,6 +697,7 @@ func TestSiDPEveryMix(t *testing.T) {
 		plan := parallel.Plan{DP: dp, PP: 1, SP: 1, TP: 1}
 		was := sidpPlacement(t, plan, parallel.FFNWaS)
 		plain, _ := NewExecutor(m.Config, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 64, Pool: pool})
+		single, _ := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 64, Pool: pool})
 		e, _ := NewExecutor(m.Config, m.Weights, Options{Placements: []parallel.Placement{was}, BlockSize: 4, NumBlocks: 64, Pool: pool})
 		for _, mode := range []parallel.FFNMode{parallel.FFNWaS, parallel.FFNCaS} {
 			p := sidpPlacement(t, plan, mode)
@@ -714,6 +716,17 @@ func TestSiDPEveryMix(t *testing.T) {
 				got := withWatchdog(t, func(ctx context.Context) ([]float32, error) { return e.Step(ctx, &b, p) })
 				if d := maxRelDiff(got, want); (mode == parallel.FFNWaS && d != 0) || d > 1e-5 {
 					t.Fatalf("dp=%d %s busy set %b: %.3g from plain DP", dp, mode, set, d)
+				}
+				if len(b.Seqs) == 1 && mode == parallel.FFNWaS { // C2 literally: one rank holding the whole model, same batch
+					one := forward.Batch{Seqs: []forward.SeqBatch{b.Seqs[0]}}
+					one.Seqs[0].Replica = 0
+					ref, err := single.Step(context.Background(), &one, parallel.Standard(parallel.Single))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d := maxRelDiff(got, ref); d != 0 {
+						t.Fatalf("dp=%d WaS busy set %b: %.3g from one rank", dp, set, d)
+					}
 				}
 			}
 		}
