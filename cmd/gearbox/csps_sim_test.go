@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"io"
 	"os"
@@ -34,12 +33,14 @@ func TestSimulateCSPS(t *testing.T) {
 			t.Errorf("request %d: N=%d %s, prefill %g → %g", q.Index, q.N, q.Arch, q.Start, q.First)
 		}
 	}
-	var out, errs bytes.Buffer
-	if err := simulateCSPS(sf, cf, &out, &errs); err != nil {
+	// The same run through simulate --policy csps.
+	out, errs, err := runCLI(t, "simulate", "--model", "THUDM/glm-4-9b-chat-1m", "--hardware", "8xp4d.24xlarge",
+		"--dataset", "synthetic:in=200000,out=50,n=6", "--request-rate", "0.5", "--policy", "csps")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(errs.String(), "SP-NTP 6") {
-		t.Errorf("summary %q", errs.String())
+	if !strings.Contains(errs, "SP-NTP 6") || !strings.Contains(out, "Successful requests:                     6") {
+		t.Errorf("summary %q, report\n%s", errs, out)
 	}
 	if _, err := cspsCluster("8xH200"); err != nil {
 		t.Errorf("a node as a one-server cluster: %v", err)
