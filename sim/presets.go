@@ -59,6 +59,12 @@ import (
 //     session_len 1048576); the preset gives the 1M context the model is
 //     served at, which is what the engine checks prompts against.
 //
+// The SiDP paper's models (papers/001, §5.1) are verbatim copies of the
+// fields above from their repositories' config.json:
+// Qwen/Qwen2.5-72B-Instruct, meta-llama/Llama-3.1-70B-Instruct (the same
+// shape as Llama-3.3-70B-Instruct) and meta-llama/Llama-3.1-405B (the
+// paper's 82% FFN share).
+//
 //go:embed presets/*.json
 var presetFS embed.FS
 

@@ -39,6 +39,9 @@ func TestPresets(t *testing.T) {
 		// CSPS's models (papers/002 §5.2), in Llama form (see presets.go).
 		{"THUDM/glm-4-9b-chat-1m", 9484021760, 9.48, 4096, 13696, 40, 32, 4, 151552},
 		{"internlm/internlm2_5-7b-chat-1m", 7737708544, 7.74, 4096, 14336, 32, 32, 8, 92544},
+		{"Qwen/Qwen2.5-72B-Instruct", 72706203648, 72.7, 8192, 29568, 80, 64, 8, 152064},
+		{"meta-llama/Llama-3.1-70B-Instruct", 70553706496, 70.6, 8192, 28672, 80, 64, 8, 128256},
+		{"meta-llama/Llama-3.1-405B", 405853388800, 406, 16384, 53248, 126, 128, 8, 128256},
 	}
 	var ids []string
 	for _, c := range cases {
