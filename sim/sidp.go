@@ -57,8 +57,11 @@ func (m SiDPMode) String() string {
 type SiDP struct {
 	Replicas int // N, the SiDP degree
 	TP       int // tensor parallelism inside a replica; 0 means 1
-	// Slots is the FFN layers each GPU's WaS cache holds; 0 means N−1
-	// (the paper: each rank gets cache for N−1 remote layers, §4.2).
+	// Slots is the FFN layers each GPU's WaS cache holds; 0 means
+	// 2(N−1): the N−1 remote layers of the cycle being computed (the
+	// paper's "cache for N−1 remote layers", §4.2) and of the next cycle,
+	// so that prefetching the next cycle never waits for the current
+	// one's GEMMs (the paper's slot count is blank; see wasGroup).
 	Slots int
 	// NoPeakShift turns peak shifting off: every rank prefetches a cycle's
 	// layers in layer order, so the readers of a layer meet at one owner
@@ -78,7 +81,7 @@ func (s SiDP) withDefaults() SiDP {
 		s.TP = 1
 	}
 	if s.Slots == 0 {
-		s.Slots = max(1, s.Replicas-1)
+		s.Slots = max(1, 2*(s.Replicas-1))
 	}
 	return s
 }
