@@ -50,6 +50,8 @@ type RunOptions struct {
 	// step through the stages whole, as Sarathi-Serve's pipeline carries
 	// one chunk of a sequence at a time.
 	MicroBatches int
+	// Utilization is --gpu-memory-utilization; 0 means GPUMemoryUtilization.
+	Utilization float64
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -285,7 +287,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 // placement's weights are resident at a time, so the least any of them
 // leaves.
 func kvCapacity(opts RunOptions, base parallel.Plan, placements []parallel.Placement) ([]int64, error) {
-	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
+	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs, Utilization: opts.Utilization}
 	shared := true
 	for _, p := range placements[1:] {
 		shared = shared && p.SharesKV(opts.Model, placements[0])

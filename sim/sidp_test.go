@@ -2,7 +2,10 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/sched"
 )
 
 func sidpCost(t testing.TB, node string) *CostModel {
@@ -340,5 +343,67 @@ func BenchmarkSiDPIteration(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunSiDP runs a small offline job of Qwen3-32B on SiDP DP=8 over the
+// H20 node: every request finishes with its output, the group starts in
+// WaS (prefill) and switches once to CaS for the tail, WaS-only and
+// CaS-only runs of the same job finish too, and the orchestrator's run is
+// faster than either on this job.
+func TestRunSiDP(t *testing.T) {
+	c := sidpCost(t, "8xH20-141GB")
+	cfg, _ := LookupModel("Qwen/Qwen3-32B")
+	reqs := OfflineJob(96, 1024, cfg.MaxPositions, 3)
+	run := func(modes SiDPModes) *SiDPRunResult {
+		res, err := RunSiDP(SiDPRunOptions{Model: cfg, Cost: c, SiDP: SiDP{Replicas: 8}, Requests: reqs, Modes: modes,
+			Sched: sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 256}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := 0
+		for _, r := range reqs {
+			out += r.OutputTokens
+		}
+		if res.Report.Completed != len(reqs) || res.Report.TotalOutputTokens != out {
+			t.Fatalf("modes %d: %d of %d completed, %d of %d output tokens", modes, res.Report.Completed, len(reqs), res.Report.TotalOutputTokens, out)
+		}
+		return res
+	}
+	auto, was, cas := run(AutoMode), run(OnlyWaS), run(OnlyCaS)
+	if len(auto.Switches) != 1 || auto.Switches[0].To != CaS || auto.Iterations[WaS] == 0 || auto.Iterations[CaS] == 0 {
+		t.Errorf("switches %+v, iterations %v", auto.Switches, auto.Iterations)
+	}
+	if was.Iterations[WaS] != was.Steps || cas.Iterations[CaS] != cas.Steps {
+		t.Errorf("fixed modes ran %v and %v", was.Iterations, cas.Iterations)
+	}
+	if a, w, c := auto.SimDuration, was.SimDuration, cas.SimDuration; a >= w || a >= c {
+		t.Errorf("job time: auto %v, WaS only %v, CaS only %v", a, w, c)
+	}
+	// The tail: every output length is at most 8× the mean output.
+	for _, r := range reqs {
+		if r.Arrival != 0 || r.InputTokens+r.OutputTokens > 4096 {
+			t.Fatalf("request %+v", r)
+		}
+	}
+}
+
+// TestOfflineJob checks the long tail: the longest 10% of 20,000 outputs
+// hold 40–50% of the output tokens (46% expected with the cut).
+func TestOfflineJob(t *testing.T) {
+	reqs := OfflineJob(20000, 2048, 1<<20, 1)
+	outs := make([]int, len(reqs))
+	total := 0
+	for i, r := range reqs {
+		outs[i] = r.OutputTokens
+		total += r.OutputTokens
+	}
+	slices.Sort(outs)
+	top := 0
+	for _, o := range outs[len(outs)*9/10:] {
+		top += o
+	}
+	if share := float64(top) / float64(total); share < 0.40 || share > 0.50 {
+		t.Errorf("longest 10%% hold %.3f of the output", share)
 	}
 }
