@@ -41,7 +41,7 @@ const (
 	// must stay beyond the band before the group switches.
 	DefaultSiDPPersistence = 5.0
 	// DefaultSiDPThresholdContext is the context (tokens) at which B_th is
-	// computed from the model when SiDPRunOptions.Threshold is 0.
+	// profiled when SiDPRunOptions.Threshold is 0.
 	DefaultSiDPThresholdContext = 2048
 )
 
@@ -59,9 +59,9 @@ type SiDPRunOptions struct {
 	// honoured (an offline job has them all at 0).
 	Requests []bench.Request
 	Modes    SiDPModes
-	// Threshold is B_th, the largest per-replica batch (tokens of one
-	// step, the busiest replica's) below which the group moves to CaS; 0
-	// computes R17's threshold (SiDPCost.Threshold) at
+	// Threshold is B_th, the per-replica batch (tokens of one step, the
+	// busiest replica's) below which the group moves to CaS; 0 profiles
+	// it on the cost model (SiDPCost.ProfiledThreshold) at
 	// DefaultSiDPThresholdContext.
 	Threshold   int
 	Hysteresis  float64 // 0 means DefaultSiDPHysteresis; negative means none
@@ -120,8 +120,10 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 		return nil, fmt.Errorf("sim: SiDP %d×TP%d leaves no memory for the KV cache of %d-token blocks", s.Replicas, s.TP, opts.BlockSize)
 	}
 	res := &SiDPRunResult{RunResult: RunResult{KVTokens: kv[0]}, Threshold: opts.Threshold}
-	if res.Threshold == 0 {
-		res.Threshold = sc.Threshold(DefaultSiDPThresholdContext, 1<<14)
+	if res.Threshold == 0 && opts.Modes == AutoMode {
+		if res.Threshold, err = sc.ProfiledThreshold(DefaultSiDPThresholdContext, 1<<12); err != nil {
+			return nil, err
+		}
 	}
 	orch := newOrchestrator(opts, res.Threshold)
 

@@ -283,3 +283,48 @@ func (sc *SiDPCost) Threshold(ctx, limit int) int {
 	}
 	return lo
 }
+
+// ProfiledThreshold is B_th as §4.3 has it, "profiled offline for each GPU
+// and each model": the smallest per-replica batch B (every replica
+// running B decodes at context ctx) at which a steady-state WaS iteration
+// is no slower than a CaS one; limit when none is up to limit. It leaves
+// the WaS pipeline empty.
+func (sc *SiDPCost) ProfiledThreshold(ctx, limit int) (int, error) {
+	defer sc.was.reset()
+	reps := make([][]Seq, sc.s.Replicas)
+	wasWins := func(b int) (bool, error) {
+		for i := range reps {
+			reps[i] = reps[i][:0]
+			for range b {
+				reps[i] = append(reps[i], Seq{Context: ctx, New: 1, Logits: 1})
+			}
+		}
+		sc.was.reset()
+		var was SiDPStep
+		var err error
+		for range 4 { // the first iteration starts with empty slots
+			if was, err = sc.Iteration(WaS, reps); err != nil {
+				return false, err
+			}
+		}
+		cas, err := sc.Iteration(CaS, reps)
+		return was.Seconds <= cas.Seconds, err
+	}
+	lo, hi := 1, limit
+	if ok, err := wasWins(hi); err != nil || !ok {
+		return limit, err
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		ok, err := wasWins(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}
