@@ -213,6 +213,7 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 			r.collect(now, end)
 		}
 		res.Steps++
+		res.noteMode(mode, now.Seconds(), end.Seconds())
 		res.Iterations[mode]++
 		res.ModeSeconds[mode] += (end - now).Seconds()
 		res.Stall += st.Stall
@@ -224,6 +225,18 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 	}
 	res.Report, res.SimDuration = report(tracks, opts.Report)
 	return res, nil
+}
+
+// noteMode extends the timeline's last span when the mode did not change,
+// or starts a span named after the mode; the spans are the group's
+// (Replica 0 stands for every replica).
+func (r *SiDPRunResult) noteMode(mode SiDPMode, start, end float64) {
+	if n := len(r.Timeline); n > 0 && r.Timeline[n-1].Plan == mode.String() {
+		r.Timeline[n-1].End = end
+		r.Timeline[n-1].Steps++
+		return
+	}
+	r.Timeline = append(r.Timeline, PlanSpan{Plan: mode.String(), Start: start, End: end, Steps: 1})
 }
 
 func sortByArrival(ts []*track) {
