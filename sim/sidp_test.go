@@ -407,3 +407,42 @@ func TestOfflineJob(t *testing.T) {
 		t.Errorf("longest 10%% hold %.3f of the output", share)
 	}
 }
+
+// TestOrchestrator is C10: a batch oscillating inside the hysteresis band
+// causes no switch, a drop below it switches once only after the
+// persistence window, a short rise does not switch back, and fixed modes
+// never switch.
+func TestOrchestrator(t *testing.T) {
+	o := newOrchestrator(SiDPRunOptions{Hysteresis: 0.1, Persistence: 5}, 100)
+	now := 0.0
+	step := func(b int, seconds float64) (switches int) {
+		for end := now + seconds; now < end; now += 0.1 {
+			o.decide(now, b)
+			if _, ok := o.switched(); ok {
+				switches++
+			}
+		}
+		return switches
+	}
+	if n := step(95, 20) + step(105, 20) + step(91, 20); n != 0 || o.mode != WaS {
+		t.Errorf("inside the band: %d switches, mode %v", n, o.mode)
+	}
+	if n := step(80, 4.9); n != 0 {
+		t.Errorf("below the band for 4.9 s: %d switches", n)
+	}
+	if n := step(80, 0.3); n != 1 || o.mode != CaS {
+		t.Errorf("below the band past 5 s: %d switches, mode %v", n, o.mode)
+	}
+	if n := step(105, 30) + step(200, 3) + step(50, 1) + step(200, 4); n != 0 || o.mode != CaS {
+		t.Errorf("CaS: %d switches, mode %v", n, o.mode)
+	}
+	if n := step(200, 6); n != 1 || o.mode != WaS {
+		t.Errorf("above the band past 5 s: %d switches, mode %v", n, o.mode)
+	}
+	f := newOrchestrator(SiDPRunOptions{Modes: OnlyCaS}, 100)
+	for i := range 100 {
+		if f.decide(float64(i), 1000) != CaS {
+			t.Fatal("OnlyCaS ran another mode")
+		}
+	}
+}
