@@ -30,6 +30,11 @@
 // lengths) are priced with the same kernels and collectives; the choices
 // the paper leaves open are listed in csps.go and docs/simulator.md.
 //
+// SiDP (sidp.go first, then sidp_step.go, sidp_was.go, sidp_run.go):
+// data-parallel replicas that share their FFN weights run in lockstep
+// under RunSiDP, each iteration priced by SiDPCost in WaS, CaS or FSDP
+// mode.
+//
 // Invariant: one cost model with global
 // constants. The efficiency numbers are per GPU type, each documented with
 // the measurement or datasheet it comes from, and the same for every

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/sim"
 )
@@ -30,4 +31,18 @@ func (s *simSetup) runSiDP(plan parallel.Plan, reqs []bench.Request) (*sim.RunRe
 		return nil, err
 	}
 	return &res.RunResult, nil
+}
+
+// sidpPlans are the plans of gpus GPUs that --policy sidp can run for
+// cfg, for plan's candidates: DP ≥ 2 replicas of TP GPUs each, TP from 1
+// up, every plan the model's heads allow.
+func sidpPlans(cfg *model.Config, gpus int) []parallel.Plan {
+	var out []parallel.Plan
+	for tp := 1; tp <= gpus/2; tp++ {
+		p := parallel.Plan{DP: gpus / tp, PP: 1, SP: 1, TP: tp}
+		if gpus%tp == 0 && p.Validate(cfg) == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"flag"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sim"
 )
 
 // TestRunSiDPSim runs a small job through the seam simulate and plan use
@@ -33,5 +35,20 @@ func TestRunSiDPSim(t *testing.T) {
 		if _, err := s.runSiDP(p, s.reqs); err == nil {
 			t.Errorf("plan %s accepted", p)
 		}
+	}
+}
+
+// TestSiDPPlans lists the SiDP candidates of an 8-GPU node.
+func TestSiDPPlans(t *testing.T) {
+	cfg, err := sim.LookupModel("Qwen/Qwen3-32B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range sidpPlans(cfg, 8) {
+		got = append(got, p.String())
+	}
+	if want := []string{"dp=8", "dp=4,tp=2", "dp=2,tp=4"}; !slices.Equal(got, want) {
+		t.Errorf("SiDP plans %v, want %v", got, want)
 	}
 }
