@@ -33,7 +33,7 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
 	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens)")
-	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it)")
+	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
 	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
