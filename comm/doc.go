@@ -18,7 +18,9 @@
 //     and the bytes the standard algorithm of its kind sends and receives
 //     at that rank (ring all-reduce: 2(P−1)/P·n per rank; all-gather and
 //     reduce-scatter: (P−1)/P of the full buffer; all-to-all: (P−1)/P of the
-//     send buffer; broadcast: a pipelined ring; send/recv: exactly n), at
+//     send buffer; broadcast: a pipelined ring; send/recv: exactly n; a
+//     one-sided read driven by Group.Drive: exactly n at the reader and
+//     at the owner, which takes no part), at
 //     Options.ElemBytes per element, under its group's label, world rank
 //     and kind; World.Stats reads them. The formulas, and how they yield
 //     Table 2 of the Shift Parallelism paper, are in volume.go.

@@ -9,13 +9,14 @@ import "fmt"
 // operation against the group and counts each member's bytes with the
 // same formulas as when the member calls the collective on its Comm.
 type Op struct {
-	Kind Kind // KindAllReduce, KindAllGather, KindAllToAll or KindSend (a send and its matching receive)
+	Kind Kind // KindAllReduce, KindAllGather, KindAllToAll, KindSend (a send and its matching receive) or KindRead (member To reads From's memory; From takes no part)
 	// Elems is every member's buffer for KindAllReduce, every chunk
 	// (member i to member j) for KindAllToAll, the message for KindSend.
 	Elems int
 	// Counts is each member's contribution for KindAllGather.
 	Counts []int
-	// From and To are the sending and receiving members of a KindSend.
+	// From and To are the sending and receiving members of a KindSend,
+	// the owner and the reader of a KindRead.
 	From, To int
 	// ElemBytes is the size of one element on the wire; 0 means the
 	// World's Options.ElemBytes.
@@ -25,7 +26,9 @@ type Op struct {
 // Drive runs op for every member of g: move does the data movement, and
 // when it succeeds each member's traffic is counted as if it had called
 // the collective itself (for KindSend, the sender's Send and the
-// receiver's Recv). It fails, counting nothing, when the World is
+// receiver's Recv; for KindRead, the owner's bytes read and the reader's).
+// Drives of KindSend and KindRead may run concurrently from several
+// goroutines. It fails, counting nothing, when the World is
 // aborted, when op does not fit the group, or when move fails, which
 // aborts the World as a failed collective does. Every member must be
 // hosted in this process.
@@ -71,6 +74,10 @@ func (g *Group) Drive(op Op, move func() error) error {
 		n := int64(op.Elems) * int64(eb)
 		g.comms[op.From].traffic.add(KindSend, n, 0)
 		g.comms[op.To].traffic.add(KindRecv, 0, n)
+	case KindRead:
+		n := int64(op.Elems) * int64(eb)
+		g.comms[op.From].traffic.add(KindRead, n, 0)
+		g.comms[op.To].traffic.add(KindRead, 0, n)
 	}
 	return nil
 }
@@ -97,7 +104,7 @@ func (g *Group) checkOp(op Op) error {
 				return fmt.Errorf("%w: all_gather count %d", ErrInvalid, n)
 			}
 		}
-	case KindSend:
+	case KindSend, KindRead:
 		if op.From < 0 || op.From >= p || op.To < 0 || op.To >= p || op.From == op.To || op.Elems < 0 {
 			return fmt.Errorf("%w: send of %d elements from member %d to %d in a group of %d", ErrInvalid, op.Elems, op.From, op.To, p)
 		}

@@ -19,10 +19,13 @@ const (
 	KindSend                      // Send: counts bytes sent
 	KindRecv                      // Recv: counts bytes received
 	KindBarrier                   // Barrier: counts calls only
-	numKinds
+	KindRead                      // a one-sided read (Group.Drive): the reader's received bytes, the owner's sent bytes
+
+	// NumKinds is the number of kinds, the length of per-kind arrays.
+	NumKinds
 )
 
-var kindNames = [numKinds]string{
+var kindNames = [NumKinds]string{
 	KindAllReduce:     "all_reduce",
 	KindAllGather:     "all_gather",
 	KindReduceScatter: "reduce_scatter",
@@ -31,12 +34,13 @@ var kindNames = [numKinds]string{
 	KindSend:          "send",
 	KindRecv:          "recv",
 	KindBarrier:       "barrier",
+	KindRead:          "read",
 }
 
 // String returns the snake_case name used in logs and metric labels, e.g.
 // "all_reduce".
 func (k Kind) String() string {
-	if k < numKinds {
+	if k < NumKinds {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
@@ -144,7 +148,7 @@ func (s Stats) String() string {
 
 // counters is one Comm's live traffic, written by its rank and read by
 // World.Stats from any goroutine.
-type counters [numKinds]struct {
+type counters [NumKinds]struct {
 	calls, sent, recv atomic.Int64
 }
 

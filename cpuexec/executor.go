@@ -53,6 +53,13 @@ type Executor struct {
 	// fault, when set by tests, runs before every layer of every rank; an
 	// error it returns fails that rank as a kernel error would.
 	fault func(ctx context.Context, rank, layer int) error
+
+	slots    int      // Options.SiDPSlots
+	sidpStep sidpStep // the step's FFN mode and per-replica rows
+	// slotHook and fetchDelay, when set by tests, see every WaS slot
+	// event and run inside every fetch's copy.
+	slotHook   func(rank int, ev slotEvent, slot, layer int)
+	fetchDelay func(rank, layer int)
 }
 
 type execPlacement struct {
@@ -90,6 +97,10 @@ type Options struct {
 	// host copy of the weights (not from peers) and releases the old
 	// shards (Seesaw re-shards from host memory).
 	WeightsFromHost bool
+	// SiDPSlots is the number of layers each rank's WaS cache holds under
+	// a pooled placement (parallel.FFNWaS); 0 means DefaultSlots(DP),
+	// and fewer than DP−1 is refused.
+	SiDPSlots int
 }
 
 // NewExecutor shards w over the placements' ranks and allocates their KV
@@ -114,6 +125,10 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	e := &Executor{
 		cfg: cfg, w: w, held: map[string]*execPlacement{},
 		pool: opts.Pool, micro: max(opts.MicroBatches, 0), invFreq: cfg.InvFreq(), clock: opts.Clock, steps: map[string]int{}, comm: comm.Stats{},
+		slots: opts.SiDPSlots,
+	}
+	if opts.SiDPSlots < 0 {
+		return nil, fmt.Errorf("cpuexec: %d SiDP slots", opts.SiDPSlots)
 	}
 	names := map[string]bool{}
 	for i, p := range opts.Placements {
@@ -309,6 +324,9 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 		m = ep.placement.Plan.PP // Seesaw's decode under PP = k: k micro-batches, whatever the prefill placement
 	}
 	jobs := e.split(b, m)
+	if err := e.prepareSiDP(p, jobs); err != nil {
+		return nil, err
+	}
 	if n := b.NumLogits() * c.Vocab; cap(e.out) < n {
 		e.out = make([]float32, n)
 	}
@@ -316,6 +334,9 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	err = e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
 		job := jobs[ep.placement.Coords[rk.id].DP]
 		if len(job) == 0 {
+			if p.FFN == parallel.FFNCaS {
+				return rk.serveCaS(ctx, ep) // a dummy owner still serves
+			}
 			return nil
 		}
 		return rk.step(ctx, ep, job)

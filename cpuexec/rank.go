@@ -28,6 +28,10 @@ type rank struct {
 	sh *parallel.Shard
 	g  groups
 	mb *micro
+	ep *execPlacement // the step's held placement (its shards are the WaS owners')
+
+	was  *wasCache    // SiDP's WaS slots, built on the first WaS step
+	sidp sidpCounters // SiDP's work
 }
 
 // timed runs one collective and adds its duration to the rank's comm time.
@@ -63,12 +67,16 @@ type rankState struct {
 	gathered   []float32 // [L, vocab] all-gathered logits slices
 	lrows      []int     // local rows with logits
 	counts     []int     // per TP member element counts
+
+	casY                          []float32 // SiDP CaS: [nl, hidden] MLP output rows back from the owner
+	casIn, casGate, casUp, casOut []float32 // SiDP CaS owner: staging [M, hidden], [M, inter slice] ×2, [M, hidden]
 }
 
 // groups are the communicators a rank uses under one placement; nil when the
 // degree is 1.
 type groups struct {
 	tp, sp, pp *comm.Comm
+	ffn        *comm.Comm // SiDP: the rank's FFN group (the ranks at its TP index, by replica); nil without pooling
 }
 
 func (rk *rank) groups(ep *execPlacement) (groups, error) {
@@ -95,7 +103,10 @@ func (rk *rank) groups(ep *execPlacement) (groups, error) {
 	for s := range stages {
 		stages[s] = l.Peer(r, s)
 	}
-	g.pp, err = get("pp", stages)
+	if g.pp, err = get("pp", stages); err != nil || !l.FFN.Pooled() {
+		return g, err
+	}
+	g.ffn, err = get("sidp", l.FFNGroup(r))
 	return g, err
 }
 
@@ -112,12 +123,25 @@ func (rk *rank) step(ctx context.Context, ep *execPlacement, job []micro) error 
 		First: c.PP == 0, Last: c.PP == ep.placement.Plan.PP-1, LayerLo: sh.Stage.Lo, LayerHi: sh.Stage.Hi,
 		TP: ep.placement.Plan.TP, SP: ep.placement.Plan.SP,
 	}
-	rk.sh, rk.g = sh, g
+	rk.sh, rk.g, rk.ep = sh, g, ep
 	defer func() { rk.sh, rk.mb = nil, nil }()
+	var was *wasCache
+	if rk.e.sidpStep.mode == parallel.FFNWaS {
+		if was, err = rk.wasFor(ep); err != nil {
+			return err
+		}
+	}
 	for i := range job {
 		rk.mb = &job[i]
 		rk.prepare(rk.mb, sh)
-		if err := forward.Run(ctx, rk, shape); err != nil {
+		if was != nil {
+			was.start(ctx, rk)
+		}
+		err := forward.Run(ctx, rk, shape)
+		if was != nil {
+			was.stop()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -298,16 +322,24 @@ func (rk *rank) OutProj(l int) {
 
 // MLPUp computes SiLU(gate)·up over the rank's intermediate slice.
 func (rk *rank) MLPUp(l int) {
-	st, w, pool, nl := &rk.st, rk.layer(l), rk.e.pool, rk.st.nl
-	is := rk.sh.Inter.Len()
-	tensor.MatMulW(pool, st.gate, st.xn, w.WGate, nl)
-	tensor.MatMulW(pool, st.up, st.xn, w.WUp, nl)
+	st, w := &rk.st, rk.layer(l)
+	rk.mlpUp(st.gate, st.up, st.xn, st.nl, w.WGate, w.WUp, w)
+}
+
+// mlpUp computes gate = SiLU(in·wgᵀ + b)·(in·wuᵀ + b) for rows rows of in,
+// with the biases of layer w; up is scratch.
+func (rk *rank) mlpUp(gate, up, in []float32, rows int, wg, wu *tensor.Weights, w *parallel.LayerShard) {
+	pool, h := rk.e.pool, rk.e.cfg.Hidden
+	is, _ := wg.Shape()
+	gate, up, in = gate[:rows*is], up[:rows*is], in[:rows*h]
+	tensor.MatMulW(pool, gate, in, wg, rows)
+	tensor.MatMulW(pool, up, in, wu, rows)
 	if w.BGate != nil {
-		addRows(st.gate, w.BGate, nl)
-		addRows(st.up, w.BUp, nl)
+		addRows(gate, w.BGate, rows)
+		addRows(up, w.BUp, rows)
 	}
-	pool.Run(nl, func(lo, hi int) {
-		tensor.SiLUMul(st.gate[lo*is:hi*is], st.gate[lo*is:hi*is], st.up[lo*is:hi*is])
+	pool.Run(rows, func(lo, hi int) {
+		tensor.SiLUMul(gate[lo*is:hi*is], gate[lo*is:hi*is], up[lo*is:hi*is])
 	})
 }
 

@@ -52,6 +52,9 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 	if to.Name == e.kvAt.Name {
 		return st, nil
 	}
+	if to.FFN.Pooled() || e.kvAt.FFN.Pooled() {
+		return st, fmt.Errorf("cpuexec: no transition from %s to %s: SiDP placements run as they start", e.kvAt, to)
+	}
 	if h, ok := e.held[to.Name]; ok && !samePlacement(h.placement, to) {
 		return st, fmt.Errorf("cpuexec: placement %s differs from the held placement of that name", to)
 	}
@@ -159,7 +162,7 @@ func (e *Executor) Moved() parallel.TransitionStats { return e.moved }
 // samePlacement reports whether two placements put every rank at the same
 // coordinate of the same plan.
 func samePlacement(a, b parallel.Placement) bool {
-	return a.Plan == b.Plan && slices.Equal(a.Coords, b.Coords)
+	return a.Plan == b.Plan && slices.Equal(a.Coords, b.Coords) && a.FFN.Pooled() == b.FFN.Pooled()
 }
 
 // transition is one transition's plan and buffers, shared by the ranks

@@ -80,6 +80,15 @@ type Ops interface {
 	GatherLogits(ctx context.Context) error
 }
 
+// MLPRunner is implemented by backends whose MLP may involve peers (SiDP's
+// pooled MLP weights: a fetch from the owner, or the rows shipped to it):
+// Run calls RunMLP in place of MLPUp and MLPDown, with the same contract
+// (the branch's projection added to the residual, or kept as the partial
+// sum under TP) and an error that ends the program.
+type MLPRunner interface {
+	RunMLP(ctx context.Context, l int) error
+}
+
 // Uniform is implemented by backends that only price a step (the cost
 // model), for which every layer of a stage costs the same: Run calls
 // Repeat(n) and runs one layer standing for n.
@@ -164,8 +173,14 @@ func layer(ctx context.Context, o Ops, s Shape, l int) error {
 		return err
 	}
 	o.MLPNorm(l)
-	o.MLPUp(l)
-	o.MLPDown(l)
+	if m, ok := o.(MLPRunner); ok {
+		if err := m.RunMLP(ctx, l); err != nil {
+			return err
+		}
+	} else {
+		o.MLPUp(l)
+		o.MLPDown(l)
+	}
 	return reduce(ctx, o, s, l, MLPBranch)
 }
 

@@ -6,8 +6,10 @@ import "github.com/gearboxlm/gearbox/model"
 // placement l: its TP slice of every split tensor in its stage (KV-head rows
 // replicated when the slice needs a shared KV head), the vocabulary slice of
 // the embedding (first stage) and LM head (last stage, once when tied),
-// and every replicated tensor of its stage. The engine's shards hold
-// exactly this (tested), and the simulator's memory model uses it.
+// and every replicated tensor of its stage; under SiDP (l.FFN pooled) the
+// gate, up and down slices only of the layers its replica owns. The
+// engine's shards hold exactly this (tested), and the simulator's memory
+// model uses it.
 func (l Placement) WeightElems(cfg *model.Config, r int) int64 {
 	p, c := l.Plan, l.Coords[r]
 	h, d := int64(cfg.Hidden), int64(cfg.HeadDim)
@@ -32,6 +34,9 @@ func (l Placement) WeightElems(cfg *model.Config, r int) int64 {
 		perLayer += 2*inter + h
 	}
 	n := int64(stage.Len()) * perLayer
+	if l.FFN.Pooled() { // SiDP: no gate, up or down in the layers other replicas own
+		n -= int64(stage.Len()-l.OwnedFFNLayers(cfg, r)) * 3 * inter * h
+	}
 	first, last := c.PP == 0, c.PP == p.PP-1
 	if first {
 		n += vocab * h

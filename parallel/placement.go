@@ -25,6 +25,11 @@ type Placement struct {
 	Name   string
 	Plan   Plan    // the degrees
 	Coords []Coord // by global rank
+	// FFN is how the replicas reach the MLP weights: each its own copy
+	// (FFNLocal, the zero value) or SiDP's pool, where each layer's MLP is
+	// held by one owner replica and reached by weight fetches (FFNWaS) or
+	// by shipping activations (FFNCaS); see sidp.go.
+	FFN FFNMode
 }
 
 // Standard is the plan's own placement, named as the plan.

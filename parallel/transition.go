@@ -134,11 +134,22 @@ func (l Placement) Pieces(cfg *model.Config, r int) []Piece {
 	add(TBV, kv, one, cfg.AttentionBias)
 	add(TWO, all(h), q, true)
 	add(TBO, all(h), one, cfg.OutputBias)
-	add(TWGate, inter, all(h), true)
+	ffn := func(t Tensor, rows, cols Span) {
+		if !l.FFN.Pooled() {
+			add(t, rows, cols, true)
+			return
+		}
+		for layer := stage.Lo; layer < stage.Hi; layer++ { // SiDP: only the layers this replica owns
+			if l.FFNOwner(layer) == c.DP {
+				out = append(out, Piece{Tensor: t, Layers: Span{layer, layer + 1}, Rows: rows, Cols: cols})
+			}
+		}
+	}
+	ffn(TWGate, inter, all(h))
 	add(TBGate, inter, one, cfg.MLPBias)
-	add(TWUp, inter, all(h), true)
+	ffn(TWUp, inter, all(h))
 	add(TBUp, inter, one, cfg.MLPBias)
-	add(TWDown, all(h), inter, true)
+	ffn(TWDown, all(h), inter)
 	add(TBDown, all(h), one, cfg.MLPBias)
 	kvs := l.KVSlice(cfg, r)
 	out = append(out, Piece{Tensor: TKV, Layers: kvs.Layers, Rows: kvs.Heads, Cols: one})

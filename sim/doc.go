@@ -23,6 +23,18 @@
 // Gearbox's own --plan dp=N instead runs its replicas in one engine,
 // stepping them in lockstep; the simulator does not model that mode.
 //
+// Clusters of servers (network.go: 8xp4d.24xlarge, per-pair links, GPU IDs)
+// and the CSPS paper's sequence-parallel serving (csps.go: one request's
+// SP-NTP or SP-TP prefill with CSA levels and the Eq. 7 pipeline;
+// csps_run.go: the prefill and decode pools; csps_workload.go: Table 2's
+// lengths) are priced with the same kernels and collectives; the choices
+// the paper leaves open are listed in csps.go and docs/simulator.md.
+//
+// SiDP (sidp.go first, then sidp_step.go, sidp_was.go, sidp_run.go):
+// data-parallel replicas that share their FFN weights run in lockstep
+// under RunSiDP, each iteration priced by SiDPCost in WaS, CaS or FSDP
+// mode.
+//
 // Invariant: one cost model with global
 // constants. The efficiency numbers are per GPU type, each documented with
 // the measurement or datasheet it comes from, and the same for every

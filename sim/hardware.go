@@ -302,6 +302,17 @@ var catalog = []GPU{
 			"Hopper die: H100's matmul efficiency",
 		},
 	},
+	{
+		Name: "H20-141GB", names: []string{"h20-141gb", "h20-144gb"},
+		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 148e12, FP8FLOPS: 296e12,
+		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 60 * mib,
+		Eff: catalogEff(hopperMatmul),
+		Sources: []string{
+			"The SiDP paper's H20 node (papers/001, Table 1): 144 GB per GPU and NVLink 4, the H20 sold with 141 GB of HBM3e (the H200's six stacks; 144 GB is the driver's figure in decimal units)",
+			"HBM bandwidth 4.8 TB/s: the H200's HBM3e stacks (inferred; specs/sidp.md §4 gives 4.0–4.8 TB/s by SKU); compute, L2 and links: the H20 entry above",
+			"Hopper die: H100's matmul efficiency",
+		},
+	},
 }
 
 // GPUs returns a copy of the catalog, in a fixed order.
@@ -405,8 +416,9 @@ var hostLinks = map[string]HostLink{
 
 // nodeAliases are whole boxes named by their cloud instance type.
 var nodeAliases = map[string]string{
-	"g5.48xlarge": "8xA10G@pcie4x8", // AWS: 8×A10G, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
-	"g6.48xlarge": "8xL4@pcie4x8",   // AWS: 8×L4, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"g5.48xlarge":  "8xA10G@pcie4x8", // AWS: 8×A10G, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"g6.48xlarge":  "8xL4@pcie4x8",   // AWS: 8×L4, PCIe 4.0 x8 per GPU (Seesaw paper §6.1)
+	"p4d.24xlarge": "8xA100-40GB",    // AWS: 8×A100-40GB SXM on NVSwitch (600 GB/s); its network is network.go's
 }
 
 // Node is Count GPUs of one type joined by one link, each GPU with its own

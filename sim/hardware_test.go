@@ -7,7 +7,7 @@ import (
 )
 
 func TestCatalog(t *testing.T) {
-	want := []string{"H100", "H200", "B200", "A100-80GB", "A100-80GB-PCIe", "A100-40GB", "A100-40GB-PCIe", "A10", "A10G", "L4", "H20"}
+	want := []string{"H100", "H200", "B200", "A100-80GB", "A100-80GB-PCIe", "A100-40GB", "A100-40GB-PCIe", "A10", "A10G", "L4", "H20", "H20-141GB"}
 	gpus := GPUs()
 	if len(gpus) != len(want) {
 		t.Fatalf("catalog has %d GPUs, want %d", len(gpus), len(want))

@@ -20,6 +20,9 @@ type MemoryOptions struct {
 	Also             []parallel.Placement
 	MaxBatchedTokens int // tokens per step (--max-num-batched-tokens); 0 means 2048, gearbox serve's default
 	MaxSeqs          int // sequences per step (--max-num-seqs), the logits rows; 0 means 256, vLLM's and gearbox serve's default
+	// Utilization is the fraction of the GPU's memory the engine may use
+	// (--gpu-memory-utilization); 0 means GPUMemoryUtilization.
+	Utilization float64
 }
 
 func (o MemoryOptions) withDefaults() MemoryOptions {
@@ -29,13 +32,16 @@ func (o MemoryOptions) withDefaults() MemoryOptions {
 	if o.MaxSeqs == 0 {
 		o.MaxSeqs = 256
 	}
+	if o.Utilization == 0 {
+		o.Utilization = GPUMemoryUtilization
+	}
 	return o
 }
 
 // Memory is one rank's memory budget, bytes.
 type Memory struct {
 	Capacity        int64 // the GPU's memory
-	Usable          int64 // GPUMemoryUtilization of it
+	Usable          int64 // MemoryOptions.Utilization of it
 	Weights         int64 // the rank's weights under the base placement
 	AlsoWeights     int64 // the shards of MemoryOptions.Also (Shift's separate model); 0 without
 	Activations     int64 // the largest step's live activations, reserved as vLLM's profiling run does
@@ -79,12 +85,15 @@ func (c *CostModel) Memory(cfg *model.Config, base parallel.Plan, r int, opts Me
 	if r < 0 || r >= base.Ranks() {
 		return Memory{}, fmt.Errorf("sim: rank %d outside plan %s's %d ranks", r, base, base.Ranks())
 	}
+	if !(opts.Utilization > 0 && opts.Utilization <= 1) {
+		return Memory{}, fmt.Errorf("sim: GPU memory utilization %g outside (0, 1]", opts.Utilization)
+	}
 	if opts.MaxBatchedTokens < 1 || opts.MaxSeqs < 1 {
 		return Memory{}, fmt.Errorf("sim: max batched tokens %d and max sequences %d must be positive", opts.MaxBatchedTokens, opts.MaxSeqs)
 	}
 	l := parallel.Standard(base)
 	m := Memory{Capacity: c.Node.GPU.MemoryBytes}
-	m.Usable = int64(GPUMemoryUtilization * float64(m.Capacity))
+	m.Usable = int64(opts.Utilization * float64(m.Capacity))
 	m.Weights = c.weightBytes(cfg, l, r)
 	acts := c.activationBytes(cfg, l, r, opts)
 	for _, o := range opts.Also {

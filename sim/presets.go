@@ -39,6 +39,32 @@ import (
 //     (128001 here, from L3-Aethora-15B-V2; L3-NA-Aethora-15B has 128009),
 //     which the simulator does not use.
 //
+// The CSPS paper's 1M-context models (Zhang & Shen, papers/002 §5.2) are
+// not Llama checkpoints; their presets restate the shapes of their
+// config.json files in Llama's field names, which is all the simulator
+// reads (the shapes spec csps.md S2 asks to check):
+//   - THUDM/glm-4-9b-chat-1m (ChatGLM): num_layers 40, hidden_size 4096,
+//     ffn_hidden_size 13696 (SwiGLU), num_attention_heads 32, kv_channels
+//     128, multi_query_group_num 4 (4 KV heads; the spec's "2 KV groups"
+//     is glm-4-9b-chat's 128K model), padded_vocab_size 151552,
+//     add_qkv_bias true (written attention_bias, which also gives o_proj a
+//     bias GLM lacks: 163,840 parameters of 9.48 B), layernorm_epsilon
+//     1.5625e-07, rope_ratio 10000 on base 10000 (rope_theta 1e8),
+//     seq_length 1048576 (max_position_embeddings), untied.
+//   - internlm/internlm2_5-7b-chat-1m (InternLM2): 32 layers, hidden 4096,
+//     intermediate 14336, 32 heads, 8 KV heads, vocabulary 92544,
+//     rope_theta 5e7, untied, bfloat16, 7,737,708,544 parameters. Its
+//     config.json's max_position_embeddings is 262144 with dynamic NTK
+//     scaling (factor 2.5, as opencompass's lmdeploy config serves it with
+//     session_len 1048576); the preset gives the 1M context the model is
+//     served at, which is what the engine checks prompts against.
+//
+// The SiDP paper's models (papers/001, §5.1) are verbatim copies of the
+// fields above from their repositories' config.json:
+// Qwen/Qwen2.5-72B-Instruct, meta-llama/Llama-3.1-70B-Instruct (the same
+// shape as Llama-3.3-70B-Instruct) and meta-llama/Llama-3.1-405B (the
+// paper's 82% FFN share).
+//
 //go:embed presets/*.json
 var presetFS embed.FS
 

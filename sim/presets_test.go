@@ -36,6 +36,12 @@ func TestPresets(t *testing.T) {
 		{"Qwen/Qwen3-32B", 32762123264, 32.8, 5120, 25600, 64, 64, 8, 151936},
 		{"Qwen/Qwen2.5-14B-Instruct", 14770033664, 14.7, 5120, 13824, 48, 40, 8, 152064},
 		{"Qwen/Qwen2.5-32B-Instruct", 32763876352, 32.5, 5120, 27648, 64, 40, 8, 152064},
+		// CSPS's models (papers/002 §5.2), in Llama form (see presets.go).
+		{"THUDM/glm-4-9b-chat-1m", 9484021760, 9.48, 4096, 13696, 40, 32, 4, 151552},
+		{"internlm/internlm2_5-7b-chat-1m", 7737708544, 7.74, 4096, 14336, 32, 32, 8, 92544},
+		{"Qwen/Qwen2.5-72B-Instruct", 72706203648, 72.7, 8192, 29568, 80, 64, 8, 152064},
+		{"meta-llama/Llama-3.1-70B-Instruct", 70553706496, 70.6, 8192, 28672, 80, 64, 8, 128256},
+		{"meta-llama/Llama-3.1-405B", 405853388800, 406, 16384, 53248, 126, 128, 8, 128256},
 	}
 	var ids []string
 	for _, c := range cases {

@@ -45,6 +45,13 @@ type RunOptions struct {
 	// step fills and drains the pipeline under the limits as given, as
 	// Gearbox's executors do.
 	OverlapSteps bool
+	// MicroBatches is the pipeline micro-batches each step's tokens are
+	// cut into (StepShape.MicroBatches); 0 means the plan's PP. 1 passes a
+	// step through the stages whole, as Sarathi-Serve's pipeline carries
+	// one chunk of a sequence at a time.
+	MicroBatches int
+	// Utilization is --gpu-memory-utilization; 0 means GPUMemoryUtilization.
+	Utilization float64
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -183,6 +190,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 			r.runner.EnableHostTier(hostBlocks)
 		}
 		r.runner.OverlapSteps(opts.OverlapSteps)
+		r.runner.shape.MicroBatches = opts.MicroBatches
 		// No tokenizer and no EOS: the engine produces no text and
 		// generates each request's output tokens in full.
 		r.eng, err = engine.NewEngine(engine.Options{
@@ -279,7 +287,7 @@ func Run(opts RunOptions) (*RunResult, error) {
 // placement's weights are resident at a time, so the least any of them
 // leaves.
 func kvCapacity(opts RunOptions, base parallel.Plan, placements []parallel.Placement) ([]int64, error) {
-	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs}
+	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs, Utilization: opts.Utilization}
 	shared := true
 	for _, p := range placements[1:] {
 		shared = shared && p.SharesKV(opts.Model, placements[0])

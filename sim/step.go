@@ -68,7 +68,7 @@ func (c Component) String() string {
 
 // NumCommKinds is the number of comm.Kind values, the length of
 // Breakdown.CommBytes.
-const NumCommKinds = int(comm.KindBarrier) + 1
+const NumCommKinds = int(comm.NumKinds)
 
 // Cost is one component's share of a rank's step, seconds.
 type Cost struct {

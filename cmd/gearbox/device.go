@@ -155,6 +155,7 @@ type runnerSpec struct {
 	maxTokens   int // largest step in tokens
 	maxSeqs     int // most sequences at once
 	maxModelLen int
+	sidpSlots   int // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
 	csps        *policy.CSPS // --policy csps: the CPU's sequence-sharded executor
 }
 
@@ -226,7 +227,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
 	}
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
-		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool})
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -294,6 +295,11 @@ func (b *built) commStats() comm.Stats {
 func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice Choice, spec runnerSpec, logger *slog.Logger) (*built, error) {
 	if run := m.Config.ResolveDType(dt); kv != model.DTypeAuto && kv != run {
 		return nil, fmt.Errorf("--kv-cache-dtype %s on the GPU: the CUDA executor keeps the KV cache in the dtype the model runs in, %s here; use --kv-cache-dtype auto, or --dtype %s", kv, run, kv)
+	}
+	for _, p := range spec.placements {
+		if p.FFN.Pooled() {
+			return nil, fmt.Errorf("placement %s: the CUDA executor does not run SiDP's pooled MLP weights (--policy sidp); use --device cpu", p)
+		}
 	}
 	cache, err := kernelCache()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
 )
@@ -129,7 +130,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("generate: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, csps: cspsPolicy(pol)}, logger)
+	if s, ok := pol.(*policy.SiDP); ok {
+		s.Log = slog.New(slog.NewTextHandler(stderr, nil)) // its mode switches
+	}
+	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol), csps: cspsPolicy(pol)}, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

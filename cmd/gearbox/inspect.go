@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"sort"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/model/safetensors"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -81,6 +83,20 @@ type rankBytes struct {
 	ResidentBytes    int64          `json:"resident_weight_bytes"`        // the rank's shard in the CPU's format (row splits view the host copy)
 	ShiftWeightBytes int64          `json:"shift_weight_bytes,omitempty"` // the policy's other placements' shards (Shift's separate model)
 	KVBytesPerToken  int64          `json:"kv_bytes_per_token"`
+	SiDP             *sidpBytes     `json:"sidp,omitempty"` // --policy sidp: the pooled MLP's memory beside plain DP
+}
+
+// sidpBytes is one rank's memory under SiDP beside plain DP at the same
+// plan (parallel.SiDPMemory, fp32 bytes), and the KV tokens each leaves
+// in the same budget: plain DP's weights plus the default KV pool.
+type sidpBytes struct {
+	DPWeightBytes int64 `json:"dp_weight_bytes"`
+	WeightBytes   int64 `json:"weight_bytes"`
+	SlotBytes     int64 `json:"slot_bytes"`
+	Slots         int   `json:"slots"`
+	GainBytes     int64 `json:"gain_bytes"` // (1−1/N)·F/TP − C_slots when N divides the layers
+	DPKVTokens    int64 `json:"dp_kv_tokens"`
+	KVTokens      int64 `json:"kv_tokens"`
 }
 
 func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -164,7 +180,11 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		Bytes: kvBlockBytes(cfg, kv, *blockSize) * int64(blocks)}
 	elem := int64(kvcache.Layout{DType: kv}.ElemBytes())
 	base := parallel.Standard(plan)
-	if c := cspsPolicy(pol); c != nil {
+	sidp, pooled := pol.(*policy.SiDP)
+	switch c := cspsPolicy(pol); {
+	case pooled:
+		base = sidp.WaS
+	case c != nil:
 		// csps: every rank holds the full weights and every KV head of
 		// the tokens it holds, as a data-parallel replica does.
 		base = parallel.Standard(parallel.Plan{DP: c.Ranks, PP: 1, SP: 1, TP: 1})
@@ -173,6 +193,16 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
 			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(cfg, w, base, r).Bytes(),
 			KVBytesPerToken: elem * base.KVElemsPerToken(cfg, r)}
+		if pooled {
+			slots := par.sidpSlotsFor(pol)
+			if slots == 0 {
+				slots = cpuexec.DefaultSlots(plan.DP)
+			}
+			m := base.SiDPMemory(cfg, r, slots, 4)
+			tokens := int64(res.CPUKV.Tokens)
+			rb.SiDP = &sidpBytes{DPWeightBytes: m.DPWeights, WeightBytes: m.Weights, SlotBytes: m.Slots, Slots: slots, GainBytes: m.Gain,
+				DPKVTokens: tokens, KVTokens: tokens + m.Gain/rb.KVBytesPerToken}
+		}
 		for _, o := range pol.Placements()[1:] {
 			rb.ShiftWeightBytes += 4 * o.WeightElems(cfg, r)
 		}
@@ -220,6 +250,16 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		c := rb.Coord
 		fmt.Fprintf(stdout, "%-5d %-20s %-6d %-14s %-14s %-20s %d B\n", rb.Rank, fmt.Sprintf("%d,%d,%d,%d", c.DP, c.PP, c.SP, c.TP),
 			rb.HeadChunk, humanBytes(rb.WeightBytes), humanBytes(rb.ResidentBytes), extra, rb.KVBytesPerToken)
+	}
+	for _, rb := range res.Ranks {
+		if m := rb.SiDP; m != nil {
+			if rb.Rank == 0 {
+				fmt.Fprintf(stdout, "\nsidp: each layer's MLP on replica l mod %d; %d WaS slots per rank; KV tokens in plain DP's budget (its weights + the default pool)\n", plan.DP, m.Slots)
+				fmt.Fprintf(stdout, "%-5s %-14s %-14s %-14s %-14s %-14s %s\n", "rank", "plain DP", "sidp weights", "slots", "gain", "KV plain DP", "KV sidp")
+			}
+			fmt.Fprintf(stdout, "%-5d %-14d %-14d %-14d %-14d %-14d %d (%.2fx)\n", rb.Rank, m.DPWeightBytes, m.WeightBytes, m.SlotBytes, m.GainBytes,
+				m.DPKVTokens, m.KVTokens, float64(m.KVTokens)/float64(max(m.DPKVTokens, 1)))
+		}
 	}
 	if g := res.GPU; g != nil {
 		fmt.Fprintf(stdout, "\ndevice         %s\ndtype          %s\nmemory         %s\n", g.Device, g.DType, humanBytes(g.TotalMemory))

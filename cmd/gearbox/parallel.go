@@ -24,6 +24,9 @@ type parallelFlags struct {
 	prefill   string  // --prefill-plan (seesaw)
 	decode    string  // --decode-plan (seesaw)
 	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
+	sidpThr   int     // --sidp-threshold (sidp)
+	sidpWin   int     // --sidp-window (sidp)
+	sidpSlots int     // --sidp-slots (sidp); 0: dp−1
 	sptMax    int     // --csps-spt-max, tokens (csps)
 	sparse    string  // --sparse-attention on|off (csps)
 	csaLevels int     // --csa-levels (csps)
@@ -34,7 +37,10 @@ type parallelFlags struct {
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below) seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards)")
+	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
+	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
+	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
 	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
@@ -114,7 +120,22 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if name != "seesaw" && (set["prefill-plan"] || set["decode-plan"]) {
 		return plan, nil, fmt.Errorf("--prefill-plan and --decode-plan need --policy seesaw")
 	}
+	if name != "sidp" && (set["sidp-threshold"] || set["sidp-window"] || set["sidp-slots"]) {
+		return plan, nil, fmt.Errorf("--sidp-threshold, --sidp-window and --sidp-slots need --policy sidp")
+	}
 	switch name {
+	case "sidp":
+		if set["shift-threshold"] || set["shift-parallel-threshold"] {
+			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift, not sidp")
+		}
+		if p.sidpSlots != 0 && p.sidpSlots < plan.DP-1 {
+			return plan, nil, fmt.Errorf("--sidp-slots %d: a peak-shifted cycle fetches up to dp−1 = %d layers before it uses the first; give at least that", p.sidpSlots, plan.DP-1)
+		}
+		pol, err := policy.NewSiDP(plan, p.sidpThr, p.sidpWin, nil)
+		if err != nil {
+			return plan, nil, fmt.Errorf("%w; for example --plan dp=%d", err, max(2, plan.DP))
+		}
+		return plan, pol, nil
 	case "seesaw":
 		return p.seesaw(cfg, set)
 	case "static":
@@ -132,7 +153,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw or csps)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw, sidp or csps)", name)
 }
 
 // seesaw resolves --policy seesaw: two plans of the same ranks; the
@@ -179,4 +200,13 @@ func (p *parallelFlags) hostKVBytes(pol policy.Policy) int64 {
 	}
 	ranks := s.Prefill.Ranks() / s.Prefill.Plan.DP
 	return int64(p.swapSpace * float64(ranks) * (1 << 30))
+}
+
+// sidpSlots is the WaS slot count for the executor: --sidp-slots under a
+// policy that pools the MLP (0: the executor's default, dp−1), else 0.
+func (p *parallelFlags) sidpSlotsFor(pol policy.Policy) int {
+	if _, ok := pol.(*policy.SiDP); !ok {
+		return 0
+	}
+	return p.sidpSlots
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sim"
 )
 
 // candidate is one layout and policy gearbox plan evaluates.
@@ -41,7 +42,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	cands := enumerate(s.cfg, s.node.Count, *threshold, int64(*swapSpace*(1<<30)))
+	cands := enumerate(s.cfg, s.node.Count, *threshold, int64(*swapSpace*(1<<30)), s.node.Link.Kind == sim.NVLink)
 	if len(cands) == 0 {
 		return fmt.Errorf("plan: no layout of %s fits %d GPUs", sf.model, s.node.Count)
 	}
@@ -123,11 +124,12 @@ func percentile(st bench.Stats, p float64) float64 {
 }
 
 // enumerate lists every DP × PP × SP × TP layout of n GPUs the model
-// allows, each static, those with SP also under the shift policy, and,
+// allows, each static, those with SP also under the shift policy, the
+// DP ≥ 2 TP-only layouts also under SiDP (on an NVLink node), and,
 // with a host KV store (hostKV bytes per GPU), every Seesaw pair of
 // TP × PP layouts whose prefill layout has more pipeline stages than its
 // decode layout.
-func enumerate(cfg *model.Config, n, threshold int, hostKV int64) []*candidate {
+func enumerate(cfg *model.Config, n, threshold int, hostKV int64, nvlink bool) []*candidate {
 	var out []*candidate
 	var tpPP []parallel.Plan // DP = SP = 1 layouts, for Seesaw
 	for dp := 1; dp <= n; dp++ {
@@ -151,6 +153,14 @@ func enumerate(cfg *model.Config, n, threshold int, hostKV int64) []*candidate {
 					tpPP = append(tpPP, p)
 				}
 			}
+		}
+	}
+	for _, p := range sidpPlans(cfg, n) {
+		if !nvlink {
+			break // SiDP reads peers' weights over NVLink
+		}
+		if pol, err := policy.NewSiDP(p, policy.DefaultSiDPThreshold, policy.DefaultSiDPWindow, nil); err == nil {
+			out = append(out, &candidate{plan: p, pol: pol})
 		}
 	}
 	if hostKV <= 0 {

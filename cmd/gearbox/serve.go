@@ -17,6 +17,7 @@ import (
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
 	"github.com/gearboxlm/gearbox/slo"
@@ -121,12 +122,15 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	run, err := c.dev.newRunner(m, runnerSpec{
 		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
-		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, csps: cspsPolicy(pol),
+		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol), csps: cspsPolicy(pol),
 	}, logger)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	logger.Info("device", "choice", run.device)
+	if s, ok := pol.(*policy.SiDP); ok {
+		s.Log = logger // mode switches
+	}
 	metrics := server.NewMetrics(plan.String(), pol.String())
 	eng, err := engine.NewEngine(engine.Options{
 		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics,
@@ -140,6 +144,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	metrics.Watch(eng.Stats, run.runner.KVLayout())
+	watchSiDP(metrics, pol, run.runner)
 	if tiers != nil {
 		metrics.Tiers(tiers)
 	}

@@ -39,6 +39,14 @@ func TestSimulateCLI(t *testing.T) {
 	if _, _, err := runCLI(t, "simulate", "--plan", "tp=4", "--hardware", "8xH200"); err == nil || !strings.Contains(err.Error(), "uses 4 GPUs but the node has 8") {
 		t.Fatalf("wrong GPU count: %v", err)
 	}
+	// DP replicas: plain (independent engines) and SiDP (a lockstep group).
+	for _, pol := range []string{"static", "sidp"} {
+		stdout, stderr, err := runCLI(t, "simulate", "--model", "Qwen/Qwen3-32B", "--hardware", "8xH200", "--plan", "dp=8",
+			"--policy", pol, "--dataset", "synthetic:in=1000,out=50,n=40", "--request-rate", "10")
+		if err != nil || !strings.Contains(stdout, "Successful requests:                     40") {
+			t.Fatalf("dp=8 under %s: %v\n%s%s", pol, err, stdout, stderr)
+		}
+	}
 	if _, _, err := runCLI(t, "simulate", "--hardware", "8xZ100"); err == nil {
 		t.Fatal("unknown GPU accepted")
 	}
@@ -70,6 +78,11 @@ func TestPlanRanksShiftAboveStatic(t *testing.T) {
 	shift, ok := rank["sp=8 shift"]
 	if !ok || shift > rank["tp=8 static"] || shift > rank["dp=8 static"] {
 		t.Fatalf("ranks: shift %d, tp %d, dp %d\n%s", shift, rank["tp=8 static"], rank["dp=8 static"], stdout)
+	}
+	for _, c := range []string{"dp=8 sidp", "dp=4,tp=2 sidp", "dp=2,tp=4 sidp"} {
+		if _, ok := rank[c]; !ok || strings.Contains(stdout, "  -  "+c) {
+			t.Errorf("no ranked %s candidate\n%s", c, stdout)
+		}
 	}
 }
 
@@ -150,7 +163,8 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 
 // TestPlanEnumeratesSeesaw: with a host KV store plan ranks every Seesaw
 // pair (prefill layout with more pipeline stages than the decode layout)
-// beside the static layouts; without one it leaves them out.
+// beside the static layouts; without one it leaves them out. SiDP, which
+// reads peers' weights over NVLink, is left out on this PCIe node.
 func TestPlanEnumeratesSeesaw(t *testing.T) {
 	args := []string{"plan", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "4xA10G@pcie4x8", "--pipeline-overlap",
 		"--dataset", "synthetic:in=600,out=60,n=40", "--capacity-requests", "0"}
@@ -174,6 +188,19 @@ func TestPlanEnumeratesSeesaw(t *testing.T) {
 	want := []string{"pp=2,tp=2→tp=4", "pp=4→pp=2,tp=2", "pp=4→tp=4"}
 	if got := pairs(stdout); !slices.Equal(got, want) {
 		t.Fatalf("seesaw candidates %v, want %v\n%s", got, want, stdout)
+	}
+	var sidp []string
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[2] == "sidp" {
+			if f[0] == "-" {
+				t.Errorf("sidp candidate failed: %s", line)
+			}
+			sidp = append(sidp, f[1])
+		}
+	}
+	slices.Sort(sidp)
+	if len(sidp) != 0 {
+		t.Errorf("sidp candidates %v on a PCIe node\n%s", sidp, stdout)
 	}
 	stdout, _, err = runCLI(t, append(args, "--swap-space", "0")...)
 	if err != nil {

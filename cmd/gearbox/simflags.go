@@ -169,6 +169,24 @@ func setArrivals(reqs []bench.Request, offsets []time.Duration) {
 
 // run simulates the workload on one deployment.
 func (s *simSetup) run(plan parallel.Plan, pol policy.Policy, reqs []bench.Request) (*sim.RunResult, error) {
+	// The simulator runs DP replicas as independent engines, each under
+	// the policy's single-replica placements.
+	switch p := pol.(type) {
+	case *policy.SiDP:
+		return s.runSiDP(plan, reqs)
+	case policy.Static:
+		if p.P.Plan.DP > 1 {
+			pol = policy.NewStatic(withDP(p.P.Plan, 1))
+		}
+	case policy.Shift:
+		if p.Base.Plan.DP > 1 {
+			sh, err := policy.NewShift(withDP(p.Base.Plan, 1), p.Threshold)
+			if err != nil {
+				return nil, err
+			}
+			pol = sh
+		}
+	}
 	return sim.Run(sim.RunOptions{
 		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched, HostKVBytes: s.hostKVBytes,
 		OverlapSteps: s.overlap,

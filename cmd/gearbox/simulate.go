@@ -12,12 +12,18 @@ import (
 )
 
 func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift|seesaw] --dataset SPEC [flags]", stderr)
+	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift|seesaw|sidp|csps] --dataset SPEC [flags]", stderr)
 	sf := addSimFlags(fs)
 	par := addParallelFlags(fs)
+	cf := addCSPSFlags(fs)
 	resultJSON := fs.String("result-json", "", "write the report (vllm bench serve's keys plus the plan timeline) here")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if par.policy == "csps" {
+		// CSPS picks each request's degree and architecture on a cluster
+		// (--hardware may name one, which setup's node parser rejects).
+		return simulateCSPS(sf, cf, stdout, stderr)
 	}
 	s, err := sf.setup()
 	if err != nil {
