@@ -155,7 +155,7 @@ type runnerSpec struct {
 	maxTokens   int // largest step in tokens
 	maxSeqs     int // most sequences at once
 	maxModelLen int
-	sidpSlots   int // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
+	sidpSlots   int          // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
 	csps        *policy.CSPS // --policy csps: the CPU's sequence-sharded executor
 }
 
