@@ -38,6 +38,7 @@ type cspsWorker struct {
 	csaOut          map[csaKey]int
 	order           []int
 	trace           func(CSATrace) // tests
+	tp              spTP           // SP-TP (csps_sptp.go)
 	sendCounts      []int
 	recvCounts      []int
 }
@@ -50,9 +51,12 @@ func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) erro
 	rk.sh, rk.g, rk.mb = sh, groups{}, &w.p.micros[rk.id]
 	defer func() { rk.sh, rk.mb = nil, nil }()
 	rk.prepare(rk.mb, sh)
-	has := rk.st.nl > 0
+	has, kvOnly := rk.st.nl > 0, w.p.tpOwnAll[rk.id]
 	if has {
 		rk.Embed()
+	}
+	if len(w.p.tpGather) > 0 {
+		w.tpAngles()
 	}
 	for l := 0; l < cfg.Layers; l++ {
 		if err := rk.BeginLayer(ctx, l); err != nil {
@@ -60,15 +64,21 @@ func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) erro
 		}
 		if has {
 			rk.AttnNorm(l)
-			rk.QKV(l)
-			rk.Position(l)
+			if kvOnly {
+				w.ownKV(l)
+			} else {
+				rk.QKV(l)
+				rk.Position(l)
+			}
 			rk.CacheWrite(l)
 		}
 		if err := w.attention(ctx, l); err != nil {
 			return err
 		}
-		if has {
+		if has && !kvOnly {
 			rk.OutProj(l)
+		}
+		if has {
 			rk.Residual(l, forward.AttnBranch)
 			rk.MLPNorm(l)
 			rk.MLPUp(l)
@@ -98,7 +108,8 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	grow(&w.spOut, nsp*qc)
 	grow(&w.spLse, nsp*hq)
 	grow(&w.locLse, rk.st.nl*cfg.Heads)
-	if nsp > 0 && p.micro > 1 && !p.anyReq {
+	tp := len(p.tpGather) > 0
+	if nsp > 0 && p.micro > 1 && !p.anyReq && !tp {
 		w.local(l, wd, qc, kc, 0, 0, true)
 		if len(p.csaToks) > 0 {
 			if err := w.csaAttention(ctx, l); err != nil {
@@ -107,8 +118,13 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 		}
 		return w.pipelined(ctx, l, wd, qc, kc)
 	}
-	if nsp > 0 {
+	if p.anyNTP {
 		if err := w.exchangeQKV(ctx); err != nil {
+			return err
+		}
+	}
+	if tp {
+		if err := w.gatherTP(ctx, l); err != nil {
 			return err
 		}
 	}
@@ -123,8 +139,13 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 			return err
 		}
 	}
-	if nsp > 0 {
-		return w.returnOutputs(ctx)
+	if p.anyNTP {
+		if err := w.returnOutputs(ctx); err != nil {
+			return err
+		}
+	}
+	if tp {
+		return w.reduceTP(ctx, l)
 	}
 	return nil
 }

@@ -32,12 +32,13 @@ type parallelFlags struct {
 	csaLevels int     // --csa-levels (csps)
 	csaDrop   float64 // --csa-drop (csps)
 	micro     int     // --csps-micro-partitions (csps)
+	cspsArch  string  // --csps-arch auto|sp-ntp|sp-tp (csps)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens) or csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP or SP-TP prefill (--csps-arch), decode moving q to the shards)")
 	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
 	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
@@ -45,6 +46,7 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
 	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
+	fs.StringVar(&p.cspsArch, "csps-arch", "auto", "csps: prefill architecture of prompts over several ranks: auto (App A's choice with the deployment's TP; the CPU ranks have none, so SP-NTP), sp-ntp (two all-to-alls) or sp-tp (all-gather + reduce-scatter, each rank a head chunk of the attention weights)")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
@@ -95,7 +97,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if p.policy == "csps" {
 		return p.csps(cfg, plan, set)
 	}
-	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions"} {
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions", "csps-arch"} {
 		if set[f] {
 			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
 		}
