@@ -69,9 +69,9 @@ import (
 // (csps_sptp.go, R7–R10): an all-gather of its normed hidden states, each
 // rank's head chunk of W_Q/W_K/W_V and W_O, a reduce-scatter back along
 // the sequence; the KV storage and the queries moved to cached keys are
-// as above. Micro-partition pipelining (CSPSOptions.MicroPartitions) and
-// CSA's multi-level sparse attention (CSPSOptions.CSA, csa.go) act on
-// SP-NTP pieces.
+// as above. Micro-partition pipelining (CSPSOptions.MicroPartitions)
+// acts on either; CSA's multi-level sparse attention (CSPSOptions.CSA,
+// csa.go) on SP-NTP pieces.
 type CSPS struct {
 	e       *Executor // DP = N: rank r's full weights and its KV pool of PerRank blocks
 	n       int
@@ -109,9 +109,12 @@ type CSPSOptions struct {
 	Configure func(promptLen int) CSPSPrompt
 	// MicroPartitions splits a step's SP-NTP attention into that many
 	// micro-partitions along the sequence, overlapping each one's
-	// all-to-alls with its neighbours' attention (R27–R30); 0 or 1 runs
-	// it whole. Steps that also move queries to cached keys (later
-	// chunks, decodes of sharded sequences) run whole.
+	// all-to-alls with its neighbours' attention (R27–R30), or a step's
+	// SP-TP attention, overlapping each one's all-gather and
+	// reduce-scatter with its neighbours' projections and attention (R31;
+	// at most one per tensor.RowIndependentMin tokens); 0 or 1 runs it
+	// whole. Steps that also move queries to cached keys (later chunks,
+	// decodes of sharded sequences) or mix SP-NTP and SP-TP run whole.
 	MicroPartitions int
 	Options         Options
 }
@@ -286,9 +289,9 @@ type cspsPlan struct {
 	own            [][]int          // per rank: plan index of each of its rows
 	tables         [][][]int        // [rank][seq] local block table, -1 where another rank holds the block
 	spByOwner      [][]int          // per rank: its SP-NTP tokens, batch order
-	tpGather       []int            // SP-TP tokens by owner, batch order within one: the all-gather's row order
-	tpCounts       []int            // per rank: its SP-TP tokens
+	tpByOwner      [][]int          // per rank: its SP-TP tokens, batch order
 	tpOwnAll       []bool           // per rank: every row it owns runs SP-TP (it skips its own q and O projection)
+	anyTP          bool             // some SP token runs SP-TP
 	anyNTP         bool             // some SP token runs SP-NTP
 	spToks         []int            // every SP token, batch order
 	seqFirstSP     []int            // per sequence: spOrd of its piece's first token, -1 if not SP
@@ -338,10 +341,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 	}
 	resizeInts(&p.seqFirstSP, len(b.Seqs))
 	resize(&p.drops, len(b.Seqs))
-	p.tpGather = p.tpGather[:0]
 	p.anyNTP = false
-	resizeInts(&p.tpCounts, n)
-	clear(p.tpCounts)
 	rows := make([]int, n) // next local row per rank
 	outRow := 0
 	for i, s := range b.Seqs {
@@ -411,9 +411,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 				if sp {
 					t.sp, t.tp, t.spOrd, t.mid = true, tp, len(p.spToks), max(from, s.Pos)
 					p.spToks = append(p.spToks, len(p.toks))
-					if tp {
-						p.tpCounts[owner]++
-					} else {
+					if !tp {
 						p.spByOwner[owner] = append(p.spByOwner[owner], len(p.toks))
 					}
 				}

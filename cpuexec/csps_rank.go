@@ -55,8 +55,8 @@ func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) erro
 	if has {
 		rk.Embed()
 	}
-	if len(w.p.tpGather) > 0 {
-		w.tpAngles()
+	if w.p.anyTP {
+		w.tpPrepare()
 	}
 	for l := 0; l < cfg.Layers; l++ {
 		if err := rk.BeginLayer(ctx, l); err != nil {
@@ -108,7 +108,12 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	grow(&w.spOut, nsp*qc)
 	grow(&w.spLse, nsp*hq)
 	grow(&w.locLse, rk.st.nl*cfg.Heads)
-	tp := len(p.tpGather) > 0
+	tp := p.anyTP
+	if tp {
+		if m := w.tpMicro(); m > 1 {
+			return w.tpPipelined(ctx, l, wd, qc, kc, m)
+		}
+	}
 	if nsp > 0 && p.micro > 1 && !p.anyReq && !tp {
 		w.local(l, wd, qc, kc, 0, 0, true)
 		if len(p.csaToks) > 0 {
@@ -123,10 +128,15 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 			return err
 		}
 	}
+	world := rk.e.world.Comm(me)
+	var whole *tpSpan
 	if tp {
-		if err := w.gatherTP(ctx, l); err != nil {
+		whole = w.tpWhole()
+		gather := w.tpGather(whole)
+		if err := rk.timed(func() error { return gather(ctx, world) }); err != nil {
 			return err
 		}
+		w.tpProject(l, whole)
 	}
 	w.local(l, wd, qc, kc, 0, nsp, true)
 	if len(p.csaToks) > 0 {
@@ -145,7 +155,11 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 		}
 	}
 	if tp {
-		return w.reduceTP(ctx, l)
+		reduce := w.tpOutProj(l, whole)
+		if err := rk.timed(func() error { return reduce(ctx, world) }); err != nil {
+			return err
+		}
+		w.tpAddBack(whole)
 	}
 	return nil
 }

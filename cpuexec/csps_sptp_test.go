@@ -195,3 +195,74 @@ func sum(s []int) int {
 	}
 	return t
 }
+
+// TestCSPSSPTPMicroPartitions (T3, R31): SP-TP pipelined over
+// M ∈ {2, 3, 4, 16} micro-partitions (uneven ones, M = 16 capped at 8 so
+// that each holds at least tensor.RowIndependentMin tokens) gives logits
+// bitwise equal to M = 1 and moves the same all-gather and
+// reduce-scatter bytes, for two long prompts (uneven SPTs) beside a short
+// one living on one rank, under GQA with N ∤ heads; the pipelined step
+// matches one rank too.
+func TestCSPSSPTPMicroPartitions(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, kv := range []int{4, 1} {
+		m := loadParallelFixture(t, kv)
+		cfg := m.Config
+		for _, n := range []int{2, 3, 4} {
+			type result struct {
+				logits []float32
+				ag, rs int64
+				calls  int64 // all-gathers, every rank
+			}
+			var single []float32
+			run := func(micro int) result {
+				c, err := NewCSPS(cfg, m.Weights, CSPSOptions{Ranks: n, BlockSize: 4, PerRank: 64, MicroPartitions: micro, Configure: sptpAll, Options: Options{Pool: pool}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				alloc := newSPAlloc(n, 64)
+				ranks, counts := spread(50, n)
+				b := forward.Batch{Seqs: []forward.SeqBatch{
+					{Tokens: fixture.Tokens(7, 200, cfg.Vocab), Blocks: alloc.table(ranks, counts), NumLogits: 200},
+					{Tokens: fixture.Tokens(8, 11, cfg.Vocab), Blocks: alloc.table([]int{n - 1}, []int{3}), NumLogits: 2},
+					{Tokens: fixture.Tokens(9, 90, cfg.Vocab), Blocks: alloc.table([]int{0, n - 1}, []int{12, 11}), NumLogits: 90},
+				}}
+				got, err := c.Step(context.Background(), &b, c.Placement())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if single == nil {
+					one, err := NewExecutor(cfg, m.Weights, Options{BlockSize: 4, NumBlocks: n * 64, Pool: pool})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, err := one.Step(context.Background(), &b, one.KVPlacement())
+					if err != nil {
+						t.Fatal(err)
+					}
+					single = append([]float32(nil), want...)
+				}
+				assertLogitsClose(t, fmt.Sprintf("kv=%d N=%d M=%d against one rank", kv, n, micro), got, single, cfg.Vocab)
+				st := c.CommStats()
+				ag := st.Kind(comm.KindAllGather)
+				return result{append([]float32(nil), got...), ag.SentBytes, st.Kind(comm.KindReduceScatter).SentBytes, ag.Calls}
+			}
+			want := run(1)
+			for _, micro := range []int{2, 3, 4, 16} {
+				got := run(micro)
+				for i := range got.logits {
+					if got.logits[i] != want.logits[i] {
+						t.Fatalf("kv=%d N=%d M=%d: logit %d is %v, M=1 %v", kv, n, micro, i, got.logits[i], want.logits[i])
+					}
+				}
+				if parts := int64(min(micro, 290/tensor.RowIndependentMin)); got.calls != int64(n*cfg.Layers)*parts {
+					t.Fatalf("kv=%d N=%d M=%d: %d all-gathers over the ranks, want %d per rank and layer", kv, n, micro, got.calls, parts)
+				}
+				if got.ag != want.ag || got.rs != want.rs || got.ag == 0 {
+					t.Fatalf("kv=%d N=%d M=%d: all-gather %d and reduce-scatter %d bytes, M=1 %d and %d", kv, n, micro, got.ag, got.rs, want.ag, want.rs)
+				}
+			}
+		}
+	}
+}

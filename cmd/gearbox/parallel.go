@@ -45,7 +45,7 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
-	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
+	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention (each one's all-to-alls overlapped with its neighbours' attention) or SP-TP attention (each one's all-gather and reduce-scatter overlapped with its neighbours' projections and attention)")
 	fs.StringVar(&p.cspsArch, "csps-arch", "auto", "csps: prefill architecture of prompts over several ranks: auto (App A's choice with the deployment's TP; the CPU ranks have none, so SP-NTP), sp-ntp (two all-to-alls) or sp-tp (all-gather + reduce-scatter, each rank a head chunk of the attention weights)")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
