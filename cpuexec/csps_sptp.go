@@ -36,7 +36,9 @@ import (
 //
 // W_O's column shard is the one copy (rows of W_O's [d, heads·d_h] are
 // not contiguous in its columns): made once per rank, on its first SP-TP
-// step, and counted by CSPS.SPTPCopyBytes (1/N of W_O per rank).
+// step, in the model's format, and counted by CSPS.SPTPCopyBytes (1/N of
+// W_O per rank; a Q8_0 copy is exact when head_dim is a multiple of 32,
+// re-quantized otherwise, tensor.Weights.Cols).
 //
 // Choices, stated: the MLP runs on each rank's own rows with the full
 // weights, as SP-NTP's does: the CPU deployment holds full weights on
