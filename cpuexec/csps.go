@@ -298,7 +298,7 @@ type cspsPlan struct {
 	chunks         []parallel.Heads // per rank: the query heads (and KV heads they read) it attends for SP tokens
 	reqs           [][][]cspsReq    // [computing rank][holder rank]
 	anyReq         bool
-	micro          int // SP-NTP micro-partitions (CSPSOptions.MicroPartitions)
+	micro          int // SP-NTP or SP-TP micro-partitions (CSPSOptions.MicroPartitions)
 	csa            CSA // the executor's sparse attention setting
 	configure      func(int) CSPSPrompt
 	drops          []float64 // per sequence: its CSA drop ratio
