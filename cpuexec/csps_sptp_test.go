@@ -268,9 +268,10 @@ func TestCSPSSPTPMicroPartitions(t *testing.T) {
 }
 
 // TestCSPSSPTPEdges: SP-TP under a 20-token sliding window over 4 ranks
-// (one chunk, three chunks, a decode step), and over 6 ranks of a
-// 4-head model, where two ranks hold no head yet take part in every
-// all-gather and reduce-scatter, matches one rank.
+// (one chunk, three chunks, a decode step), over 6 ranks of a 4-head
+// model, where two ranks hold no head yet take part in every all-gather
+// and reduce-scatter, and with CSA asked for as well (SP-TP runs dense),
+// matches one rank.
 func TestCSPSSPTPEdges(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
@@ -297,5 +298,19 @@ func TestCSPSSPTPEdges(t *testing.T) {
 	r.step("6 ranks, 4 heads", []*spSeq{long}, []int{90})
 	if ag := r.c.CommStats().Kind(comm.KindAllGather).SentBytes; ag != int64(l.m.Config.Layers*90*l.m.Config.Hidden*5*4) {
 		t.Fatalf("6 ranks: all-gathers moved %d bytes, want L·d·(N−1)·4 per layer", ag)
+	}
+
+	r = newSPRun(t, m, 4, 64, pool)
+	c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, CSA: CSA{Levels: 2, Drop: 0.5},
+		Configure: func(int) CSPSPrompt { return CSPSPrompt{SPTP: true, CSA: true, Drop: 0.5} }, Options: Options{Pool: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c = c
+	alloc = newSPAlloc(4, 64)
+	ranks, counts = spread(23, 4)
+	r.step("SP-TP with CSA asked for", []*spSeq{{tokens: one.tokens, blocks: alloc.table(ranks, counts)}}, []int{90})
+	if st := c.CommStats(); st.Kind(comm.KindAllToAll).SentBytes != 0 || st.Kind(comm.KindReduceScatter).SentBytes == 0 {
+		t.Fatalf("SP-TP with CSA asked for moved %+v: want SP-TP's collectives only", st.Total())
 	}
 }
