@@ -550,6 +550,26 @@ func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs 
 	return m + float32(math.Log(float64(sum)))
 }
 
+// pipeComms are the rank's handles on two groups of every rank, labelled
+// in and out: a pipeline's two directions, each FIFO, running beside
+// each other.
+func (w *cspsWorker) pipeComms(in, out string) (*comm.Comm, *comm.Comm, error) {
+	all := make([]int, w.p.n)
+	for r := range all {
+		all[r] = r
+	}
+	world := w.rk.e.world
+	gi, err := world.Group(in, all...)
+	if err != nil {
+		return nil, nil, err
+	}
+	gout, err := world.Group(out, all...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gi.Comm(w.rk.id), gout.Comm(w.rk.id), nil
+}
+
 // pipelined runs SP-NTP's attention over the step's SP tokens in
 // micro-partitions along the sequence (R27–R30): partition i's first
 // all-to-all is in flight while the rank attends partition i−1, and
@@ -564,20 +584,10 @@ func (w *cspsWorker) pipelined(ctx context.Context, l, wd, qc, kc int) error {
 	nsp := len(p.spToks)
 	m := min(p.micro, nsp)
 	bound := func(i int) int { return parallel.Even(nsp, m, i).Lo }
-	all := make([]int, p.n)
-	for r := range all {
-		all[r] = r
-	}
-	world := rk.e.world
-	gq, err := world.Group("csps-qkv", all...)
+	cq, co, err := w.pipeComms("csps-qkv", "csps-out")
 	if err != nil {
 		return err
 	}
-	gout, err := world.Group("csps-out", all...)
-	if err != nil {
-		return err
-	}
-	cq, co := gq.Comm(rk.id), gout.Comm(rk.id)
 	start := func(c *comm.Comm, b *a2aBufs, pack func(*a2aBufs, int, int) (int, int), lo, hi int) *comm.Pending {
 		total, rtotal := pack(b, lo, hi)
 		return c.Start(ctx, func(ctx context.Context, c *comm.Comm) error {

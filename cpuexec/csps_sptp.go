@@ -369,20 +369,10 @@ func (w *cspsWorker) tpPipelined(ctx context.Context, l, wd, qc, kc, m int) erro
 		w.tpSpan(&w.tp.spans[i], s.Lo, s.Hi, base)
 		base += w.tp.spans[i].rows
 	}
-	all := make([]int, p.n)
-	for r := range all {
-		all[r] = r
-	}
-	world := rk.e.world
-	gag, err := world.Group("csps-tp-ag", all...)
+	cag, crs, err := w.pipeComms("csps-tp-ag", "csps-tp-rs")
 	if err != nil {
 		return err
 	}
-	grs, err := world.Group("csps-tp-rs", all...)
-	if err != nil {
-		return err
-	}
-	cag, crs := gag.Comm(rk.id), grs.Comm(rk.id)
 	wait := func(pd *comm.Pending) error { return rk.timed(pd.Wait) }
 	w.local(l, wd, qc, kc, 0, 0, true)
 	in := cag.Start(ctx, w.tpGather(&w.tp.spans[0]))
