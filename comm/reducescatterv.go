@@ -10,7 +10,9 @@ import (
 // split into chunks of counts[j] elements, in member order, and chunk
 // Rank lands in recv (len(recv) == counts[Rank]). The sum is taken in
 // member order, as AllReduce's. Every member passes the same counts. recv
-// must not overlap send.
+// must not overlap send. A transport whose Endpoint lacks ReduceScatterV
+// (Endpoint does not require it) runs it as an AllToAllV of the chunks
+// and a member-order sum, with the same result and byte count.
 func (c *Comm) ReduceScatterV(ctx context.Context, send, recv []float32, counts []int) error {
 	const k = KindReduceScatter
 	if err := c.begin(k); err != nil {
@@ -21,7 +23,11 @@ func (c *Comm) ReduceScatterV(ctx context.Context, send, recv []float32, counts 
 		err = fmt.Errorf("%w: len(recv) = %d, counts[%d] = %d", ErrInvalid, len(recv), c.rank, counts[c.rank])
 	}
 	if err == nil {
-		err = c.ep.ReduceScatterV(ctx, send, recv, counts)
+		if v, ok := c.ep.(reduceScatterVEndpoint); ok {
+			err = v.ReduceScatterV(ctx, send, recv, counts)
+		} else {
+			err = reduceScatterVByAllToAll(ctx, c.ep, send, recv, counts, c.rank)
+		}
 	}
 	c.busy.Store(false)
 	if err != nil {
@@ -49,6 +55,33 @@ func ReduceScatterVBytes(counts []int, member, elemBytes int) (sent, recv int64)
 	}
 	e := int64(elemBytes)
 	return (total - int64(counts[member])) * e, (total - int64(counts[(member+p-1)%p])) * e
+}
+
+// reduceScatterVEndpoint is the optional Endpoint method behind
+// Comm.ReduceScatterV (the in-process transport has it). The calling Comm
+// guarantees len(send) == sum(counts) and len(recv) == counts[self].
+type reduceScatterVEndpoint interface {
+	ReduceScatterV(ctx context.Context, send, recv []float32, counts []int) error
+}
+
+// reduceScatterVByAllToAll is ReduceScatterV on a transport without it:
+// each member's chunk j goes to member j (AllToAllV), which adds the P
+// chunks it receives in member order.
+func reduceScatterVByAllToAll(ctx context.Context, ep Endpoint, send, recv []float32, counts []int, me int) error {
+	p, m := len(counts), counts[me]
+	in := make([]float32, p*m)
+	rc := make([]int, p)
+	for i := range rc {
+		rc[i] = m
+	}
+	if err := ep.AllToAllV(ctx, send, counts, in, rc); err != nil {
+		return err
+	}
+	copy(recv, in[:m])
+	for i := 1; i < p; i++ {
+		add(recv, in[i*m:(i+1)*m])
+	}
+	return nil
 }
 
 func (e *endpoint) ReduceScatterV(ctx context.Context, send, recv []float32, counts []int) error {

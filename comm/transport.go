@@ -30,7 +30,7 @@ type Transport interface {
 // The calling Comm guarantees that the arguments are consistent for this
 // member: len(counts) == group size; counts are non-negative and sum to the
 // length of the buffer they describe; counts[self] == len(send) for
-// AllGatherV and == len(recv) for ReduceScatterV; len(send) == size·len(recv) for ReduceScatter; root, to and
+// AllGatherV; len(send) == size·len(recv) for ReduceScatter; root, to and
 // from are member indices and to, from are not the caller. Slices are valid
 // until the call returns. Whether the members of a group agree with each
 // other (same operation, same lengths, matching counts) is for the
@@ -43,9 +43,6 @@ type Transport interface {
 type Endpoint interface {
 	AllReduce(ctx context.Context, buf []float32) error
 	ReduceScatter(ctx context.Context, send, recv []float32) error
-	// ReduceScatterV is ReduceScatter with member j's chunk counts[j]
-	// elements long (len(send) == sum(counts), len(recv) == counts[self]).
-	ReduceScatterV(ctx context.Context, send, recv []float32, counts []int) error
 	AllGatherV(ctx context.Context, send, recv []float32, counts []int) error
 	AllToAllV(ctx context.Context, send []float32, sendCounts []int, recv []float32, recvCounts []int) error
 	Broadcast(ctx context.Context, buf []float32, root int) error
