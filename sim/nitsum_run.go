@@ -182,7 +182,7 @@ type instance struct {
 }
 
 func (in *instance) load() int {
-	return len(in.running) + len(in.migrated) + in.local.Len(nitsum.Feasible)
+	return len(in.running) + len(in.migrated) + in.local.Len(nitsum.Feasible) + in.local.Len(nitsum.BestEffort)
 }
 
 type reqState struct {
@@ -491,10 +491,13 @@ func balance(n int, xp, xd float64) int {
 // BestTP is the degree of tier s with the highest goodput per GPU of a
 // balanced P/D pair, X^P·X^D/(X^P+X^D)/t: the offline best static TP
 // (Split's, §4 Baselines); -1 when none meets the targets.
-func BestTP(prof nitsum.Profile, s int) int {
+func BestTP(prof nitsum.Profile, s int) int { return bestTPBelow(prof, s, math.MaxInt) }
+
+// bestTPBelow is BestTP among the degrees of at most limit GPUs.
+func bestTPBelow(prof nitsum.Profile, s, limit int) int {
 	best, bestE := -1, 0.0
 	for i, c := range prof.Cap[s] {
-		if c.Prefill <= 0 || c.Decode <= 0 {
+		if c.Prefill <= 0 || c.Decode <= 0 || prof.TP[i] > limit {
 			continue
 		}
 		if e := c.Prefill * c.Decode / (c.Prefill + c.Decode) / float64(prof.TP[i]); e > bestE {
@@ -507,9 +510,10 @@ func BestTP(prof nitsum.Profile, s int) int {
 	return prof.TP[best]
 }
 
-// splitInstances gives each tier a group at its best degree, GPUs split in
-// proportion to the GPUs each tier's mean rate needs there (the paper does
-// not give Split's division), P:D balanced within the group.
+// splitInstances gives each tier a group at its best degree: a P/D pair
+// each, then the other GPUs one instance at a time to the tier whose mean
+// rate needs the most GPUs at that degree per GPU it holds (the paper
+// does not give Split's division); P:D balanced within the group.
 func (r *nitsumRun) splitInstances() ([]nitsum.Instance, error) {
 	o := r.o
 	n := o.Tiers.Len()
@@ -520,16 +524,54 @@ func (r *nitsumRun) splitInstances() ([]nitsum.Instance, error) {
 	}
 	need := make([]float64, n)
 	tps := make([]int, n)
-	total := 0.0
+	gpus := make([]int, n)
+	left := r.gpus()
 	for s := range n {
-		t := BestTP(o.Profile, s)
-		if t < 0 || rate[s] == 0 {
-			continue
+		if t := BestTP(o.Profile, s); t > 0 && rate[s] > 0 {
+			tps[s] = t
+			left -= 2 * t // a P/D pair at least
 		}
-		c := o.Profile.Cap[s][r.tpIndex[t]]
-		tps[s] = t
-		need[s] = rate[s] * (1/c.Prefill + 1/c.Decode) * float64(t)
-		total += need[s]
+	}
+	// Too few GPUs for a pair of every tier at its best degree: the
+	// tier of the largest degree steps down to its best smaller one.
+	for left < 0 {
+		big := 0
+		for s := range n {
+			if tps[s] > tps[big] {
+				big = s
+			}
+		}
+		t := bestTPBelow(o.Profile, big, tps[big]/2)
+		if t < 0 {
+			return nil, fmt.Errorf("sim: nitsum run: split: %d GPUs cannot give every tier a P/D pair", r.gpus())
+		}
+		left += 2 * (tps[big] - t)
+		tps[big] = t
+	}
+	for s := range n {
+		if t := tps[s]; t > 0 {
+			c := o.Profile.Cap[s][r.tpIndex[t]]
+			need[s] = rate[s] * (1/c.Prefill + 1/c.Decode) * float64(t)
+			gpus[s] = 2 * t
+		}
+	}
+	// The rest, one instance at a time, to the tier with the most GPUs
+	// needed per GPU held (ties to the lower index).
+	for {
+		best := -1
+		for s := range n {
+			if tps[s] == 0 || tps[s] > left {
+				continue
+			}
+			if best < 0 || need[s]/float64(gpus[s]) > need[best]/float64(gpus[best]) {
+				best = s
+			}
+		}
+		if best < 0 {
+			break
+		}
+		gpus[best] += tps[best]
+		left -= tps[best]
 	}
 	var specs []nitsum.Instance
 	next := 0
@@ -538,15 +580,7 @@ func (r *nitsumRun) splitInstances() ([]nitsum.Instance, error) {
 			continue
 		}
 		t := tps[s]
-		g := int(math.Round(float64(r.gpus()) * need[s] / total))
-		g = max(2*t, g/t*t)
-		if next+g > r.gpus() {
-			g = (r.gpus() - next) / t * t
-		}
-		k := g / t
-		if k < 2 {
-			return nil, fmt.Errorf("sim: nitsum run: split: tier %q gets %d GPUs, fewer than a P/D pair at TP%d", o.Tiers.At(s).Name, g, t)
-		}
+		k := gpus[s] / t
 		c := o.Profile.Cap[s][r.tpIndex[t]]
 		nP := balance(k, c.Prefill, c.Decode)
 		for j := range k {
@@ -638,9 +672,17 @@ func (r *nitsumRun) handle(e nitsumEvent) error {
 		if in.retired {
 			return r.toDecode(e.req, -1)
 		}
-		in.local.Push(nitsum.Request{ID: strconv.Itoa(e.req), Tier: r.reqs[e.req].Tier}, nitsum.Feasible)
+		// The class travels with the request: the decode instance's local
+		// scheduler serves feasible requests before best-effort ones (L4).
+		in.local.Push(nitsum.Request{ID: strconv.Itoa(e.req), Tier: r.reqs[e.req].Tier}, r.st[e.req].class)
 		r.kick(in)
 	case evTick:
+		// The control loop runs while requests arrive: after the last
+		// arrival the last plan stays, so the backlog drains (the end of
+		// the trace is not a drop in demand the planner should follow).
+		if r.now > r.reqs[len(r.reqs)-1].Arrival {
+			return nil
+		}
 		if err := r.replan(); err != nil {
 			return err
 		}
@@ -1012,7 +1054,7 @@ func (r *nitsumRun) replan() error {
 			recv[d] += float64(int64(r.reqs[i].Input+r.st[i].generated) * r.kvTok)
 			recvStart[d] = max(recvStart[d], from[i])
 		} else {
-			d.local.Push(nitsum.Request{ID: strconv.Itoa(i), Tier: r.reqs[i].Tier}, nitsum.Feasible)
+			d.local.Push(nitsum.Request{ID: strconv.Itoa(i), Tier: r.reqs[i].Tier}, r.st[i].class)
 		}
 	}
 	// An instance that receives KV stops for the migration (stop and
