@@ -249,3 +249,67 @@ func TestRunNitsumRefusesFullCopy(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestRunNitsumServers: a pool of two 8-GPU servers plans 16 GPUs, no TP
+// group spans a server, hand-offs cross the network, and at a rate that
+// overloads one server the pair serves more.
+func TestRunNitsumServers(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 80, Seconds: 15, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 11}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests, opts.System = reqs, SystemNitsum
+	one, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Servers = 2
+	two, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := 0
+	for _, in := range two.Instances {
+		gpus += in.TP
+		if in.FirstGPU/8 != (in.FirstGPU+in.TP-1)/8 {
+			t.Errorf("instance %+v spans two servers", in)
+		}
+	}
+	t.Logf("80 req/s: one server %.1f req/s, two %.1f req/s (%d GPUs in the last plan)", one.Goodput, two.Goodput, gpus)
+	if gpus != 16 {
+		t.Errorf("last plan covers %d GPUs, want 16", gpus)
+	}
+	if two.Goodput <= one.Goodput*1.2 {
+		t.Errorf("two servers %.1f req/s, one %.1f: want clearly more", two.Goodput, one.Goodput)
+	}
+}
+
+func BenchmarkRunNitsum(b *testing.B) {
+	opts, lens := nitsumFixture(b)
+	reqs, err := NitsumWorkload{Rate: 70, Seconds: 30, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 1}.Requests()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.Requests, opts.System = reqs, SystemNitsum
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := RunNitsum(opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(reqs)), "requests/op")
+}
+
+func BenchmarkNitsumProfile(b *testing.B) {
+	opts, lens := nitsumFixture(b)
+	pr, err := NewNitsumProfiler(opts.Cost, opts.Model, []int{1, 2, 4, 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := pr.Profile(opts.Tiers, lens); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
