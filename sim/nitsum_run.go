@@ -120,6 +120,11 @@ type NitsumRunOptions struct {
 	System   NitsumSystem
 	Switch   NitsumSwitch  // SystemNitsum's reconfiguration path
 	Window   time.Duration // SystemNitsum's control window; 0 means nitsum.DefaultWindow
+	// ProfileWindow is the span of past arrivals the planner's rates are
+	// averaged over (§4.2.4's "profile window", a separate knob): the
+	// mean of the Meter's last ⌈ProfileWindow/Window⌉ window rates. 0
+	// means one window, the rates of §3.3.1.
+	ProfileWindow time.Duration
 	// TP is the static degree of SystemVanilla, SystemPD and
 	// SystemSLOBatch; 0 means 1.
 	TP int
@@ -252,6 +257,7 @@ type nitsumRun struct {
 	epoch    time.Time
 	meter    *nitsum.Meter
 	planner  *nitsum.Planner
+	history  [][]float64 // the Meter's window rates within the profile window, oldest first
 	res      *NitsumResult
 	shape    StepShape
 	untiered bool
@@ -956,11 +962,31 @@ func (r *nitsumRun) toDecode(i, from int) error {
 	return nil
 }
 
+// rates is the planner's input: the last window's rates, or their mean
+// over the profile window.
+func (r *nitsumRun) rates() []float64 {
+	last := r.meter.Rates(nil)
+	k := 1
+	if pw := r.o.ProfileWindow; pw > r.o.Window {
+		k = int((pw + r.o.Window - 1) / r.o.Window)
+	}
+	r.history = append(r.history, last)
+	if len(r.history) > k {
+		r.history = r.history[len(r.history)-k:]
+	}
+	out := make([]float64, len(last))
+	for _, h := range r.history {
+		for s, v := range h {
+			out[s] += v / float64(len(r.history))
+		}
+	}
+	return out
+}
+
 // replan is one control window's end: the planner's plan from the last
 // window's rates and, when it changes the instances, the reconfiguration.
 func (r *nitsumRun) replan() error {
-	rates := r.meter.Rates(nil)
-	plan, err := r.planner.Plan(rates)
+	plan, err := r.planner.Plan(r.rates())
 	if err != nil {
 		return err
 	}

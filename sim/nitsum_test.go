@@ -223,6 +223,23 @@ func TestRunNitsum(t *testing.T) {
 			t.Errorf("%s: only %d of %d requests finished", name, n, len(reqs))
 		}
 	}
+	// Rates averaged over a 10 s profile window swing less than one
+	// window's: fewer reconfigurations on the same trace.
+	o := opts
+	o.System, o.ProfileWindow = SystemNitsum, 10*time.Second
+	smooth, err := RunNitsum(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.ProfileWindow = 0
+	raw, err := RunNitsum(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("profile window 10 s: %d reconfigurations, %.1f req/s; 1 s: %d, %.1f req/s", smooth.Reconfigs, smooth.Goodput, raw.Reconfigs, raw.Goodput)
+	if smooth.Reconfigs >= raw.Reconfigs {
+		t.Errorf("a 10 s profile window reconfigures %d times, one window %d", smooth.Reconfigs, raw.Reconfigs)
+	}
 	if g := good["nitsum/fast"]; g <= 0 || g < good["nitsum/naive"] {
 		t.Errorf("nitsum goodput %.1f (naive %.1f)", g, good["nitsum/naive"])
 	}

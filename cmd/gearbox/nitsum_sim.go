@@ -26,6 +26,7 @@ type nitsumSimFlags struct {
 	system  string
 	staticT int
 	servers int
+	profile time.Duration
 }
 
 func addNitsumSimFlags(fs *flag.FlagSet) *nitsumSimFlags {
@@ -41,6 +42,7 @@ func addNitsumSimFlags(fs *flag.FlagSet) *nitsumSimFlags {
 	fs.StringVar(&f.sw, "nitsum-switch", "fast", "with --policy nitsum: reconfiguration path: fast (shard views, warm executors, aggregated KV migration) or naive (weight reload, kernel preparation, per-page copies)")
 	fs.StringVar(&f.system, "nitsum-system", "nitsum", "with --policy nitsum: nitsum, nitsum-static (planner once on the mean rates), split, slo-batch, pd or vanilla (the paper's baselines)")
 	fs.IntVar(&f.staticT, "nitsum-static-tp", 1, "with --nitsum-system slo-batch, pd or vanilla: their one TP degree")
+	fs.DurationVar(&f.profile, "nitsum-profile-window", 0, "with --policy nitsum: span of past arrivals the planner's rates are averaged over (the paper's profile window); 0: the last control window")
 	fs.IntVar(&f.servers, "nitsum-servers", 1, "with --policy nitsum: servers of --hardware in the pool (TP groups stay inside a server)")
 	return f
 }
@@ -170,7 +172,7 @@ func (f *nitsumSimFlags) resolve(sf *simFlags) (*nitsumSim, error) {
 	}
 	return &nitsumSim{
 		opts: sim.NitsumRunOptions{Model: s.cfg, Cost: s.cost, Servers: f.servers, Tiers: tiers, Profile: prof, Requests: reqs,
-			System: sys, Switch: sw, Window: f.window(), TP: f.staticT},
+			System: sys, Switch: sw, Window: f.window(), ProfileWindow: f.profile, TP: f.staticT},
 		lens:  lens,
 		label: fmt.Sprintf("%s on %d×%s", sf.model, f.servers, s.node),
 	}, nil
