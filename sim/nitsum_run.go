@@ -125,6 +125,9 @@ type NitsumRunOptions struct {
 	// mean of the Meter's last ⌈ProfileWindow/Window⌉ window rates. 0
 	// means one window, the rates of §3.3.1.
 	ProfileWindow time.Duration
+	// Plain runs the planner's plain greedy, without the unmet-demand
+	// weight (nitsum.Options.Plain): an ablation.
+	Plain bool
 	// TP is the static degree of SystemVanilla, SystemPD and
 	// SystemSLOBatch; 0 means 1.
 	TP int
@@ -370,7 +373,7 @@ func (r *nitsumRun) setup() error {
 	var specs []nitsum.Instance
 	switch o.System {
 	case SystemNitsum, SystemStaticPlan:
-		pl, err := nitsum.NewPlanner(o.Tiers, o.Profile, r.gpus(), nitsum.Options{NodeGPUs: o.Cost.Node.Count})
+		pl, err := nitsum.NewPlanner(o.Tiers, o.Profile, r.gpus(), nitsum.Options{NodeGPUs: o.Cost.Node.Count, Plain: o.Plain})
 		if err != nil {
 			return err
 		}

@@ -336,6 +336,20 @@ func nitsumR1R8(w *strings.Builder, ro nitsumReproOptions) error {
 	fmt.Fprintf(w, "| Nitsum scheduler / Split | 1.63× | %.2f× | %s |\n", r2, check(r2, 1.63, 0.2, true))
 	fmt.Fprintf(w, "| full / Nitsum scheduler | 1.19× | %.2f× | %s |\n\n", r3, check(r3, 1.19, 0.1, false))
 
+	fmt.Fprintf(w, "Ablations of full Nitsum on the same trace (not checked):\n\n| variant | goodput req/s | reconfigurations |\n|---|---|---|\n")
+	for _, v := range []struct {
+		name  string
+		plain bool
+	}{{"the planner's plain greedy (no unmet-demand weight, nitsum.Options.Plain)", true}} {
+		o := b.opts
+		o.Requests, o.System, o.Plain = reqs, sim.SystemNitsum, v.plain
+		res, err := sim.RunNitsum(o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %d |\n", v.name, res.Goodput, res.Reconfigs)
+	}
+	fmt.Fprintln(w)
 	if err := nitsumSplits(w, b, rate); err != nil {
 		return err
 	}
