@@ -987,7 +987,11 @@ func (r *nitsumRun) rates() []float64 {
 }
 
 // replan is one control window's end: the planner's plan from the last
-// window's rates and, when it changes the instances, the reconfiguration.
+// window's rates and, when it changes the instances, the reconfiguration
+// (stop and migrate, K1–K6) in four steps: match the instances that carry
+// on, retire the rest and collect their requests, move the running ones'
+// KV and pause the instances that receive it or are new, and place the
+// waiting requests again.
 func (r *nitsumRun) replan() error {
 	plan, err := r.planner.Plan(r.rates())
 	if err != nil {
@@ -1004,9 +1008,28 @@ func (r *nitsumRun) replan() error {
 		return nil
 	}
 	r.res.Reconfigs++
-	keep := map[int]*instance{}
-	reused := map[*instance]bool{}
-	for k, sp := range plan.Instances {
+	keep, reused := matchInstances(old, plan.Instances)
+	mv := r.retire(old, reused)
+	if err := r.install(plan.Instances, keep); err != nil {
+		return err
+	}
+	recv := r.moveDecodes(mv)
+	r.pause(keep, mv.retired, recv)
+	if err := r.reroute(mv.waiting); err != nil {
+		return err
+	}
+	r.retryPending()
+	for _, in := range r.insts {
+		r.kick(in)
+	}
+	return nil
+}
+
+// matchInstances pairs each new spec with an unchanged old instance
+// (same tier, role, degree, first GPU and cap), which carries on.
+func matchInstances(old []*instance, specs []nitsum.Instance) (keep map[int]*instance, reused map[*instance]bool) {
+	keep, reused = map[int]*instance{}, map[*instance]bool{}
+	for k, sp := range specs {
 		for _, in := range old {
 			if !reused[in] && sameInstance(in.spec, sp) {
 				keep[k], reused[in] = in, true
@@ -1014,57 +1037,70 @@ func (r *nitsumRun) replan() error {
 			}
 		}
 	}
-	// Everything queued for prefill is placed again under the new plan,
-	// in arrival order: waiting requests move as metadata (K2).
-	var waiting []int
-	var moving []int          // decode requests whose KV moves
-	from := map[int]float64{} // a moving request's source: when its iteration in progress ends
-	var retired []*instance
+	return keep, reused
+}
+
+// moves is what a reconfiguration takes off the old instances.
+type moves struct {
+	waiting []int           // queued for prefill: placed again as metadata (K2)
+	moving  []int           // decode requests; -1-i for one whose KV was never admitted (a plain hand-off)
+	from    map[int]float64 // a moving request's source: when its iteration in progress ends
+	retired []*instance     // the old instances that do not carry on
+}
+
+// retire empties every prefill queue (waiting requests are placed again
+// under the new plan) and marks the instances that do not carry on
+// retired, taking their decode requests.
+func (r *nitsumRun) retire(old []*instance, reused map[*instance]bool) moves {
+	mv := moves{from: map[int]float64{}}
+	drain := func(in *instance, f func(int)) {
+		for {
+			b := in.local.NextBatch(nil, math.MaxInt)
+			if len(b) == 0 {
+				return
+			}
+			for _, q := range b {
+				f(reqIndex(q))
+			}
+		}
+	}
 	for _, in := range old {
 		if in.spec.Role == nitsum.Prefill || in.spec.Role == nitsum.Spare {
-			for {
-				b := in.local.NextBatch(nil, math.MaxInt)
-				if len(b) == 0 {
-					break
-				}
-				for _, q := range b {
-					waiting = append(waiting, reqIndex(q))
-				}
-			}
+			drain(in, func(i int) { mv.waiting = append(mv.waiting, i) })
 		}
 		if reused[in] {
 			continue
 		}
 		in.retired = true
-		retired = append(retired, in)
-		if in.spec.Role == nitsum.Decode {
-			if in.busy {
-				for _, i := range in.running {
-					from[i] = in.until
-				}
-			}
-			moving = append(moving, in.running...)
-			moving = append(moving, in.migrated...)
-			for {
-				b := in.local.NextBatch(nil, math.MaxInt)
-				if len(b) == 0 {
-					break
-				}
-				for _, q := range b {
-					moving = append(moving, -1-reqIndex(q)) // no KV admitted yet: a plain hand-off
-				}
-			}
-			in.running, in.migrated = nil, nil
+		mv.retired = append(mv.retired, in)
+		if in.spec.Role != nitsum.Decode {
+			continue
 		}
+		if in.busy {
+			for _, i := range in.running {
+				mv.from[i] = in.until
+			}
+		}
+		mv.moving = append(mv.moving, in.running...)
+		mv.moving = append(mv.moving, in.migrated...)
+		drain(in, func(i int) { mv.moving = append(mv.moving, -1-i) })
+		in.running, in.migrated = nil, nil
 	}
-	if err := r.install(plan.Instances, keep); err != nil {
-		return err
-	}
-	// New instances wait for the GPUs they take to finish their
-	// iteration, then for the KV they receive.
-	recv := map[*instance]float64{}
-	recvStart := map[*instance]float64{}
-	for _, m := range moving {
+	return mv
+}
+
+// received is the KV an instance receives in a reconfiguration.
+type received struct {
+	bytes float64 // KV bytes, all its GPUs together
+	after float64 // not before: the end of the sources' iterations in progress
+}
+
+// moveDecodes gives every moving decode request to a decode instance of
+// its tier under the new plan (any tier's when its own has none, pending
+// when there is none).
+func (r *nitsumRun) moveDecodes(mv moves) map[*instance]received {
+	recv := map[*instance]received{}
+	for _, m := range mv.moving {
 		i, hasKV := m, true
 		if m < 0 {
 			i, hasKV = -1-m, false
@@ -1077,47 +1113,61 @@ func (r *nitsumRun) replan() error {
 			r.pending = append(r.pending, -1-i)
 			continue
 		}
-		if hasKV {
-			r.st[i].inst = nil
-			d.migrated = append(d.migrated, i)
-			recv[d] += float64(int64(r.reqs[i].Input+r.st[i].generated) * r.kvTok)
-			recvStart[d] = max(recvStart[d], from[i])
-		} else {
+		if !hasKV {
 			d.local.Push(nitsum.Request{ID: strconv.Itoa(i), Tier: r.reqs[i].Tier}, r.st[i].class)
-		}
-	}
-	// An instance that receives KV stops for the migration (stop and
-	// migrate, K6), a new one also waits for its GPUs' iteration in
-	// progress, and under the naive path a new one reloads its weights.
-	for k, in := range r.insts {
-		start := max(r.now, recvStart[in])
-		if keep[k] != nil && recv[in] == 0 {
 			continue
 		}
-		if keep[k] != nil && in.busy {
+		r.st[i].inst = nil
+		d.migrated = append(d.migrated, i)
+		rc := recv[d]
+		rc.bytes += float64(int64(r.reqs[i].Input+r.st[i].generated) * r.kvTok)
+		rc.after = max(rc.after, mv.from[i])
+		recv[d] = rc
+	}
+	return recv
+}
+
+// pause stops the instances the reconfiguration touches: one that
+// receives KV stops for the migration (K6) once its sources' iterations
+// end; a new one also waits for the iteration in progress on its GPUs
+// and, under the naive path, reloads its weights and prepares its
+// kernels. Only the pauses count as GPU time lost.
+func (r *nitsumRun) pause(keep map[int]*instance, retired []*instance, recv map[*instance]received) {
+	for k, in := range r.insts {
+		rc := recv[in]
+		kept := keep[k] != nil
+		if kept && rc.bytes == 0 {
+			continue
+		}
+		start := max(r.now, rc.after)
+		if kept && in.busy {
 			start = max(start, in.until)
 		}
 		for _, o := range retired {
-			if keep[k] == nil && o.busy && overlaps(o.spec, in.spec) {
+			if !kept && o.busy && overlaps(o.spec, in.spec) {
 				start = max(start, o.until)
 			}
 		}
 		p := 0.0
-		if bytes := recv[in] / float64(in.spec.TP); bytes > 0 {
-			p = MigrationTime(r.o.Switch, bytes)
+		if b := rc.bytes / float64(in.spec.TP); b > 0 {
+			p = MigrationTime(r.o.Switch, b)
 		}
-		if keep[k] == nil && r.o.Switch == NaiveSwitch {
+		if !kept && r.o.Switch == NaiveSwitch {
 			p += NitsumWeightReload + NitsumKernelPrep
 		}
 		in.ready = start + p
-		r.res.PausedGPUSeconds += (in.ready - r.now) * float64(in.spec.TP)
+		r.res.PausedGPUSeconds += p * float64(in.spec.TP)
 		if in.ready > r.now {
 			r.push(nitsumEvent{t: in.ready, kind: evReady, in: in})
 		}
 	}
-	// Feasible requests before best-effort ones, each in arrival order: a
-	// request keeps its place ahead of or behind the others across the
-	// reconfiguration, as it would in its local queues.
+}
+
+// reroute places the waiting requests under the new plan, feasible before
+// best effort, each in arrival order: a request keeps its place ahead of
+// or behind the others across the reconfiguration, as it would in its
+// local queues.
+func (r *nitsumRun) reroute(waiting []int) error {
 	slices.SortFunc(waiting, func(a, b int) int {
 		if ca, cb := r.st[a].class, r.st[b].class; ca != cb {
 			return int(ca) - int(cb)
@@ -1128,10 +1178,6 @@ func (r *nitsumRun) replan() error {
 		if err := r.route(i); err != nil {
 			return err
 		}
-	}
-	r.retryPending()
-	for _, in := range r.insts {
-		r.kick(in)
 	}
 	return nil
 }

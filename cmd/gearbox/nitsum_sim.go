@@ -174,8 +174,16 @@ func (f *nitsumSimFlags) resolve(sf *simFlags) (*nitsumSim, error) {
 		opts: sim.NitsumRunOptions{Model: s.cfg, Cost: s.cost, Servers: f.servers, Tiers: tiers, Profile: prof, Requests: reqs,
 			System: sys, Switch: sw, Window: f.window(), ProfileWindow: f.profile, TP: f.staticT},
 		lens:  lens,
-		label: fmt.Sprintf("%s on %d×%s", sf.model, f.servers, s.node),
+		label: fmt.Sprintf("%s on %s", sf.model, poolName(f.servers, s.node.String())),
 	}, nil
+}
+
+// poolName is a node, or servers × node.
+func poolName(servers int, node string) string {
+	if servers == 1 {
+		return node
+	}
+	return fmt.Sprintf("%d × %s", servers, node)
 }
 
 // writeNitsumSim prints a run: per tier, goodput and latency percentiles.
