@@ -125,6 +125,11 @@ type NitsumRunOptions struct {
 	// mean of the Meter's last ⌈ProfileWindow/Window⌉ window rates. 0
 	// means one window, the rates of §3.3.1.
 	ProfileWindow time.Duration
+	// NoFill plans with nitsum.Planner.Plan, which leaves the GPUs no
+	// tier's measured rate needs idle (spare); by default the run plans
+	// with PlanFilled, which gives them to the tiers as headroom (the
+	// paper leaves idle GPUs unspecified, P10).
+	NoFill bool
 	// Plain runs the planner's plain greedy, without the unmet-demand
 	// weight (nitsum.Options.Plain): an ablation.
 	Plain bool
@@ -391,7 +396,7 @@ func (r *nitsumRun) setup() error {
 				rates[q.Tier] += 1 / span
 			}
 		}
-		plan, err := pl.Plan(rates)
+		plan, err := r.plan(rates)
 		if err != nil {
 			return err
 		}
@@ -801,6 +806,14 @@ func (r *nitsumRun) toDecode(i, from int) error {
 	return nil
 }
 
+// plan runs the planner: PlanFilled, or Plan under NoFill.
+func (r *nitsumRun) plan(rates []float64) (*nitsum.Plan, error) {
+	if r.o.NoFill {
+		return r.planner.Plan(rates)
+	}
+	return r.planner.PlanFilled(rates)
+}
+
 // rates is the planner's input: the last window's rates, or their mean
 // over the profile window.
 func (r *nitsumRun) rates() []float64 {
@@ -829,7 +842,7 @@ func (r *nitsumRun) rates() []float64 {
 // KV and pause the instances that receive it or are new, and place the
 // waiting requests again.
 func (r *nitsumRun) replan() error {
-	plan, err := r.planner.Plan(r.rates())
+	plan, err := r.plan(r.rates())
 	if err != nil {
 		return err
 	}

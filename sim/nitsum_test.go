@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gearboxlm/gearbox/nitsum"
 	"github.com/gearboxlm/gearbox/slo"
 )
 
@@ -239,6 +240,25 @@ func TestRunNitsum(t *testing.T) {
 	t.Logf("profile window 10 s: %d reconfigurations, %.1f req/s; 1 s: %d, %.1f req/s", smooth.Reconfigs, smooth.Goodput, raw.Reconfigs, raw.Goodput)
 	if smooth.Reconfigs >= raw.Reconfigs {
 		t.Errorf("a 10 s profile window reconfigures %d times, one window %d", smooth.Reconfigs, raw.Reconfigs)
+	}
+	// Without filling, the GPUs the measured rates do not need stay spare.
+	o.NoFill = true
+	idle, err := RunNitsum(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := func(res *NitsumResult) int {
+		n := 0
+		for _, in := range res.Instances {
+			if in.Role == nitsum.Spare {
+				n += in.TP
+			}
+		}
+		return n
+	}
+	t.Logf("last plan: %d spare GPUs without filling (%.1f req/s), %d with (%.1f req/s)", spare(idle), idle.Goodput, spare(raw), raw.Goodput)
+	if spare(raw) != 0 || spare(idle) == 0 {
+		t.Errorf("spare GPUs: %d filled, %d not filled", spare(raw), spare(idle))
 	}
 	if g := good["nitsum/fast"]; g <= 0 || g < good["nitsum/naive"] {
 		t.Errorf("nitsum goodput %.1f (naive %.1f)", g, good["nitsum/naive"])

@@ -6,13 +6,13 @@ import (
 )
 
 // TestReproduceNitsumPart runs the Nitsum reproduction on 20-second traces
-// (10 s per R5 point): Figure 7's rows, Figure 2's shape and Table 1 come
+// (10 s per R5 point, R7 on 8 GPUs only, 5 s per run): Figure 7's rows, Figure 2's shape and Table 1 come
 // out as in the checked-in docs/reproduce/nitsum.md (they do not depend on
 // the trace), every ladder step and sweep row is there, and naive
 // switching collapses.
 func TestReproduceNitsumPart(t *testing.T) {
 	var b strings.Builder
-	if err := reproduceNitsumWith(&b, nitsumReproOptions{seconds: 20, sweepSeconds: 10}); err != nil {
+	if err := reproduceNitsumWith(&b, nitsumReproOptions{seconds: 20, sweepSeconds: 10, scaleSeconds: 5, scaleGPUs: []int{8}}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -25,7 +25,7 @@ func TestReproduceNitsumPart(t *testing.T) {
 		"| Qwen-14B, H100, TP2 | 10 / 8.6 | 15 / 15.1 | within |",
 		"| naive dynamic TP collapses (< 10% of the Nitsum scheduler) | yes | true | within |",
 		"| 35 / 35 | 4: 1×prefill TP2, 1×decode TP2 | 20.4 | 4: 1×prefill TP2, 1×decode TP2 | 35.0 | 55.4 |",
-		"## R3:", "## R5:", "## R8:", "| 2s |",
+		"## R3:", "## R5:", "## R7:", "## R8:", "| 2s |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("reproduction lacks %q", want)
