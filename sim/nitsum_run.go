@@ -140,8 +140,11 @@ type NitsumRunOptions struct {
 
 // NitsumResult is a run.
 type NitsumResult struct {
-	Outcomes   []NitsumOutcome // by request index
-	Span       float64         // first to last arrival, seconds
+	Outcomes []NitsumOutcome // by request index
+	// Span is the first to the last arrival, seconds; when the arrivals
+	// span less than one control window (a batch submitted at once), the
+	// first arrival to the last token instead.
+	Span       float64
 	Good       int
 	Goodput    float64 // good requests per second of Span
 	Attainment float64 // good over all requests
@@ -1055,7 +1058,13 @@ func overlaps(a, b nitsum.Instance) bool {
 func (r *nitsumRun) finish() *NitsumResult {
 	res := r.res
 	res.Outcomes = r.out
-	res.Span = max(r.reqs[len(r.reqs)-1].Arrival-r.reqs[0].Arrival, 1e-9)
+	res.Span = r.reqs[len(r.reqs)-1].Arrival - r.reqs[0].Arrival
+	if res.Span < r.o.Window.Seconds() {
+		for _, o := range r.out {
+			res.Span = max(res.Span, o.Last-r.reqs[0].Arrival)
+		}
+	}
+	res.Span = max(res.Span, 1e-9)
 	for i := range r.out {
 		o := &r.out[i]
 		if !o.Finished {

@@ -350,3 +350,28 @@ func BenchmarkNitsumProfile(b *testing.B) {
 		}
 	}
 }
+
+// TestRunNitsumAtOnce: requests submitted together are all served, and
+// goodput is per second of the makespan, not of a zero arrival span.
+func TestRunNitsumAtOnce(t *testing.T) {
+	opts, _ := nitsumFixture(t)
+	for i := range 40 {
+		opts.Requests = append(opts.Requests, NitsumRequest{Input: 500, Output: 20, Tier: i % 2})
+	}
+	opts.System = SystemNitsum
+	res, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := 0.0
+	for i, o := range res.Outcomes {
+		if !o.Finished {
+			t.Fatalf("request %d unfinished", i)
+		}
+		last = max(last, o.Last)
+	}
+	if res.Span != last || res.Goodput != float64(res.Good)/last {
+		t.Errorf("span %v s (last token %v s), goodput %v req/s for %d good", res.Span, last, res.Goodput, res.Good)
+	}
+	t.Logf("40 requests at once: %d good over %.2f s", res.Good, res.Span)
+}
