@@ -1,0 +1,505 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/nitsum"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/slo"
+	"github.com/gearboxlm/gearbox/tensor"
+	"github.com/gearboxlm/gearbox/tokenizer"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	Config  *model.Config
+	Weights *model.Weights // the one host copy every instance's shards are cut from
+	Ranks   int            // P: CPU ranks in the pool
+	Tiers   *slo.Set
+	// Profile is the capacity of one instance per tier and TP degree
+	// (MeasureProfile measures one); its TP degrees are the degrees an
+	// instance may take and get warm executors.
+	Profile nitsum.Profile
+	// Layout is the first layout; nil asks the planner with zero rates.
+	Layout []nitsum.Instance
+	// Window is the control window; 0 means nitsum.DefaultWindow. A
+	// negative window turns the control loop off (Reconfigure only).
+	Window time.Duration
+	// WeightBudget is the weight memory a rank may hold, bytes: the full
+	// copy plus the column-split copies of every TP degree (see
+	// WeightRule); 0 means no limit.
+	WeightBudget int64
+	BlockSize    int // KV block size in tokens; default 16
+	NumBlocks    int // KV blocks per executor rank; default one full context
+	// Sched is every instance engine's scheduler configuration; an
+	// instance's profiled batch cap, when set, replaces MaxNumSeqs.
+	Sched     sched.Config
+	Pool      *tensor.Pool // kernel threads shared by every rank; nil runs inline
+	Tokenizer *tokenizer.Tokenizer
+	EOS       []int
+	Clock     clock.Clock     // default the wall clock
+	Observer  engine.Observer // every instance's engine reports here; may be nil
+	Logger    *slog.Logger
+	// Manual starts no goroutine: no instance loops and no control loop.
+	// The caller drives every instance with Iterate and the control
+	// window with ControlStep (tests, on a fake clock).
+	Manual bool
+}
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("cluster: closed")
+
+// Cluster is Nitsum's runtime over CPU ranks: instances of different TP
+// degree on disjoint rank blocks, each an engine with its own scheduler
+// and KV pool, the global Dispatcher routing requests to them, and a
+// control loop that re-plans the layout every window. Submit, Abort,
+// Reconfigure and Stats are safe for concurrent use.
+type Cluster struct {
+	opts  Options
+	cfg   *model.Config
+	log   *slog.Logger
+	clk   clock.Clock
+	meter *nitsum.Meter
+	plan  *nitsum.Planner
+	warm  map[blockKey]*cpuexec.Executor // every (first rank, degree) of the profile
+	obs   observer
+
+	ctx    context.Context // the instances' loops
+	cancel context.CancelFunc
+	ctlWG  sync.WaitGroup
+
+	// mu orders Submit, Abort and Reconfigure: a reconfiguration holds it
+	// while the instances are paused.
+	mu     sync.Mutex
+	closed bool
+	insts  []*instance
+	disp   atomic.Pointer[nitsum.Dispatcher]
+	nextID atomic.Int64
+
+	// fmu guards where, which the engines' observer calls update from
+	// their loops.
+	fmu   sync.Mutex
+	where map[string]placed
+
+	stats counters
+}
+
+// placed is where a live request is and how the dispatcher labelled it.
+type placed struct {
+	inst  *instance
+	class nitsum.Class
+	tier  int
+}
+
+type blockKey struct{ first, tp int }
+
+// instance is one TP group: its spec in the layout, its warm executor,
+// its engine and the goroutine driving it.
+type instance struct {
+	spec nitsum.Instance
+	exec *cpuexec.Executor
+	eng  *engine.Engine
+	wake chan struct{}
+	quit chan struct{} // closed to stop the loop
+	done chan struct{} // closed when the loop has returned
+}
+
+// New builds the warm executors, the first layout's instances and
+// engines, and starts them and the control loop. It refuses a model whose
+// weights do not fit Options.WeightBudget.
+func New(opts Options) (*Cluster, error) {
+	if opts.Config == nil || opts.Weights == nil {
+		return nil, errors.New("cluster: a model config and weights are required")
+	}
+	if opts.Tiers == nil {
+		return nil, errors.New("cluster: a tier set is required")
+	}
+	if opts.Ranks < 1 {
+		return nil, fmt.Errorf("cluster: want at least one rank, got %d", opts.Ranks)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Window == 0 {
+		opts.Window = nitsum.DefaultWindow
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = 16
+	}
+	if opts.NumBlocks == 0 {
+		opts.NumBlocks = (opts.Config.MaxPositions + opts.BlockSize - 1) / opts.BlockSize
+	}
+	rule, err := WeightRule(opts.Config, opts.Weights, opts.Profile.TP)
+	if err != nil {
+		return nil, err
+	}
+	if opts.WeightBudget > 0 && rule.PerRank() > opts.WeightBudget {
+		return nil, fmt.Errorf("cluster: %w: %s, budget %d bytes per rank", ErrWeightsDoNotFit, rule, opts.WeightBudget)
+	}
+	planner, err := nitsum.NewPlanner(opts.Tiers, opts.Profile, opts.Ranks, nitsum.Options{NodeGPUs: nodeRanks(opts.Ranks, opts.Profile.TP)})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	meter, err := nitsum.NewMeter(opts.Clock, opts.Tiers.Len(), max(opts.Window, time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c := &Cluster{
+		opts: opts, cfg: opts.Config, log: opts.Logger, clk: opts.Clock, meter: meter, plan: planner,
+		warm: map[blockKey]*cpuexec.Executor{}, where: map[string]placed{},
+	}
+	c.obs = observer{c: c, next: opts.Observer}
+	c.stats.degrees = map[int]int{}
+	for _, t := range opts.Profile.TP {
+		for first := 0; first+t <= opts.Ranks; first += t {
+			x, err := cpuexec.NewExecutor(opts.Config, opts.Weights, cpuexec.Options{
+				Plan: parallel.Plan{DP: 1, PP: 1, SP: 1, TP: t}, BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks, Pool: opts.Pool, Clock: opts.Clock,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("cluster: warm executor tp=%d at rank %d: %w", t, first, err)
+			}
+			c.warm[blockKey{first, t}] = x
+		}
+	}
+	layout := opts.Layout
+	if layout == nil {
+		p, err := planner.Plan(make([]float64, opts.Tiers.Len()))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		layout = p.Instances
+	}
+	layout = Colocate(layout, c.spareTier())
+	if err := c.checkLayout(layout); err != nil {
+		return nil, err
+	}
+	d, err := nitsum.NewDispatcher(opts.Tiers, layout)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.disp.Store(d)
+	for _, spec := range layout {
+		in, err := c.newInstance(spec)
+		if err != nil {
+			return nil, err
+		}
+		c.insts = append(c.insts, in)
+	}
+	c.recordLayout()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for _, in := range c.insts {
+		c.start(in)
+	}
+	if opts.Window > 0 && !opts.Manual {
+		c.ctlWG.Add(1)
+		go c.control()
+	}
+	return c, nil
+}
+
+// nodeRanks is the planner's node size: the pool rounded up to a power
+// of two, at least the largest degree (CPU ranks of one process share
+// one node).
+func nodeRanks(ranks int, tps []int) int {
+	n := 1 << bits.Len(uint(ranks-1))
+	for _, t := range tps {
+		n = max(n, t)
+	}
+	return n
+}
+
+// Colocate returns layout as the runtime serves it. P/D disaggregation
+// is not built: every decode instance becomes an instance that serves
+// whole requests of its tier (role Prefill, its decode batch cap as its
+// bandwidth). A spare instance becomes an instance of tier spareTier
+// with no SLO bandwidth, so that it takes spilled requests as best
+// effort (G6) besides background work, rather than only background work;
+// a negative spareTier (no SLO tier) keeps it spare.
+func Colocate(layout []nitsum.Instance, spareTier int) []nitsum.Instance {
+	out := slices.Clone(layout)
+	for i := range out {
+		switch {
+		case out[i].Role == nitsum.Decode:
+			out[i].Role = nitsum.Prefill
+			out[i].Capacity = max(1, out[i].Batch)
+		case out[i].Role == nitsum.Spare && spareTier >= 0:
+			out[i].Role, out[i].Tier, out[i].Capacity, out[i].Background = nitsum.Prefill, spareTier, 0, true
+		}
+	}
+	return out
+}
+
+// spareTier is the tier spare instances serve: the first SLO tier, -1
+// when every tier is background.
+func (c *Cluster) spareTier() int {
+	for s := range c.opts.Tiers.Len() {
+		if !c.opts.Tiers.At(s).Background {
+			return s
+		}
+	}
+	return -1
+}
+
+// checkLayout verifies that layout covers the ranks once with aligned
+// blocks of degrees that have warm executors.
+func (c *Cluster) checkLayout(layout []nitsum.Instance) error {
+	next := 0
+	for i, in := range layout {
+		if in.FirstGPU != next {
+			return fmt.Errorf("cluster: layout instance %d starts at rank %d, want %d (instances in rank order, covering every rank)", i, in.FirstGPU, next)
+		}
+		if c.warm[blockKey{in.FirstGPU, in.TP}] == nil {
+			return fmt.Errorf("cluster: layout instance %d: TP %d at rank %d is not an aligned block of a profiled degree %v", i, in.TP, in.FirstGPU, c.opts.Profile.TP)
+		}
+		next += in.TP
+	}
+	if next != c.opts.Ranks {
+		return fmt.Errorf("cluster: layout covers %d ranks, the pool has %d", next, c.opts.Ranks)
+	}
+	return nil
+}
+
+// newInstance builds an engine for spec over its warm executor.
+func (c *Cluster) newInstance(spec nitsum.Instance) (*instance, error) {
+	x := c.warm[blockKey{spec.FirstGPU, spec.TP}]
+	sc := c.opts.Sched
+	if spec.Batch > 0 {
+		sc.MaxNumSeqs = spec.Batch
+	}
+	eng, err := engine.NewEngine(engine.Options{
+		Exec: x, Tokenizer: c.opts.Tokenizer, EOS: c.opts.EOS, Clock: c.clk, Sched: sc, Observer: &c.obs,
+		Logger: c.log.With("instance", fmt.Sprintf("tp%d@%d", spec.TP, spec.FirstGPU)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: instance tp=%d at rank %d: %w", spec.TP, spec.FirstGPU, err)
+	}
+	return &instance{spec: spec, exec: x, eng: eng, wake: make(chan struct{}, 1)}, nil
+}
+
+// start runs in's loop: Iterate while there is work, else wait for a
+// wake-up; requests that cannot be scheduled yet are polled.
+func (c *Cluster) start(in *instance) {
+	if c.opts.Manual {
+		return
+	}
+	in.quit, in.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(in.done)
+		for {
+			select {
+			case <-in.quit:
+				return
+			default:
+			}
+			ran, err := in.eng.Iterate(c.ctx)
+			if err != nil && c.ctx.Err() == nil {
+				c.log.Error("nitsum instance step failed", "tp", in.spec.TP, "first_rank", in.spec.FirstGPU, "err", err)
+			}
+			if ran {
+				continue
+			}
+			var poll <-chan time.Time
+			if st := in.eng.Stats(); st.Running+st.Waiting > 0 {
+				poll = time.After(time.Millisecond)
+			}
+			select {
+			case <-in.quit:
+				return
+			case <-in.wake:
+			case <-poll:
+			}
+		}
+	}()
+}
+
+// stop pauses in's loop after its step in progress.
+func stop(in *instance) {
+	if in.quit == nil {
+		return // Options.Manual
+	}
+	close(in.quit)
+	<-in.done
+	in.quit, in.done = nil, nil
+}
+
+// Iterate runs one engine iteration on every instance, in rank order,
+// and reports whether any ran a step: the driver of Options.Manual. It
+// must not run beside Reconfigure.
+func (c *Cluster) Iterate(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	insts := slices.Clone(c.insts)
+	c.mu.Unlock()
+	any := false
+	for _, in := range insts {
+		ran, err := in.eng.Iterate(ctx)
+		if err != nil {
+			return any, fmt.Errorf("cluster: instance tp=%d at rank %d: %w", in.spec.TP, in.spec.FirstGPU, err)
+		}
+		any = any || ran
+	}
+	return any, nil
+}
+
+func (in *instance) signal() {
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Submit dispatches req to an instance (the global scheduler's rules
+// G1–G7, by req.Tier, "" for the default tier) and returns its stream.
+// An empty ID gets one. It fails for an unknown tier, when no instance
+// may take the request, or with the engine's Submit errors.
+func (c *Cluster) Submit(req engine.Request) (*engine.Stream, error) {
+	tier, err := c.opts.Tiers.Resolve(req.Tier)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	req.Tier = c.opts.Tiers.At(tier).Name
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("nitsum-%d", c.nextID.Add(1))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if err := c.meter.Observe(tier); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	d := c.disp.Load()
+	a, err := d.Dispatch(nitsum.Request{ID: req.ID, Tier: tier})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	in := c.insts[a.Instance]
+	req.Priority = int(a.Class)
+	c.fmu.Lock()
+	c.where[req.ID] = placed{inst: in, class: a.Class, tier: tier}
+	c.fmu.Unlock()
+	st, err := in.eng.Submit(req)
+	if err != nil {
+		c.fmu.Lock()
+		delete(c.where, req.ID)
+		c.fmu.Unlock()
+		_, _ = d.Done(req.ID)
+		return nil, err
+	}
+	c.stats.dispatched[a.Class].Add(1)
+	in.signal()
+	return st, nil
+}
+
+// Abort cancels a live request; it reports whether the request was live.
+func (c *Cluster) Abort(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fmu.Lock()
+	p, ok := c.where[id]
+	c.fmu.Unlock()
+	if !ok {
+		return false
+	}
+	ok = p.inst.eng.Abort(id)
+	p.inst.signal()
+	return ok
+}
+
+// MaxModelLen is the longest prompt plus completion an instance accepts.
+func (c *Cluster) MaxModelLen() int { return c.insts0().eng.MaxModelLen() }
+
+func (c *Cluster) insts0() *instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.insts[0]
+}
+
+// Close stops the control loop and the instances; requests still live
+// end cancelled.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.ctlWG.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, in := range c.insts {
+		stop(in)
+		in.eng.Drain()
+	}
+	c.fmu.Lock()
+	live := make(map[string]*instance, len(c.where))
+	for id, p := range c.where {
+		live[id] = p.inst
+	}
+	c.fmu.Unlock()
+	for id, in := range live {
+		in.eng.Abort(id)
+	}
+}
+
+// observer forwards every instance engine's measurements and releases a
+// finished request's bandwidth in the current Dispatcher (G7). Its calls
+// come from the instances' loops with their engine's lock held: it takes
+// only fmu and the Dispatcher's lock.
+type observer struct {
+	c    *Cluster
+	next engine.Observer
+}
+
+func (o *observer) Step(s engine.StepStats) {
+	if o.next != nil {
+		o.next.Step(s)
+	}
+}
+
+func (o *observer) FirstToken(queue, ttft time.Duration) {
+	if o.next != nil {
+		o.next.FirstToken(queue, ttft)
+	}
+}
+
+func (o *observer) Token(itl time.Duration) {
+	if o.next != nil {
+		o.next.Token(itl)
+	}
+}
+
+func (o *observer) Finish(f engine.FinishStats) {
+	c := o.c
+	c.fmu.Lock()
+	_, ok := c.where[f.ID]
+	delete(c.where, f.ID)
+	c.fmu.Unlock()
+	if ok {
+		if _, err := c.disp.Load().Done(f.ID); err != nil {
+			c.log.Error("nitsum: completion of a request the dispatcher does not hold", "id", f.ID, "err", err)
+		}
+		c.stats.finished.Add(1)
+	}
+	if o.next != nil {
+		o.next.Finish(f)
+	}
+}

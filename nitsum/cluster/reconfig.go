@@ -1,0 +1,375 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/migrate"
+	"github.com/gearboxlm/gearbox/nitsum"
+)
+
+// Report is what one reconfiguration did.
+type Report struct {
+	From, To     migrate.Grouping // the TP degrees of the instances, in rank order
+	Changed      int              // old instances replaced (their rank block or degree changed)
+	Moved        int              // running requests whose KV migrated
+	MovedTokens  int64            // Σ their context lengths, tokens
+	Redispatched int              // waiting requests dispatched again (metadata only)
+	Bytes        int64            // KV bytes that crossed ranks (migrate.Plan.MovedBytes)
+	Pause        time.Duration    // from pausing the instances to resuming them
+}
+
+// Stats is a snapshot of the runtime's counters.
+type Stats struct {
+	Layout           migrate.Grouping // the TP degrees of the instances now, in rank order
+	Instances        map[int]int      // instances now, by TP degree
+	Reconfigurations int64            // layouts changed
+	Failed           int64            // reconfigurations refused or aborted, nothing changed
+	MigratedBytes    int64            // KV bytes moved across ranks, over all reconfigurations
+	MovedRequests    int64            // running requests migrated
+	Redispatched     int64            // waiting requests dispatched again
+	Pause            time.Duration    // total time instances stood paused for reconfigurations
+	Dispatched       [3]int64         // requests dispatched, by nitsum.Class
+	Finished         int64            // requests that reached a terminal state
+}
+
+// counters hold Stats; the atomics are updated outside mu.
+type counters struct {
+	dispatched [3]atomic.Int64
+	finished   atomic.Int64
+
+	mu                   sync.Mutex
+	layout               migrate.Grouping
+	degrees              map[int]int
+	reconfigs, failed    int64
+	bytes, moved, redisp int64
+	pause                time.Duration
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Cluster) Stats() Stats {
+	s := &c.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := Stats{
+		Layout: append(migrate.Grouping(nil), s.layout...), Instances: map[int]int{},
+		Reconfigurations: s.reconfigs, Failed: s.failed, MigratedBytes: s.bytes, MovedRequests: s.moved,
+		Redispatched: s.redisp, Pause: s.pause, Finished: s.finished.Load(),
+	}
+	for t, n := range s.degrees {
+		out.Instances[t] = n
+	}
+	for i := range out.Dispatched {
+		out.Dispatched[i] = s.dispatched[i].Load()
+	}
+	return out
+}
+
+// recordLayout publishes the instances' degrees; c.mu is held.
+func (c *Cluster) recordLayout() {
+	s := &c.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.layout = grouping(c.insts)
+	clear(s.degrees)
+	for _, in := range c.insts {
+		s.degrees[in.spec.TP]++
+	}
+}
+
+func grouping[T *instance | nitsum.Instance](xs []T) migrate.Grouping {
+	g := make(migrate.Grouping, len(xs))
+	for i, x := range xs {
+		switch v := any(x).(type) {
+		case *instance:
+			g[i] = v.spec.TP
+		case nitsum.Instance:
+			g[i] = v.TP
+		}
+	}
+	return g
+}
+
+// Reconfigure moves the pool to layout (a plan's instances, in rank
+// order, covering every rank), stop-and-migrate (K6): every instance
+// pauses after its step in progress; the instances whose rank block or
+// degree changes hand their requests off; running ones get blocks on
+// their new instance and their KV moves there with package migrate
+// (handshake first, then aggregated, double-buffered transfers); waiting
+// ones are dispatched again by the new layout's Dispatcher; then every
+// instance resumes. Instances whose block and degree stay keep their
+// engine and requests. No weight byte is copied: every instance runs on
+// the warm executor of its block and degree.
+//
+// On any failure (a layout that does not fit, a destination without the
+// blocks, a handshake that disagrees) nothing has changed: the old
+// instances resume with their requests, and the error says why.
+func (c *Cluster) Reconfigure(ctx context.Context, layout []nitsum.Instance) (Report, error) {
+	layout = Colocate(layout, c.spareTier())
+	if err := c.checkLayout(layout); err != nil {
+		c.countFailed()
+		return Report{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return Report{}, ErrClosed
+	}
+	start := c.clk.Now()
+	for _, in := range c.insts {
+		stop(in)
+	}
+	rep, err := c.reconfigure(ctx, layout)
+	for _, in := range c.insts {
+		c.start(in)
+	}
+	rep.Pause = c.clk.Now().Sub(start)
+	if err != nil {
+		c.countFailed()
+		return rep, err
+	}
+	c.recordLayout()
+	s := &c.stats
+	s.mu.Lock()
+	s.pause += rep.Pause
+	if rep.Changed > 0 {
+		s.reconfigs++
+	}
+	s.bytes += rep.Bytes
+	s.moved += int64(rep.Moved)
+	s.redisp += int64(rep.Redispatched)
+	s.mu.Unlock()
+	c.log.Info("nitsum reconfiguration", "from", rep.From.String(), "to", rep.To.String(), "moved", rep.Moved,
+		"redispatched", rep.Redispatched, "kv_bytes", rep.Bytes, "pause", rep.Pause)
+	return rep, nil
+}
+
+func (c *Cluster) countFailed() {
+	c.stats.mu.Lock()
+	c.stats.failed++
+	c.stats.mu.Unlock()
+}
+
+// move is one request handed off from a changed instance.
+type move struct {
+	h     engine.Handoff
+	from  int // old instance index
+	to    int // new instance index
+	class nitsum.Class
+	tier  int
+}
+
+// reconfigure does Reconfigure's work with every instance paused and
+// c.mu held; on error c is unchanged.
+func (c *Cluster) reconfigure(ctx context.Context, layout []nitsum.Instance) (Report, error) {
+	old := c.insts
+	rep := Report{From: grouping(old), To: grouping(layout)}
+	d, err := nitsum.NewDispatcher(c.opts.Tiers, layout)
+	if err != nil {
+		return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+	}
+	// New instances: an unchanged block keeps its instance; others get a
+	// fresh engine on their warm executor.
+	byKey := map[blockKey]int{}
+	for i, in := range old {
+		byKey[blockKey{in.spec.FirstGPU, in.spec.TP}] = i
+	}
+	next := make([]*instance, len(layout))
+	kept := make([]bool, len(old))
+	fresh := make([]bool, len(layout))
+	for i, spec := range layout {
+		if j, ok := byKey[blockKey{spec.FirstGPU, spec.TP}]; ok {
+			kept[j] = true
+			in := *old[j] // the spec changes; engine, executor and loop channels stay
+			in.spec = spec
+			next[i] = &in
+			continue
+		}
+		in, err := c.newInstance(spec)
+		if err != nil {
+			return rep, err
+		}
+		next[i], fresh[i] = in, true
+	}
+	// The dispatcher first holds the requests that stay where they are.
+	c.fmu.Lock()
+	where := make(map[string]placed, len(c.where))
+	for id, p := range c.where {
+		where[id] = p
+	}
+	c.fmu.Unlock()
+	oldIdx := map[*instance]int{}
+	for j, in := range old {
+		oldIdx[in] = j
+	}
+	newOfOld := map[int]int{}
+	for i, spec := range layout {
+		if j, ok := byKey[blockKey{spec.FirstGPU, spec.TP}]; ok {
+			newOfOld[j] = i
+		}
+	}
+	for id, p := range where {
+		j := oldIdx[p.inst]
+		if kept[j] {
+			if err := d.Place(nitsum.Request{ID: id, Tier: p.tier}, nitsum.Assignment{Instance: newOfOld[j], Class: p.class}); err != nil {
+				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+			}
+		}
+	}
+	// The changed instances' requests: running ones to the new instance
+	// over their block, waiting ones wherever the new dispatcher sends them.
+	var moves []move
+	filled := make([]int, len(layout))
+	for j, in := range old {
+		if kept[j] {
+			continue
+		}
+		rep.Changed++
+		hs, err := in.eng.Handoffs()
+		if err != nil {
+			return rep, fmt.Errorf("cluster: reconfigure: instance tp=%d at rank %d: %w", in.spec.TP, in.spec.FirstGPU, err)
+		}
+		for _, h := range hs {
+			p, ok := where[h.State.ID]
+			if !ok {
+				return rep, fmt.Errorf("cluster: reconfigure: request %q is live on instance tp=%d at rank %d but was not dispatched", h.State.ID, in.spec.TP, in.spec.FirstGPU)
+			}
+			m := move{h: h, from: j, class: p.class, tier: p.tier}
+			if h.State.Running {
+				m.to = destination(in.spec, layout, filled)
+				filled[m.to]++
+				if err := d.Place(nitsum.Request{ID: h.State.ID, Tier: p.tier}, nitsum.Assignment{Instance: m.to, Class: p.class}); err != nil {
+					return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+				}
+				rep.Moved++
+				rep.MovedTokens += int64(h.State.Computed)
+			} else {
+				a, err := d.Dispatch(nitsum.Request{ID: h.State.ID, Tier: p.tier})
+				if err != nil {
+					return rep, fmt.Errorf("cluster: reconfigure: re-dispatch %q: %w", h.State.ID, err)
+				}
+				m.to, m.class = a.Instance, a.Class
+				m.h.State.Priority = int(a.Class)
+				rep.Redispatched++
+			}
+			moves = append(moves, m)
+		}
+	}
+	// Blocks on the fresh instances (a refusal drops them: nothing changed).
+	spec := migrate.Spec{Model: c.cfg, From: rep.From, To: rep.To}
+	for k := range moves {
+		m := &moves[k]
+		rq := migrate.Request{ID: migrate.RequestID(k), From: m.from, To: m.to, Waiting: !m.h.State.Running}
+		if m.h.State.Running {
+			dst, err := next[m.to].eng.Adopt(m.h)
+			if err != nil {
+				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+			}
+			rq.Len, rq.Src, rq.Dst = m.h.State.Computed, m.h.State.Blocks, dst
+		} else if fresh[m.to] {
+			if _, err := next[m.to].eng.Adopt(m.h); err != nil {
+				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+			}
+		}
+		spec.Requests = append(spec.Requests, rq)
+	}
+	if len(spec.Requests) > 0 {
+		bytes, err := c.migrate(ctx, spec, old, next, kept, fresh)
+		if err != nil {
+			return rep, err
+		}
+		rep.Bytes = bytes
+	}
+	// Committed: waiting requests join the kept instances they were sent to.
+	for _, m := range moves {
+		if !m.h.State.Running && !fresh[m.to] {
+			if _, err := next[m.to].eng.Adopt(m.h); err != nil {
+				// Only a duplicate id or a draining engine gets here.
+				c.log.Error("nitsum: a re-dispatched request could not join its instance", "id", m.h.State.ID, "err", err)
+			}
+		}
+	}
+	c.fmu.Lock()
+	for _, m := range moves {
+		c.where[m.h.State.ID] = placed{inst: next[m.to], class: m.class, tier: m.tier}
+	}
+	for id, p := range c.where {
+		if j, ok := oldIdx[p.inst]; ok && kept[j] {
+			c.where[id] = placed{inst: next[newOfOld[j]], class: p.class, tier: p.tier}
+		}
+	}
+	c.fmu.Unlock()
+	c.insts = next
+	c.disp.Store(d)
+	return rep, nil
+}
+
+// destination is the new instance a running request of the changed
+// instance from goes to: the one holding from's first rank when blocks
+// merge, else the least filled one inside from's block (ties to the
+// lowest rank).
+func destination(from nitsum.Instance, layout []nitsum.Instance, filled []int) int {
+	best := -1
+	for i, in := range layout {
+		if in.FirstGPU <= from.FirstGPU && from.FirstGPU < in.FirstGPU+in.TP {
+			return i // a merge: one group holds the whole old block
+		}
+		if in.FirstGPU >= from.FirstGPU && in.FirstGPU < from.FirstGPU+from.TP {
+			if best < 0 || filled[i] < filled[best] {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// migrate runs spec on every rank at once: each rank's source cache is
+// its changed old instance's, its destination cache its fresh new
+// instance's (nil on kept instances, which move nothing). It returns the
+// KV bytes that crossed ranks.
+func (c *Cluster) migrate(ctx context.Context, spec migrate.Spec, old, next []*instance, kept, fresh []bool) (int64, error) {
+	plan, err := migrate.NewPlan(spec)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: reconfigure: %w", err)
+	}
+	w, err := comm.NewWorld(c.opts.Ranks)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: reconfigure: %w", err)
+	}
+	src := make([]*kvcache.Cache, c.opts.Ranks)
+	dst := make([]*kvcache.Cache, c.opts.Ranks)
+	for j, in := range old {
+		if !kept[j] {
+			for r := range in.spec.TP {
+				src[in.spec.FirstGPU+r] = in.exec.RankCache(r)
+			}
+		}
+	}
+	for i, in := range next {
+		if fresh[i] {
+			for r := range in.spec.TP {
+				dst[in.spec.FirstGPU+r] = in.exec.RankCache(r)
+			}
+		}
+	}
+	errs := make([]error, c.opts.Ranks)
+	var wg sync.WaitGroup
+	for r := range c.opts.Ranks {
+		wg.Go(func() {
+			_, errs[r] = migrate.Run(ctx, w, plan.Rank(r), src[r], dst[r], migrate.Options{})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil { // every rank fails alike in the handshake; the first says why
+			return 0, fmt.Errorf("cluster: reconfigure %v → %v: %w", spec.From, spec.To, err)
+		}
+	}
+	return plan.MovedBytes(), nil
+}
