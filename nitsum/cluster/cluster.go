@@ -29,10 +29,13 @@ type Options struct {
 	Weights *model.Weights // the one host copy every instance's shards are cut from
 	Ranks   int            // P: CPU ranks in the pool
 	Tiers   *slo.Set
-	// Profile is the capacity of one instance per tier and TP degree
-	// (MeasureProfile measures one); its TP degrees are the degrees an
-	// instance may take and get warm executors.
+	// Profile is the capacity of one instance per tier and TP degree;
+	// its TP degrees are the degrees an instance may take and get warm
+	// executors. When it lists no degree, Measure must be set.
 	Profile nitsum.Profile
+	// Measure, when Profile lists no degree, measures the profile on the
+	// warm executors at start-up (Cluster.Timings reports the steps).
+	Measure *Measure
 	// Layout is the first layout; nil asks the planner with zero rates.
 	Layout []nitsum.Instance
 	// Window is the control window; 0 means nitsum.DefaultWindow. A
@@ -75,7 +78,10 @@ type Cluster struct {
 	meter *nitsum.Meter
 	plan  *nitsum.Planner
 	warm  map[blockKey]*cpuexec.Executor // every (first rank, degree) of the profile
-	obs   observer
+	rule  Rule
+	// timings are the steps Options.Measure timed, by degree then batch.
+	timings []Timing
+	obs     observer
 
 	ctx    context.Context // the instances' loops
 	cancel context.CancelFunc
@@ -145,28 +151,30 @@ func New(opts Options) (*Cluster, error) {
 	if opts.NumBlocks == 0 {
 		opts.NumBlocks = (opts.Config.MaxPositions + opts.BlockSize - 1) / opts.BlockSize
 	}
-	rule, err := WeightRule(opts.Config, opts.Weights, opts.Profile.TP)
+	degrees := opts.Profile.TP
+	if len(degrees) == 0 && opts.Measure != nil {
+		m := *opts.Measure
+		m.defaults(opts.Ranks, opts.Config.KVHeads)
+		opts.Measure, degrees = &m, m.Degrees
+	}
+	rule, err := WeightRule(opts.Config, opts.Weights, degrees)
 	if err != nil {
 		return nil, err
 	}
 	if opts.WeightBudget > 0 && rule.PerRank() > opts.WeightBudget {
 		return nil, fmt.Errorf("cluster: %w: %s, budget %d bytes per rank", ErrWeightsDoNotFit, rule, opts.WeightBudget)
 	}
-	planner, err := nitsum.NewPlanner(opts.Tiers, opts.Profile, opts.Ranks, nitsum.Options{NodeGPUs: nodeRanks(opts.Ranks, opts.Profile.TP)})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	meter, err := nitsum.NewMeter(opts.Clock, opts.Tiers.Len(), max(opts.Window, time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c := &Cluster{
-		opts: opts, cfg: opts.Config, log: opts.Logger, clk: opts.Clock, meter: meter, plan: planner,
+		opts: opts, cfg: opts.Config, log: opts.Logger, clk: opts.Clock, meter: meter, rule: rule,
 		warm: map[blockKey]*cpuexec.Executor{}, where: map[string]placed{},
 	}
 	c.obs = observer{c: c, next: opts.Observer}
 	c.stats.degrees = map[int]int{}
-	for _, t := range opts.Profile.TP {
+	for _, t := range degrees {
 		for first := 0; first+t <= opts.Ranks; first += t {
 			x, err := cpuexec.NewExecutor(opts.Config, opts.Weights, cpuexec.Options{
 				Plan: parallel.Plan{DP: 1, PP: 1, SP: 1, TP: t}, BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks, Pool: opts.Pool, Clock: opts.Clock,
@@ -177,6 +185,21 @@ func New(opts Options) (*Cluster, error) {
 			c.warm[blockKey{first, t}] = x
 		}
 	}
+	if len(opts.Profile.TP) == 0 && opts.Measure != nil {
+		timings := make([][]Timing, len(degrees))
+		for i, t := range degrees {
+			if timings[i], err = c.measure(context.Background(), c.warm[blockKey{0, t}], t, *opts.Measure); err != nil {
+				return nil, err
+			}
+			c.timings = append(c.timings, timings[i]...)
+		}
+		c.opts.Profile = profileFrom(opts.Tiers, *opts.Measure, timings)
+	}
+	planner, err := nitsum.NewPlanner(opts.Tiers, c.opts.Profile, opts.Ranks, nitsum.Options{NodeGPUs: nodeRanks(opts.Ranks, degrees)})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.plan = planner
 	layout := opts.Layout
 	if layout == nil {
 		p, err := planner.Plan(make([]float64, opts.Tiers.Len()))
@@ -421,6 +444,16 @@ func (c *Cluster) Abort(id string) bool {
 	p.inst.signal()
 	return ok
 }
+
+// Profile is the capacity profile the planner uses (measured at
+// start-up under Options.Measure).
+func (c *Cluster) Profile() nitsum.Profile { return c.opts.Profile }
+
+// Timings are the steps Options.Measure timed; nil without it.
+func (c *Cluster) Timings() []Timing { return c.timings }
+
+// WeightRule is the weight memory rule the cluster was admitted under.
+func (c *Cluster) WeightRule() Rule { return c.rule }
 
 // MaxModelLen is the longest prompt plus completion an instance accepts.
 func (c *Cluster) MaxModelLen() int { return c.insts0().eng.MaxModelLen() }
