@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/nitsum"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 )
@@ -27,15 +29,20 @@ type parallelFlags struct {
 	sidpThr   int     // --sidp-threshold (sidp)
 	sidpWin   int     // --sidp-window (sidp)
 	sidpSlots int     // --sidp-slots (sidp); 0: dp−1
+
+	nitsumWin    time.Duration // --nitsum-window (nitsum)
+	nitsumBudget float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens) or nitsum (serve only: the --plan tp=N CPU ranks as instances of changing TP degree for the --slo-tiers tiers, KV migrated between them every --nitsum-window)")
 	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
 	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
+	fs.DurationVar(&p.nitsumWin, "nitsum-window", nitsum.DefaultWindow, "nitsum: the control window: every window the planner re-lays the --plan tp=N ranks out as instances of TP 1, 2, 4, … from the last window's arrival rate per --slo-tiers tier")
+	fs.Float64Var(&p.nitsumBudget, "nitsum-weight-budget", 0, "nitsum: GiB of weights a rank may hold under the rule full copy + Σ_{t>1} (attention output + MLP down)/t; a model over it is refused (0: no limit)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
 	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
@@ -105,7 +112,12 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if name != "sidp" && (set["sidp-threshold"] || set["sidp-window"] || set["sidp-slots"]) {
 		return plan, nil, fmt.Errorf("--sidp-threshold, --sidp-window and --sidp-slots need --policy sidp")
 	}
+	if name != "nitsum" && (set["nitsum-window"] || set["nitsum-weight-budget"]) {
+		return plan, nil, fmt.Errorf("--nitsum-window and --nitsum-weight-budget need --policy nitsum")
+	}
 	switch name {
+	case "nitsum":
+		return plan, nil, fmt.Errorf("--policy nitsum is served by 'gearbox serve' only: it runs several engines, not one plan per step")
 	case "sidp":
 		if set["shift-threshold"] || set["shift-parallel-threshold"] {
 			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift, not sidp")
@@ -135,7 +147,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw or sidp)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw, sidp or nitsum)", name)
 }
 
 // seesaw resolves --policy seesaw: two plans of the same ranks; the

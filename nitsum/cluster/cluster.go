@@ -89,11 +89,12 @@ type Cluster struct {
 
 	// mu orders Submit, Abort and Reconfigure: a reconfiguration holds it
 	// while the instances are paused.
-	mu     sync.Mutex
-	closed bool
-	insts  []*instance
-	disp   atomic.Pointer[nitsum.Dispatcher]
-	nextID atomic.Int64
+	mu       sync.Mutex
+	closed   bool
+	draining bool
+	insts    []*instance
+	disp     atomic.Pointer[nitsum.Dispatcher]
+	nextID   atomic.Int64
 
 	// fmu guards where, which the engines' observer calls update from
 	// their loops.
@@ -172,7 +173,7 @@ func New(opts Options) (*Cluster, error) {
 		opts: opts, cfg: opts.Config, log: opts.Logger, clk: opts.Clock, meter: meter, rule: rule,
 		warm: map[blockKey]*cpuexec.Executor{}, where: map[string]placed{},
 	}
-	c.obs = observer{c: c, next: opts.Observer}
+	c.obs = observer{c: c, next: opts.Observer, lastQ: map[*engine.Engine]int64{}, lastH: map[*engine.Engine]int64{}}
 	c.stats.degrees = map[int]int{}
 	for _, t := range degrees {
 		for first := 0; first+t <= opts.Ranks; first += t {
@@ -305,13 +306,15 @@ func (c *Cluster) newInstance(spec nitsum.Instance) (*instance, error) {
 	if spec.Batch > 0 {
 		sc.MaxNumSeqs = spec.Batch
 	}
+	var self *engine.Engine
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: x, Tokenizer: c.opts.Tokenizer, EOS: c.opts.EOS, Clock: c.clk, Sched: sc, Observer: &c.obs,
+		Exec: x, Tokenizer: c.opts.Tokenizer, EOS: c.opts.EOS, Clock: c.clk, Sched: sc, Observer: step{&c.obs, &self},
 		Logger: c.log.With("instance", fmt.Sprintf("tp%d@%d", spec.TP, spec.FirstGPU)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: instance tp=%d at rank %d: %w", spec.TP, spec.FirstGPU, err)
 	}
+	self = eng
 	return &instance{spec: spec, exec: x, eng: eng, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -404,6 +407,9 @@ func (c *Cluster) Submit(req engine.Request) (*engine.Stream, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
+	if c.draining {
+		return nil, engine.ErrDraining
+	}
 	if err := c.meter.Observe(tier); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -464,6 +470,28 @@ func (c *Cluster) insts0() *instance {
 	return c.insts[0]
 }
 
+// Drain stops admitting requests (Submit returns engine.ErrDraining)
+// and returns a channel closed once every live request has ended.
+func (c *Cluster) Drain() <-chan struct{} {
+	c.mu.Lock()
+	c.draining = true
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c.fmu.Lock()
+			n := len(c.where)
+			c.fmu.Unlock()
+			if n == 0 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return done
+}
+
 // Close stops the control loop and the instances; requests still live
 // end cancelled.
 func (c *Cluster) Close() {
@@ -496,15 +524,35 @@ func (c *Cluster) Close() {
 // observer forwards every instance engine's measurements and releases a
 // finished request's bandwidth in the current Dispatcher (G7). Its calls
 // come from the instances' loops with their engine's lock held: it takes
-// only fmu and the Dispatcher's lock.
+// only fmu, its own stepMu and the Dispatcher's lock.
 type observer struct {
 	c    *Cluster
 	next engine.Observer
+
+	// The engines' prefix-cache counters are cumulative per engine; the
+	// next observer gets them cumulative over the cluster, never falling.
+	stepMu        sync.Mutex
+	queries, hits int64
+	lastQ, lastH  map[*engine.Engine]int64
 }
 
-func (o *observer) Step(s engine.StepStats) {
+// step is an instance engine's Observer: it knows which engine reports.
+type step struct {
+	*observer
+	eng **engine.Engine
+}
+
+func (s step) Step(st engine.StepStats) {
+	o := s.observer
+	o.stepMu.Lock()
+	defer o.stepMu.Unlock()
+	e := *s.eng
+	o.queries += st.PrefixQueries - o.lastQ[e]
+	o.hits += st.PrefixHits - o.lastH[e]
+	o.lastQ[e], o.lastH[e] = st.PrefixQueries, st.PrefixHits
+	st.PrefixQueries, st.PrefixHits = o.queries, o.hits
 	if o.next != nil {
-		o.next.Step(s)
+		o.next.Step(st)
 	}
 }
 

@@ -305,6 +305,14 @@ func (c *Cluster) reconfigure(ctx context.Context, layout []nitsum.Instance) (Re
 		}
 	}
 	c.fmu.Unlock()
+	c.obs.stepMu.Lock()
+	for j, in := range old {
+		if !kept[j] {
+			delete(c.obs.lastQ, in.eng)
+			delete(c.obs.lastH, in.eng)
+		}
+	}
+	c.obs.stepMu.Unlock()
 	c.insts = next
 	c.disp.Store(d)
 	return rep, nil
