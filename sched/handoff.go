@@ -1,12 +1,17 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/gearboxlm/gearbox/kvcache"
 )
+
+// ErrNoBlocks is wrapped by Adopt's error when the pool lacks the blocks
+// of the request's computed tokens.
+var ErrNoBlocks = errors.New("sched: not enough free KV blocks")
 
 // Handoff is one live request's scheduling state, read from one
 // scheduler (Snapshot) so that another can take it over (Adopt): Nitsum
@@ -69,7 +74,7 @@ func handoff(r *request, blockSize int) Handoff {
 // priority and arrival, so it keeps its place in line. Adopt fails,
 // changing nothing, for a duplicate ID, known tokens beyond the context,
 // Computed outside [1, len(Tokens)] for a running request, or too few
-// free blocks.
+// free blocks (ErrNoBlocks).
 func (s *Scheduler) Adopt(h Handoff) ([]int, error) {
 	switch {
 	case s.byID[h.ID] != nil:
@@ -93,7 +98,7 @@ func (s *Scheduler) Adopt(h Handoff) ([]int, error) {
 	}
 	seq, ok := s.reps[0].kv.Admit(kvcache.Prefix{}, h.Computed)
 	if !ok {
-		return nil, fmt.Errorf("sched: adopt %q: no %d free KV blocks for %d computed tokens", h.ID, s.blocksFor(h.Computed), h.Computed)
+		return nil, fmt.Errorf("%w: adopt %q: %d blocks for %d computed tokens", ErrNoBlocks, h.ID, s.blocksFor(h.Computed), h.Computed)
 	}
 	s.order++
 	r.replica, r.kv, r.computed, r.state = 0, seq, h.Computed, running

@@ -48,11 +48,15 @@ func TestHandoff(t *testing.T) {
 	if hs[0].Computed != 4 || len(hs[0].Tokens) != 5 || hs[1].Computed != 16 || len(hs[1].Tokens) != 20 || hs[2].Blocks != nil {
 		t.Fatalf("snapshot %+v", hs)
 	}
-	small, _ := New(Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 3, MaxNumSeqs: 2})
-	if _, err := small.Adopt(hs[0]); err != nil {
-		t.Fatal(err)
+	small, _ := New(Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 5, MaxNumSeqs: 2})
+	a2 := hs[0]
+	a2.ID = "a2"
+	for _, h := range []Handoff{hs[0], a2} { // one block each: 3 left, b needs 4
+		if _, err := small.Adopt(h); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := small.Adopt(hs[1]); err == nil || small.NumRunning() != 1 {
+	if _, err := small.Adopt(hs[1]); !errors.Is(err, ErrNoBlocks) || small.NumRunning() != 2 {
 		t.Fatalf("adopt past the pool: %v, %d running", err, small.NumRunning())
 	}
 	dst, _ := New(cfg)

@@ -83,9 +83,10 @@ type Cluster struct {
 	timings []Timing
 	obs     observer
 
-	ctx    context.Context // the instances' loops
-	cancel context.CancelFunc
-	ctlWG  sync.WaitGroup
+	ctx       context.Context // the instances' loops
+	cancel    context.CancelFunc
+	ctlCancel context.CancelFunc // the control loop's
+	ctlWG     sync.WaitGroup
 
 	// mu orders Submit, Abort and Reconfigure: a reconfiguration holds it
 	// while the instances are paused.
@@ -230,9 +231,11 @@ func New(opts Options) (*Cluster, error) {
 	for _, in := range c.insts {
 		c.start(in)
 	}
+	ctl, ctlCancel := context.WithCancel(context.Background())
+	c.ctlCancel = ctlCancel
 	if opts.Window > 0 && !opts.Manual {
 		c.ctlWG.Add(1)
-		go c.control()
+		go c.control(ctl)
 	}
 	return c, nil
 }
@@ -502,10 +505,11 @@ func (c *Cluster) Close() {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	c.cancel()
+	c.ctlCancel()
 	c.ctlWG.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.cancel() // after the loops: a step in progress completes
 	for _, in := range c.insts {
 		stop(in)
 		in.eng.Drain()

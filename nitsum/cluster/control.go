@@ -10,16 +10,16 @@ import (
 )
 
 // control runs ControlStep every window until Close.
-func (c *Cluster) control() {
+func (c *Cluster) control(ctx context.Context) {
 	defer c.ctlWG.Done()
 	t := time.NewTicker(c.opts.Window)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, _, err := c.ControlStep(c.ctx); err != nil && c.ctx.Err() == nil {
+			if _, _, err := c.ControlStep(ctx); err != nil && ctx.Err() == nil {
 				c.log.Error("nitsum control window", "err", err)
 			}
 		}

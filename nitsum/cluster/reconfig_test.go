@@ -2,12 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/migrate"
+	"github.com/gearboxlm/gearbox/sched"
 )
 
 // driven is a manual cluster's requests and what their streams said.
@@ -275,4 +279,64 @@ func TestRandomReconfigurations(t *testing.T) {
 	}
 	t.Logf("%d requests, %d layout changes, %d running moved, %d waiting re-dispatched, %d KV bytes",
 		len(reqs), changes, st.MovedRequests, st.Redispatched, st.MigratedBytes)
+}
+
+// TestReconfigureWhileServing reconfigures at random while the
+// instances' loops run on their own goroutines and clients submit and
+// read concurrently (stop-and-migrate against live loops): every
+// request's tokens are right and end once, and Close ends cleanly.
+func TestReconfigureWhileServing(t *testing.T) {
+	m := loadTiny(t)
+	reqs := requests(16, 24, m.cfg.Vocab)
+	want := reference(t, reqs)
+	c := newCluster(t, 4, layout(2, 2, 1, 1), false, func(o *Options) { o.Sched.MaxNumSeqs = 3 })
+	rng := rand.New(rand.NewPCG(7, 7))
+	got := make([][]int, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		st, err := c.Submit(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			var fin string
+			got[i], fin, errs[i] = collect(context.Background(), st)
+			if errs[i] == nil && fin != engine.FinishLength {
+				errs[i] = fmt.Errorf("finish %q", fin)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	moves, refused := 0, 0
+	for loop := true; loop; {
+		select {
+		case <-done:
+			loop = false
+		default:
+			_, err := c.Reconfigure(context.Background(), layout(3, randomLayout(rng, 4, []int{1, 2, 4})...))
+			switch {
+			case errors.Is(err, sched.ErrNoBlocks): // a merge whose pool cannot take both halves: nothing changed
+				refused++
+			case err != nil:
+				t.Fatal(err)
+			default:
+				moves++
+			}
+		}
+	}
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", reqs[i].ID, errs[i])
+		}
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i])
+		}
+	}
+	st := c.Stats()
+	if moves == 0 || st.Failed != int64(refused) {
+		t.Errorf("%d reconfigurations, %d refused, stats %+v", moves, refused, st)
+	}
+	t.Logf("%d reconfigurations while serving (%d refused for blocks), %d running requests moved, %d bytes", moves, refused, st.MovedRequests, st.MigratedBytes)
 }
