@@ -74,3 +74,17 @@ func (e *Engine) Adopt(h Handoff) ([]int, error) {
 	e.signal()
 	return blocks, nil
 }
+
+// Release drops live request id from an engine that is not iterating,
+// once another engine has adopted it (Adopt) and its KV has been copied
+// there: its blocks are freed and its stream, which the adopter now
+// feeds, is left open. It reports whether the request was live here.
+func (e *Engine) Release(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.reqs[id]; !ok || !e.sched.Release(id) {
+		return false
+	}
+	e.forget(id)
+	return true
+}

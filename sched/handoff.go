@@ -107,3 +107,24 @@ func (s *Scheduler) Adopt(h Handoff) ([]int, error) {
 	s.insertRunning(r)
 	return slices.Clone(seq.Blocks()), nil
 }
+
+// Release removes live request id once another scheduler has adopted it:
+// its blocks are freed, it leaves the queues, and it reaches no terminal
+// state here (it goes on elsewhere; Drain never reports it). It reports
+// false for an unknown request or one on the host tier or between swaps.
+func (s *Scheduler) Release(id string) bool {
+	r := s.byID[id]
+	if r == nil || (r.state != running && r.state != waiting) {
+		return false
+	}
+	s.account(r, -1)
+	if r.state == running {
+		s.removeRunning(r)
+	} else {
+		s.waiting.remove(r)
+	}
+	s.freeBlocks(r)
+	r.state = done
+	delete(s.byID, id)
+	return true
+}

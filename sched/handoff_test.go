@@ -86,4 +86,13 @@ func TestHandoff(t *testing.T) {
 	if !slices.Equal(plan, []string{"a", "b"}) || dst.NumWaiting() != 1 {
 		t.Errorf("first step on the adopter %v, %d waiting; want a and b running, c waiting", plan, dst.NumWaiting())
 	}
+	usedBefore, _ := src.KVBlocks()
+	for _, id := range []string{"a", "b", "c"} {
+		if !src.Release(id) {
+			t.Errorf("release %s: not live", id)
+		}
+	}
+	if used, _ := src.KVBlocks(); src.NumRunning()+src.NumWaiting() != 0 || used >= usedBefore || len(src.Drain()) != 0 || src.Release("a") {
+		t.Errorf("after release: %d running, %d waiting, %d of %d blocks used; want none, no terminal state", src.NumRunning(), src.NumWaiting(), used, usedBefore)
+	}
 }

@@ -66,7 +66,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	cl, err := cluster.New(cluster.Options{
 		Config: m.Config, Weights: m.Weights, Ranks: plan.TP, Tiers: tiers,
 		Measure: &cluster.Measure{PromptLen: min(64, maxLen/2), OutputLen: min(64, maxLen/2)},
-		Window:  c.par.nitsumWin, WeightBudget: int64(c.par.nitsumBudget * (1 << 30)),
+		Window:  c.par.nitsumWin, WeightBudget: int64(c.par.nitsumBudget * (1 << 30)), Colocated: c.par.nitsumColocate,
 		BlockSize: c.blockSize, NumBlocks: c.kvBlocks,
 		Sched: sched.Config{
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
@@ -145,6 +145,10 @@ func watchNitsum(m *server.Metrics, cl *cluster.Cluster) {
 			stat(func(s cluster.Stats) float64 { return s.Pause.Seconds() })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gearbox:nitsum_requests_moved_total", Help: "Running requests whose KV migrated to a new instance."},
 			stat(func(s cluster.Stats) float64 { return float64(s.MovedRequests) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gearbox:nitsum_handoffs_total", Help: "Requests handed from a prefill to a decode instance after their first token."},
+			stat(func(s cluster.Stats) float64 { return float64(s.HandedOff) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gearbox:nitsum_handoff_bytes_total", Help: "KV bytes the prefill-to-decode hand-offs moved across ranks."},
+			stat(func(s cluster.Stats) float64 { return float64(s.HandoffBytes) })),
 	)
 	m.Registry().MustRegister(cs...)
 }

@@ -30,8 +30,9 @@ type parallelFlags struct {
 	sidpWin   int     // --sidp-window (sidp)
 	sidpSlots int     // --sidp-slots (sidp); 0: dp−1
 
-	nitsumWin    time.Duration // --nitsum-window (nitsum)
-	nitsumBudget float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
+	nitsumWin      time.Duration // --nitsum-window (nitsum)
+	nitsumBudget   float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
+	nitsumColocate bool          // --nitsum-colocate (nitsum)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
@@ -43,6 +44,7 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
 	fs.DurationVar(&p.nitsumWin, "nitsum-window", nitsum.DefaultWindow, "nitsum: the control window: every window the planner re-lays the --plan tp=N ranks out as instances of TP 1, 2, 4, … from the last window's arrival rate per --slo-tiers tier")
 	fs.Float64Var(&p.nitsumBudget, "nitsum-weight-budget", 0, "nitsum: GiB of weights a rank may hold under the rule full copy + Σ_{t>1} (attention output + MLP down)/t; a model over it is refused (0: no limit)")
+	fs.BoolVar(&p.nitsumColocate, "nitsum-colocate", false, "nitsum: every instance serves whole requests, instead of prefill instances handing requests to their tier's decode instances after the first token")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
 	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
@@ -112,8 +114,8 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if name != "sidp" && (set["sidp-threshold"] || set["sidp-window"] || set["sidp-slots"]) {
 		return plan, nil, fmt.Errorf("--sidp-threshold, --sidp-window and --sidp-slots need --policy sidp")
 	}
-	if name != "nitsum" && (set["nitsum-window"] || set["nitsum-weight-budget"]) {
-		return plan, nil, fmt.Errorf("--nitsum-window and --nitsum-weight-budget need --policy nitsum")
+	if name != "nitsum" && (set["nitsum-window"] || set["nitsum-weight-budget"] || set["nitsum-colocate"]) {
+		return plan, nil, fmt.Errorf("--nitsum-window, --nitsum-weight-budget and --nitsum-colocate need --policy nitsum")
 	}
 	switch name {
 	case "nitsum":

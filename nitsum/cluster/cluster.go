@@ -56,6 +56,10 @@ type Options struct {
 	Clock     clock.Clock     // default the wall clock
 	Observer  engine.Observer // every instance's engine reports here; may be nil
 	Logger    *slog.Logger
+	// Colocated serves whole requests on every instance, the plan's
+	// decode instances included, instead of handing requests from
+	// prefill to decode instances after their first token.
+	Colocated bool
 	// Manual starts no goroutine: no instance loops and no control loop.
 	// The caller drives every instance with Iterate and the control
 	// window with ControlStep (tests, on a fake clock).
@@ -96,6 +100,9 @@ type Cluster struct {
 	insts    []*instance
 	disp     atomic.Pointer[nitsum.Dispatcher]
 	nextID   atomic.Int64
+
+	// firsts wakes the hand-off loop: a request got its first token.
+	firsts chan struct{}
 
 	// fmu guards where, which the engines' observer calls update from
 	// their loops.
@@ -172,7 +179,7 @@ func New(opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{
 		opts: opts, cfg: opts.Config, log: opts.Logger, clk: opts.Clock, meter: meter, rule: rule,
-		warm: map[blockKey]*cpuexec.Executor{}, where: map[string]placed{},
+		warm: map[blockKey]*cpuexec.Executor{}, where: map[string]placed{}, firsts: make(chan struct{}, 1),
 	}
 	c.obs = observer{c: c, next: opts.Observer, lastQ: map[*engine.Engine]int64{}, lastH: map[*engine.Engine]int64{}}
 	c.stats.degrees = map[int]int{}
@@ -210,7 +217,7 @@ func New(opts Options) (*Cluster, error) {
 		}
 		layout = p.Instances
 	}
-	layout = Colocate(layout, c.spareTier())
+	layout = c.served(layout)
 	if err := c.checkLayout(layout); err != nil {
 		return nil, err
 	}
@@ -233,6 +240,10 @@ func New(opts Options) (*Cluster, error) {
 	}
 	ctl, ctlCancel := context.WithCancel(context.Background())
 	c.ctlCancel = ctlCancel
+	if !opts.Manual {
+		c.ctlWG.Add(1)
+		go c.handOffLoop(ctl)
+	}
 	if opts.Window > 0 && !opts.Manual {
 		c.ctlWG.Add(1)
 		go c.control(ctl)
@@ -251,18 +262,20 @@ func nodeRanks(ranks int, tps []int) int {
 	return n
 }
 
-// Colocate returns layout as the runtime serves it. P/D disaggregation
-// is not built: every decode instance becomes an instance that serves
-// whole requests of its tier (role Prefill, its decode batch cap as its
-// bandwidth). A spare instance becomes an instance of tier spareTier
-// with no SLO bandwidth, so that it takes spilled requests as best
-// effort (G6) besides background work, rather than only background work;
-// a negative spareTier (no SLO tier) keeps it spare.
-func Colocate(layout []nitsum.Instance, spareTier int) []nitsum.Instance {
+// ServedLayout returns a plan's layout as the runtime serves it. A spare
+// instance becomes an instance of tier spareTier with no SLO bandwidth,
+// so that it takes spilled requests as best effort (G6) besides
+// background work, rather than only background work; a negative
+// spareTier (no SLO tier) keeps it spare. With colocated, every decode
+// instance becomes an instance that serves whole requests of its tier
+// (role Prefill, its decode batch cap as its bandwidth); otherwise
+// decode instances stay, and requests reach them from their tier's
+// prefill instances after their first token (pd.go).
+func ServedLayout(layout []nitsum.Instance, spareTier int, colocated bool) []nitsum.Instance {
 	out := slices.Clone(layout)
 	for i := range out {
 		switch {
-		case out[i].Role == nitsum.Decode:
+		case out[i].Role == nitsum.Decode && colocated:
 			out[i].Role = nitsum.Prefill
 			out[i].Capacity = max(1, out[i].Batch)
 		case out[i].Role == nitsum.Spare && spareTier >= 0:
@@ -270,6 +283,11 @@ func Colocate(layout []nitsum.Instance, spareTier int) []nitsum.Instance {
 		}
 	}
 	return out
+}
+
+// served is ServedLayout under the cluster's options.
+func (c *Cluster) served(layout []nitsum.Instance) []nitsum.Instance {
+	return ServedLayout(layout, c.spareTier(), c.opts.Colocated)
 }
 
 // spareTier is the tier spare instances serve: the first SLO tier, -1
@@ -368,8 +386,10 @@ func stop(in *instance) {
 }
 
 // Iterate runs one engine iteration on every instance, in rank order,
-// and reports whether any ran a step: the driver of Options.Manual. It
-// must not run beside Reconfigure.
+// then hands the requests that got their first token on a prefill
+// instance to a decode instance, and reports whether any instance ran a
+// step: the driver of Options.Manual. It must not run beside
+// Reconfigure.
 func (c *Cluster) Iterate(ctx context.Context) (bool, error) {
 	c.mu.Lock()
 	insts := slices.Clone(c.insts)
@@ -381,6 +401,11 @@ func (c *Cluster) Iterate(ctx context.Context) (bool, error) {
 			return any, fmt.Errorf("cluster: instance tp=%d at rank %d: %w", in.spec.TP, in.spec.FirstGPU, err)
 		}
 		any = any || ran
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.handOff(ctx); err != nil {
+		return any, err
 	}
 	return any, nil
 }
@@ -561,6 +586,10 @@ func (s step) Step(st engine.StepStats) {
 }
 
 func (o *observer) FirstToken(queue, ttft time.Duration) {
+	select {
+	case o.c.firsts <- struct{}{}:
+	default:
+	}
 	if o.next != nil {
 		o.next.FirstToken(queue, ttft)
 	}

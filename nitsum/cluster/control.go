@@ -38,7 +38,7 @@ func (c *Cluster) ControlStep(ctx context.Context) (bool, Report, error) {
 	if err != nil {
 		return false, Report{}, fmt.Errorf("cluster: control: %w", err)
 	}
-	layout := Colocate(p.Instances, c.spareTier())
+	layout := c.served(p.Instances)
 	c.mu.Lock()
 	same := len(layout) == len(c.insts)
 	for i := 0; same && i < len(layout); i++ {

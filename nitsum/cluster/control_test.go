@@ -47,7 +47,7 @@ func TestControlWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Layout(), Colocate(p.Instances, 0); !slices.Equal(got, want) {
+	if got, want := c.Layout(), ServedLayout(p.Instances, 0, false); !slices.Equal(got, want) {
 		t.Errorf("layout %+v, the planner's %+v", got, want)
 	}
 	t.Logf("rates [30 0 0]: %v → %v, %d moved, %d re-dispatched, %d bytes", rep.From, rep.To, rep.Moved, rep.Redispatched, rep.Bytes)

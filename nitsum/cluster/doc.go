@@ -7,8 +7,9 @@
 // instance with package migrate.
 //
 // Read cluster.go first (Cluster, Submit, the instances' loops), then
-// reconfig.go (stop-and-migrate), control.go (the control window) and
-// memory.go (the weight memory rule).
+// reconfig.go (stop-and-migrate), pd.go (prefill → decode hand-off),
+// control.go (the control window), profile.go (the capacity profile
+// measured at start-up) and memory.go (the weight memory rule).
 //
 // Choices where the spec is open, each held by a test:
 //
@@ -27,12 +28,21 @@
 //     priority (feasible 0, best-effort 1, background 2): feasible
 //     requests are admitted and keep running before best-effort ones,
 //     and a preemption takes best-effort work first. The batch cap B^P
-//     (Instance.Batch) is the engine's MaxNumSeqs. A client's own
-//     priority is not kept (the class replaces it).
-//   - P/D disaggregation (D1–D3) is not built: every instance serves
-//     whole requests. The plan's decode instances become instances of
-//     their tier that the Dispatcher routes to, with their decode batch
-//     cap as their bandwidth.
+//     (Instance.Batch) is the engine's MaxNumSeqs; an instance that keeps
+//     its rank block across a reconfiguration keeps its engine and so
+//     its first cap. A client's own priority is not kept (the class
+//     replaces it).
+//   - P/D disaggregation (D1–D3): prefill instances hand each request
+//     after its first token to the decode instance of their tier with
+//     the fewest live requests, KV moved with package migrate (pd.go
+//     says what the paper leaves open). A full decode instance defers
+//     the hand-off; the request decodes where it is meanwhile. With
+//     Options.Colocated every instance serves whole requests instead.
+//   - Spare ranks (the planner's Spare instances) serve spilled requests
+//     as best effort besides background work.
+//   - The profile (Options.Measure) is measured on this machine's warm
+//     executors at start-up; X^P and X^D are requests per second at the
+//     largest measured batch within each target (profile.go).
 //   - Destinations. A running request whose instance changes goes to the
 //     new instance that holds its old instance's first rank when the
 //     block merges, or to the least-filled new instance inside the block

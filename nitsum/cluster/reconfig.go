@@ -37,6 +37,8 @@ type Stats struct {
 	Pause            time.Duration    // total time instances stood paused for reconfigurations
 	Dispatched       [3]int64         // requests dispatched, by nitsum.Class
 	Finished         int64            // requests that reached a terminal state
+	HandedOff        int64            // requests handed from prefill to decode instances
+	HandoffBytes     int64            // KV bytes those hand-offs moved across ranks
 }
 
 // counters hold Stats; the atomics are updated outside mu.
@@ -44,12 +46,13 @@ type counters struct {
 	dispatched [3]atomic.Int64
 	finished   atomic.Int64
 
-	mu                   sync.Mutex
-	layout               migrate.Grouping
-	degrees              map[int]int
-	reconfigs, failed    int64
-	bytes, moved, redisp int64
-	pause                time.Duration
+	mu                     sync.Mutex
+	layout                 migrate.Grouping
+	degrees                map[int]int
+	reconfigs, failed      int64
+	bytes, moved, redisp   int64
+	pause                  time.Duration
+	handoffs, handoffBytes int64
 }
 
 // Stats returns a snapshot of the counters.
@@ -60,7 +63,7 @@ func (c *Cluster) Stats() Stats {
 	out := Stats{
 		Layout: append(migrate.Grouping(nil), s.layout...), Instances: map[int]int{},
 		Reconfigurations: s.reconfigs, Failed: s.failed, MigratedBytes: s.bytes, MovedRequests: s.moved,
-		Redispatched: s.redisp, Pause: s.pause, Finished: s.finished.Load(),
+		Redispatched: s.redisp, Pause: s.pause, Finished: s.finished.Load(), HandedOff: s.handoffs, HandoffBytes: s.handoffBytes,
 	}
 	for t, n := range s.degrees {
 		out.Instances[t] = n
@@ -111,7 +114,7 @@ func grouping[T *instance | nitsum.Instance](xs []T) migrate.Grouping {
 // blocks, a handshake that disagrees) nothing has changed: the old
 // instances resume with their requests, and the error says why.
 func (c *Cluster) Reconfigure(ctx context.Context, layout []nitsum.Instance) (Report, error) {
-	layout = Colocate(layout, c.spareTier())
+	layout = c.served(layout)
 	if err := c.checkLayout(layout); err != nil {
 		c.countFailed()
 		return Report{}, err
