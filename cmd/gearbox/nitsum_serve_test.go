@@ -90,7 +90,7 @@ func TestServeNitsum(t *testing.T) {
 			t.Errorf("/metrics has no %s", name)
 		}
 	}
-	t.Logf("reconfigurations %v, migrated %v bytes, paused %v s, hand-offs %v", 
+	t.Logf("reconfigurations %v, migrated %v bytes, paused %v s, hand-offs %v",
 		scrape(t, url, "gearbox:nitsum_reconfigurations_total"), scrape(t, url, "gearbox:nitsum_migration_bytes_total"),
 		scrape(t, url, "gearbox:nitsum_migration_pause_seconds_total"), scrape(t, url, "gearbox:nitsum_handoffs_total"))
 }
