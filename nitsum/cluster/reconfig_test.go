@@ -11,6 +11,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/migrate"
+	"github.com/gearboxlm/gearbox/nitsum"
 	"github.com/gearboxlm/gearbox/sched"
 )
 
@@ -229,16 +230,21 @@ func randomLayout(rng *rand.Rand, ranks int, tps []int) migrate.Grouping {
 
 // TestRandomReconfigurations (C6) serves seeded random arrivals of every
 // tier on 4 ranks while the layout changes at random every few
-// iterations (TP 1, 2, 4; merges, splits and mixes): every request ends
+// iterations (TP 1, 2, 4; merges, splits and mixes; the tier each
+// instance serves; prefill or decode role, so requests are also handed
+// from prefill to decode instances): every request ends
 // exactly once with its full length, its tokens delivered once each and
 // equal to its tokens alone on one rank, and the dispatcher ends empty.
 func TestRandomReconfigurations(t *testing.T) {
-	m := loadTiny(t)
-	rng := rand.New(rand.NewPCG(16, 3))
-	n := 24
-	if testing.Short() {
-		n = 12
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { randomReconfigurations(t, seed) })
 	}
+}
+
+func randomReconfigurations(t *testing.T, seed uint64) {
+	m := loadTiny(t)
+	rng := rand.New(rand.NewPCG(16, seed))
+	n := 24
 	reqs := requests(n, 4, m.cfg.Vocab)
 	for i := range reqs {
 		reqs[i].Tier = []string{"", "loose", "batch"}[rng.IntN(3)]
@@ -261,6 +267,9 @@ func TestRandomReconfigurations(t *testing.T) {
 			l := layout(1+rng.IntN(3), g...)
 			for i := range l {
 				l[i].Tier = rng.IntN(2) // serving either SLO tier
+				if i > 0 && rng.IntN(3) == 0 {
+					l[i].Role, l[i].Capacity, l[i].Background = nitsum.Decode, 0, false // requests come after their first token
+				}
 			}
 			rep, err := c.Reconfigure(context.Background(), l)
 			if err != nil {
@@ -274,11 +283,11 @@ func TestRandomReconfigurations(t *testing.T) {
 	}
 	d.check(t, want)
 	st := c.Stats()
-	if changes < 5 || st.MovedRequests == 0 || st.Redispatched == 0 {
-		t.Errorf("%d layout changes, stats %+v: want requests moved both ways", changes, st)
+	if changes < 5 || st.MovedRequests == 0 || st.Redispatched == 0 || st.HandedOff == 0 {
+		t.Errorf("%d layout changes, stats %+v: want requests moved both ways and handed off", changes, st)
 	}
-	t.Logf("%d requests, %d layout changes, %d running moved, %d waiting re-dispatched, %d KV bytes",
-		len(reqs), changes, st.MovedRequests, st.Redispatched, st.MigratedBytes)
+	t.Logf("%d requests, %d layout changes, %d running moved, %d waiting re-dispatched, %d KV bytes, %d handed off",
+		len(reqs), changes, st.MovedRequests, st.Redispatched, st.MigratedBytes, st.HandedOff)
 }
 
 // TestReconfigureWhileServing reconfigures at random while the
