@@ -60,6 +60,17 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if c.maxModelLen > 0 {
 		maxLen = min(maxLen, c.maxModelLen)
 	}
+	// KV: every rank belongs to one warm executor per degree, so each
+	// executor gets the usual CPU pool (cpuKVBlocks) over Σ_t 1/t.
+	blocks := c.kvBlocks
+	if blocks == 0 {
+		share := 0.0
+		for _, t := range cluster.DefaultDegrees(plan.TP, m.Config) {
+			share += 1 / float64(t)
+		}
+		perSeq := (maxLen + c.blockSize - 1) / c.blockSize
+		blocks = max(perSeq, int(float64(cpuKVBlocks(m.Config, tensor.F32, c.blockSize, maxLen, c.maxSeqs))/max(share, 1)))
+	}
 	pool := tensor.NewPool(c.dev.threads)
 	metrics := server.NewMetrics(plan.String(), "nitsum")
 	metrics.Tiers(tiers)
@@ -67,7 +78,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		Config: m.Config, Weights: m.Weights, Ranks: plan.TP, Tiers: tiers,
 		Measure: &cluster.Measure{PromptLen: min(64, maxLen/2), OutputLen: min(64, maxLen/2)},
 		Window:  c.par.nitsumWin, WeightBudget: int64(c.par.nitsumBudget * (1 << 30)), Colocated: c.par.nitsumColocate,
-		BlockSize: c.blockSize, NumBlocks: c.kvBlocks,
+		BlockSize: c.blockSize, NumBlocks: blocks,
 		Sched: sched.Config{
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,
@@ -79,7 +90,8 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		m.Close()
 		return nil, nil, nil, err
 	}
-	logger.Info("nitsum", "ranks", plan.TP, "degrees", cl.Profile().TP, "weights", cl.WeightRule().String(), "window", c.par.nitsumWin)
+	logger.Info("nitsum", "ranks", plan.TP, "degrees", cl.Profile().TP, "weights", cl.WeightRule().String(),
+		"kv_bytes_per_rank", cl.KVBytesPerRank()[0], "kv_blocks_per_instance", blocks, "window", c.par.nitsumWin)
 	for _, tm := range cl.Timings() {
 		logger.Info("nitsum profile", "tp", tm.TP, "batch", tm.Batch, "prefill", tm.Prefill, "decode", tm.Decode)
 	}

@@ -163,7 +163,7 @@ func New(opts Options) (*Cluster, error) {
 	degrees := opts.Profile.TP
 	if len(degrees) == 0 && opts.Measure != nil {
 		m := *opts.Measure
-		m.defaults(opts.Ranks, opts.Config.KVHeads)
+		m.defaults(opts.Ranks, opts.Config)
 		opts.Measure, degrees = &m, m.Degrees
 	}
 	rule, err := WeightRule(opts.Config, opts.Weights, degrees)
@@ -485,6 +485,19 @@ func (c *Cluster) Profile() nitsum.Profile { return c.opts.Profile }
 
 // Timings are the steps Options.Measure timed; nil without it.
 func (c *Cluster) Timings() []Timing { return c.timings }
+
+// KVBytesPerRank is the KV cache memory each rank holds over the warm
+// executors it belongs to (one per degree): with NumBlocks blocks per
+// executor, a rank holds NumBlocks · block bytes · Σ_t 1/t.
+func (c *Cluster) KVBytesPerRank() []int64 {
+	out := make([]int64, c.opts.Ranks)
+	for k, x := range c.warm {
+		for r, b := range x.KVBytes() {
+			out[k.first+r] += b
+		}
+	}
+	return out
+}
 
 // WeightRule is the weight memory rule the cluster was admitted under.
 func (c *Cluster) WeightRule() Rule { return c.rule }

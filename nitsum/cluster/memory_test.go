@@ -27,6 +27,14 @@ func TestWeightRule(t *testing.T) {
 		t.Errorf("rule %s", rule)
 	}
 	t.Logf("%s", rule)
+	// KV: 64 blocks of 4 tokens per executor rank, whose heads are 4, 2
+	// and 1 of the model's 4 at TP 1, 2 and 4 (Σ_t 1/t = 1.75 of the whole
+	// model's KV per block), each head 2 layers × head_dim × 8 bytes a token.
+	for r, b := range c.KVBytesPerRank() {
+		if want := int64(64*4*2*m.cfg.HeadDim*8) * (4 + 2 + 1); b != want {
+			t.Errorf("rank %d holds %d KV bytes, want %d", r, b, want)
+		}
+	}
 	_, err = New(Options{Config: m.cfg, Weights: m.w, Ranks: 4, Tiers: tiers(t), Profile: profile(), WeightBudget: rule.PerRank() - 1, Manual: true})
 	if !errors.Is(err, ErrWeightsDoNotFit) {
 		t.Fatalf("budget one byte short: %v", err)

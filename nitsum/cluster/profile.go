@@ -7,6 +7,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/nitsum"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/slo"
@@ -24,11 +25,22 @@ type Measure struct {
 	Batches   []int // batch sizes tried; default 1, 2, 4, 8
 }
 
-func (m *Measure) defaults(ranks, kvHeads int) {
-	if len(m.Degrees) == 0 {
-		for t := 1; t <= ranks && t <= kvHeads; t *= 2 {
-			m.Degrees = append(m.Degrees, t)
+// DefaultDegrees are the TP degrees an instance may take on ranks ranks
+// when none are given: 1, 2, 4, … up to the ranks and the KV heads, each
+// a valid TP plan for cfg.
+func DefaultDegrees(ranks int, cfg *model.Config) []int {
+	var out []int
+	for t := 1; t <= ranks && t <= cfg.KVHeads; t *= 2 {
+		if (parallel.Plan{DP: 1, PP: 1, SP: 1, TP: t}).Validate(cfg) == nil {
+			out = append(out, t)
 		}
+	}
+	return out
+}
+
+func (m *Measure) defaults(ranks int, cfg *model.Config) {
+	if len(m.Degrees) == 0 {
+		m.Degrees = DefaultDegrees(ranks, cfg)
 	}
 	if m.PromptLen == 0 {
 		m.PromptLen = 64
