@@ -31,7 +31,11 @@
 //     (Instance.Batch) is the engine's MaxNumSeqs; an instance that keeps
 //     its rank block across a reconfiguration keeps its engine and so
 //     its first cap. A client's own priority is not kept (the class
-//     replaces it).
+//     replaces it). nitsum.Local itself is not used: its queues are the
+//     engine scheduler's, whose order is the same (class, then
+//     arrival); what the mapping cannot do is hold a running best-effort
+//     request back from a step that has room (the engine batches every
+//     running request).
 //   - P/D disaggregation (D1–D3): prefill instances hand each request
 //     after its first token to the decode instance of their tier with
 //     the fewest live requests, KV moved with package migrate (pd.go
