@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -101,6 +102,49 @@ func (d *driven) check(t *testing.T, want [][]int) {
 	}
 }
 
+// kvBits is every running request's keys and values as the ranks of its
+// instance hold them now, gathered by global KV head in the order layer,
+// head, token, dim, as bits: id → bits. The cluster must be paused
+// (Options.Manual, between iterations).
+func kvBits(t *testing.T, c *Cluster) map[string][]uint32 {
+	t.Helper()
+	out := map[string][]uint32{}
+	H := c.cfg.KVHeads
+	for _, in := range c.insts {
+		hs, err := in.eng.Handoffs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := H / in.spec.TP
+		for _, h := range hs {
+			if !h.State.Running {
+				continue
+			}
+			var bits []uint32
+			for _, keys := range []bool{true, false} {
+				for l := range c.cfg.Layers {
+					for head := range H {
+						cache := in.exec.RankCache(head / per)
+						for tok := range h.State.Computed {
+							b := h.State.Blocks[tok/cache.BlockSize]
+							v := cache.Values(l, b, head%per)
+							if keys {
+								v = cache.Keys(l, b, head%per)
+							}
+							off := (tok % cache.BlockSize) * c.cfg.HeadDim
+							for _, x := range v[off : off+c.cfg.HeadDim] {
+								bits = append(bits, math.Float32bits(x))
+							}
+						}
+					}
+				}
+			}
+			out[h.State.ID] = bits
+		}
+	}
+	return out
+}
+
 // kvBytesPerToken is what one token of one KV head moves: keys and
 // values, float32, every layer.
 func kvBytesPerToken(c *Cluster) int64 { return int64(c.cfg.Layers) * int64(c.cfg.HeadDim) * 2 * 4 }
@@ -111,7 +155,8 @@ func kvBytesPerToken(c *Cluster) int64 { return int64(c.cfg.Layers) * int64(c.cf
 // moves), each token delivered once, every request ends once, running
 // requests' KV moves (half its heads cross ranks each way: the bytes are
 // MovedTokens × H/2 × layers × head_dim × 8) and waiting ones move as
-// metadata only. No weight byte is copied: the executors are the warm
+// metadata only; every running request's keys and values are
+// bit-identical before and after each move. No weight byte is copied: the executors are the warm
 // ones built at start-up.
 func TestReconfigureMidGeneration(t *testing.T) {
 	m := loadTiny(t)
@@ -129,9 +174,19 @@ func TestReconfigureMidGeneration(t *testing.T) {
 	}
 	d.iterate(t, 3)
 	for i, to := range []migrate.Grouping{{2}, {1, 1}} {
+		before := kvBits(t, c)
 		rep, err := c.Reconfigure(context.Background(), layout(4, to...))
 		if err != nil {
 			t.Fatal(err)
+		}
+		after := kvBits(t, c)
+		if len(after) != len(before) || len(after) != rep.Moved {
+			t.Fatalf("reconfiguration %d: %d running before, %d after, %d moved", i, len(before), len(after), rep.Moved)
+		}
+		for id, b := range before {
+			if !slices.Equal(after[id], b) {
+				t.Errorf("reconfiguration %d: %s: KV not bit-identical after the move", i, id)
+			}
 		}
 		if rep.Moved == 0 || rep.Redispatched == 0 {
 			t.Fatalf("reconfiguration %d: %+v: want running and waiting requests moved", i, rep)
