@@ -1,15 +1,25 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/nitsum"
+	"github.com/gearboxlm/gearbox/nitsum/cluster"
+	"github.com/gearboxlm/gearbox/server"
+	"github.com/gearboxlm/gearbox/slo"
 )
 
 // TestServeNitsum serves stories260K with --policy nitsum on 4 CPU ranks
@@ -93,4 +103,73 @@ func TestServeNitsum(t *testing.T) {
 	t.Logf("reconfigurations %v, migrated %v bytes, paused %v s, hand-offs %v",
 		scrape(t, url, "gearbox:nitsum_reconfigurations_total"), scrape(t, url, "gearbox:nitsum_migration_bytes_total"),
 		scrape(t, url, "gearbox:nitsum_migration_pause_seconds_total"), scrape(t, url, "gearbox:nitsum_handoffs_total"))
+}
+
+// TestNitsumMetrics drives a reconfiguration by hand on the runtime serve
+// builds (stories260K on 4 CPU ranks, TP1×4 → TP4 with requests
+// mid-generation) and reads the series watchNitsum adds: they count
+// what the runtime did.
+func TestNitsumMetrics(t *testing.T) {
+	m, err := loadModel("", model.Options{DType: model.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	set, err := slo.New([]slo.Tier{{Name: "strict", TTFT: time.Second, TPOT: time.Second, Default: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(tp, first int) nitsum.Instance {
+		return nitsum.Instance{Tier: 0, Role: nitsum.Prefill, TP: tp, FirstGPU: first, Capacity: 8, Background: true}
+	}
+	cl, err := cluster.New(cluster.Options{Config: m.Config, Weights: m.Weights, Ranks: 4, Tiers: set, Manual: true, Window: -1,
+		Profile: nitsum.Profile{TP: []int{1, 4}, Cap: [][]nitsum.Capacity{{{Prefill: 1, Decode: 1, PrefillBatch: 1, DecodeBatch: 1}, {Prefill: 1, Decode: 1, PrefillBatch: 1, DecodeBatch: 1}}}},
+		Layout:  []nitsum.Instance{one(1, 0), one(1, 1), one(1, 2), one(1, 3)}, BlockSize: 16, NumBlocks: 32,
+		Tokenizer: m.Tokenizer, EOS: m.EOS(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	metrics := server.NewMetrics("tp=4", "nitsum")
+	watchNitsum(metrics, cl)
+	for i := range 4 {
+		if _, err := cl.Submit(engine.Request{Prompt: m.Tokenizer.Encode("Once upon a time", true), MaxTokens: 8 + i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := cl.Iterate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := cl.Reconfigure(context.Background(), []nitsum.Instance{one(4, 0)})
+	if err != nil || rep.Moved != 4 || rep.Bytes == 0 {
+		t.Fatalf("reconfiguration %+v, %v: want 4 requests moved", rep, err)
+	}
+	got := map[string]float64{}
+	mfs, err := metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range mm.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = mm.GetCounter().GetValue() + mm.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"gearbox:nitsum_instances,tp=1": 0, "gearbox:nitsum_instances,tp=4": 1,
+		"gearbox:nitsum_reconfigurations_total": 1, "gearbox:nitsum_migration_bytes_total": float64(rep.Bytes),
+		"gearbox:nitsum_requests_moved_total": 4, "gearbox:nitsum_dispatched_total,class=feasible": 4,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
+	if p := got["gearbox:nitsum_migration_pause_seconds_total"]; p <= 0 || p != cl.Stats().Pause.Seconds() {
+		t.Errorf("pause %v s, the runtime's %v", p, cl.Stats().Pause)
+	}
 }
