@@ -83,6 +83,8 @@ type Cluster struct {
 	plan  *nitsum.Planner
 	warm  map[blockKey]*cpuexec.Executor // every (first rank, degree) of the profile
 	rule  Rule
+	// maxLen is every instance engine's MaxModelLen.
+	maxLen int
 	// timings are the steps Options.Measure timed, by degree then batch.
 	timings []Timing
 	obs     observer
@@ -232,6 +234,7 @@ func New(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		c.insts = append(c.insts, in)
+		c.maxLen = in.eng.MaxModelLen()
 	}
 	c.recordLayout()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -502,14 +505,9 @@ func (c *Cluster) KVBytesPerRank() []int64 {
 // WeightRule is the weight memory rule the cluster was admitted under.
 func (c *Cluster) WeightRule() Rule { return c.rule }
 
-// MaxModelLen is the longest prompt plus completion an instance accepts.
-func (c *Cluster) MaxModelLen() int { return c.insts0().eng.MaxModelLen() }
-
-func (c *Cluster) insts0() *instance {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.insts[0]
-}
+// MaxModelLen is the longest prompt plus completion an instance accepts
+// (every instance serves the same model under the same limits).
+func (c *Cluster) MaxModelLen() int { return c.maxLen }
 
 // Drain stops admitting requests (Submit returns engine.ErrDraining)
 // and returns a channel closed once every live request has ended.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gearboxlm/gearbox/nitsum"
@@ -62,9 +61,5 @@ type Spec = nitsum.Instance
 func (c *Cluster) Layout() []Spec {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]Spec, len(c.insts))
-	for i, in := range c.insts {
-		out[i] = in.spec
-	}
-	return slices.Clip(out)
+	return specs(c.insts)
 }

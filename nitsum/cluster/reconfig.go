@@ -79,24 +79,29 @@ func (c *Cluster) recordLayout() {
 	s := &c.stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.layout = grouping(c.insts)
+	s.layout = grouping(specs(c.insts))
 	clear(s.degrees)
 	for _, in := range c.insts {
 		s.degrees[in.spec.TP]++
 	}
 }
 
-func grouping[T *instance | nitsum.Instance](xs []T) migrate.Grouping {
-	g := make(migrate.Grouping, len(xs))
-	for i, x := range xs {
-		switch v := any(x).(type) {
-		case *instance:
-			g[i] = v.spec.TP
-		case nitsum.Instance:
-			g[i] = v.TP
-		}
+// grouping is the TP degrees of layout, in rank order.
+func grouping(layout []nitsum.Instance) migrate.Grouping {
+	g := make(migrate.Grouping, len(layout))
+	for i, in := range layout {
+		g[i] = in.TP
 	}
 	return g
+}
+
+// specs is the instances' specs, in rank order.
+func specs(insts []*instance) []nitsum.Instance {
+	out := make([]nitsum.Instance, len(insts))
+	for i, in := range insts {
+		out[i] = in.spec
+	}
+	return out
 }
 
 // Reconfigure moves the pool to layout (a plan's instances, in rank
@@ -172,7 +177,7 @@ type move struct {
 // c.mu held; on error c is unchanged.
 func (c *Cluster) reconfigure(ctx context.Context, layout []nitsum.Instance) (Report, error) {
 	old := c.insts
-	rep := Report{From: grouping(old), To: grouping(layout)}
+	rep := Report{From: grouping(specs(old)), To: grouping(layout)}
 	d, err := nitsum.NewDispatcher(c.opts.Tiers, layout)
 	if err != nil {
 		return rep, fmt.Errorf("cluster: reconfigure: %w", err)
