@@ -138,35 +138,9 @@ type instance struct {
 // engines, and starts them and the control loop. It refuses a model whose
 // weights do not fit Options.WeightBudget.
 func New(opts Options) (*Cluster, error) {
-	if opts.Config == nil || opts.Weights == nil {
-		return nil, errors.New("cluster: a model config and weights are required")
-	}
-	if opts.Tiers == nil {
-		return nil, errors.New("cluster: a tier set is required")
-	}
-	if opts.Ranks < 1 {
-		return nil, fmt.Errorf("cluster: want at least one rank, got %d", opts.Ranks)
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Window == 0 {
-		opts.Window = nitsum.DefaultWindow
-	}
-	if opts.BlockSize == 0 {
-		opts.BlockSize = 16
-	}
-	if opts.NumBlocks == 0 {
-		opts.NumBlocks = (opts.Config.MaxPositions + opts.BlockSize - 1) / opts.BlockSize
-	}
-	degrees := opts.Profile.TP
-	if len(degrees) == 0 && opts.Measure != nil {
-		m := *opts.Measure
-		m.defaults(opts.Ranks, opts.Config)
-		opts.Measure, degrees = &m, m.Degrees
+	degrees, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	rule, err := WeightRule(opts.Config, opts.Weights, degrees)
 	if err != nil {
@@ -185,73 +159,144 @@ func New(opts Options) (*Cluster, error) {
 	}
 	c.obs = observer{c: c, next: opts.Observer, lastQ: map[*engine.Engine]int64{}, lastH: map[*engine.Engine]int64{}}
 	c.stats.degrees = map[int]int{}
+	if err := c.buildWarm(degrees); err != nil {
+		return nil, err
+	}
+	if len(opts.Profile.TP) == 0 {
+		if err := c.measureProfile(degrees); err != nil {
+			return nil, err
+		}
+	}
+	if c.plan, err = nitsum.NewPlanner(opts.Tiers, c.opts.Profile, opts.Ranks, nitsum.Options{NodeGPUs: nodeRanks(opts.Ranks, degrees)}); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := c.firstLayout(); err != nil {
+		return nil, err
+	}
+	c.run()
+	return c, nil
+}
+
+// withDefaults checks o, fills in its defaults and returns the TP
+// degrees instances may take: the profile's, or Measure's.
+func (o *Options) withDefaults() ([]int, error) {
+	switch {
+	case o.Config == nil || o.Weights == nil:
+		return nil, errors.New("cluster: a model config and weights are required")
+	case o.Tiers == nil:
+		return nil, errors.New("cluster: a tier set is required")
+	case o.Ranks < 1:
+		return nil, fmt.Errorf("cluster: want at least one rank, got %d", o.Ranks)
+	case len(o.Profile.TP) == 0 && o.Measure == nil:
+		return nil, errors.New("cluster: give a profile or ask for one to be measured (Options.Measure)")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Window == 0 {
+		o.Window = nitsum.DefaultWindow
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 16
+	}
+	if o.NumBlocks == 0 {
+		o.NumBlocks = (o.Config.MaxPositions + o.BlockSize - 1) / o.BlockSize
+	}
+	if len(o.Profile.TP) > 0 {
+		return o.Profile.TP, nil
+	}
+	m := *o.Measure
+	m.defaults(o.Ranks, o.Config)
+	o.Measure = &m
+	return m.Degrees, nil
+}
+
+// buildWarm builds the warm executor of every degree on every aligned
+// block of it: its shards cut once, here (W4).
+func (c *Cluster) buildWarm(degrees []int) error {
+	o := c.opts
 	for _, t := range degrees {
-		for first := 0; first+t <= opts.Ranks; first += t {
-			x, err := cpuexec.NewExecutor(opts.Config, opts.Weights, cpuexec.Options{
-				Plan: parallel.Plan{DP: 1, PP: 1, SP: 1, TP: t}, BlockSize: opts.BlockSize, NumBlocks: opts.NumBlocks, Pool: opts.Pool, Clock: opts.Clock,
+		for first := 0; first+t <= o.Ranks; first += t {
+			x, err := cpuexec.NewExecutor(o.Config, o.Weights, cpuexec.Options{
+				Plan: parallel.Plan{DP: 1, PP: 1, SP: 1, TP: t}, BlockSize: o.BlockSize, NumBlocks: o.NumBlocks, Pool: o.Pool, Clock: o.Clock,
 			})
 			if err != nil {
-				return nil, fmt.Errorf("cluster: warm executor tp=%d at rank %d: %w", t, first, err)
+				return fmt.Errorf("cluster: warm executor tp=%d at rank %d: %w", t, first, err)
 			}
 			c.warm[blockKey{first, t}] = x
 		}
 	}
-	if len(opts.Profile.TP) == 0 && opts.Measure != nil {
-		timings := make([][]Timing, len(degrees))
-		for i, t := range degrees {
-			if timings[i], err = c.measure(context.Background(), c.warm[blockKey{0, t}], t, *opts.Measure); err != nil {
-				return nil, err
-			}
-			c.timings = append(c.timings, timings[i]...)
+	return nil
+}
+
+// measureProfile times every degree's first warm executor (Options.Measure)
+// and makes the planner's profile of it.
+func (c *Cluster) measureProfile(degrees []int) error {
+	timings := make([][]Timing, len(degrees))
+	for i, t := range degrees {
+		var err error
+		if timings[i], err = c.measure(context.Background(), c.warm[blockKey{0, t}], t, *c.opts.Measure); err != nil {
+			return err
 		}
-		c.opts.Profile = profileFrom(opts.Tiers, *opts.Measure, timings)
+		c.timings = append(c.timings, timings[i]...)
 	}
-	planner, err := nitsum.NewPlanner(opts.Tiers, c.opts.Profile, opts.Ranks, nitsum.Options{NodeGPUs: nodeRanks(opts.Ranks, degrees)})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	c.plan = planner
-	layout := opts.Layout
+	c.opts.Profile = profileFrom(c.opts.Tiers, *c.opts.Measure, timings)
+	return nil
+}
+
+// firstLayout builds the instances of Options.Layout, or of the plan for
+// no traffic, and their Dispatcher.
+func (c *Cluster) firstLayout() error {
+	layout := c.opts.Layout
 	if layout == nil {
-		p, err := planner.Plan(make([]float64, opts.Tiers.Len()))
+		p, err := c.plan.Plan(make([]float64, c.opts.Tiers.Len()))
 		if err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
+			return fmt.Errorf("cluster: %w", err)
 		}
 		layout = p.Instances
 	}
 	layout = c.served(layout)
 	if err := c.checkLayout(layout); err != nil {
-		return nil, err
+		return err
 	}
-	d, err := nitsum.NewDispatcher(opts.Tiers, layout)
+	d, err := nitsum.NewDispatcher(c.opts.Tiers, layout)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
+		return fmt.Errorf("cluster: %w", err)
 	}
 	c.disp.Store(d)
 	for _, spec := range layout {
 		in, err := c.newInstance(spec)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.insts = append(c.insts, in)
 		c.maxLen = in.eng.MaxModelLen()
 	}
 	c.recordLayout()
+	return nil
+}
+
+// run starts the instances' loops, the hand-off loop and the control
+// loop (none under Options.Manual).
+func (c *Cluster) run() {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, in := range c.insts {
 		c.start(in)
 	}
 	ctl, ctlCancel := context.WithCancel(context.Background())
 	c.ctlCancel = ctlCancel
-	if !opts.Manual {
-		c.ctlWG.Add(1)
-		go c.handOffLoop(ctl)
+	if c.opts.Manual {
+		return
 	}
-	if opts.Window > 0 && !opts.Manual {
+	c.ctlWG.Add(1)
+	go c.handOffLoop(ctl)
+	if c.opts.Window > 0 {
 		c.ctlWG.Add(1)
 		go c.control(ctl)
 	}
-	return c, nil
 }
 
 // nodeRanks is the planner's node size: the pool rounded up to a power
