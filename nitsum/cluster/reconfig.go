@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,157 +174,206 @@ type move struct {
 	tier  int
 }
 
+// relayout is one reconfiguration in progress: the old instances, the
+// new ones, and the requests that move. Nothing it builds is visible to
+// the cluster until commit.
+type relayout struct {
+	c       *Cluster
+	layout  []nitsum.Instance
+	old     []*instance
+	next    []*instance // by new index: kept instances (a copy with the new spec) or fresh ones
+	kept    []bool      // by old index: the block and degree stay
+	keptAt  map[int]int // old index → new index, for kept instances
+	fresh   []bool      // by new index: a new engine
+	d       *nitsum.Dispatcher
+	moves   []move
+	adopted []move // moves whose requests a kept instance adopted (undone on failure)
+	rep     Report
+}
+
 // reconfigure does Reconfigure's work with every instance paused and
-// c.mu held; on error c is unchanged.
+// c.mu held, in steps; on error c is unchanged.
 func (c *Cluster) reconfigure(ctx context.Context, layout []nitsum.Instance) (Report, error) {
-	old := c.insts
-	rep := Report{From: grouping(specs(old)), To: grouping(layout)}
-	d, err := nitsum.NewDispatcher(c.opts.Tiers, layout)
+	x := &relayout{c: c, layout: layout, old: c.insts, rep: Report{From: grouping(specs(c.insts)), To: grouping(layout)}}
+	var err error
+	if x.d, err = nitsum.NewDispatcher(c.opts.Tiers, layout); err != nil {
+		return x.rep, fmt.Errorf("cluster: reconfigure: %w", err)
+	}
+	if err := x.instances(); err != nil {
+		return x.rep, err
+	}
+	where := c.placements()
+	if err := x.placeKept(where); err != nil {
+		return x.rep, err
+	}
+	if err := x.collect(where); err != nil {
+		return x.rep, err
+	}
+	spec, err := x.adopt()
+	if err == nil && len(spec.Requests) > 0 {
+		x.rep.Bytes, err = c.migrate(ctx, spec, x.old, x.next, x.kept, x.fresh)
+	}
 	if err != nil {
-		return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+		x.undo()
+		return x.rep, err
 	}
-	// New instances: an unchanged block keeps its instance; others get a
-	// fresh engine on their warm executor.
+	x.commit()
+	return x.rep, nil
+}
+
+// placements is a copy of where every live request is.
+func (c *Cluster) placements() map[string]placed {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	out := make(map[string]placed, len(c.where))
+	for id, p := range c.where {
+		out[id] = p
+	}
+	return out
+}
+
+// instances builds the new layout's instances: an unchanged block keeps
+// its instance (engine, executor, requests); others get a fresh engine
+// on their warm executor.
+func (x *relayout) instances() error {
 	byKey := map[blockKey]int{}
-	for i, in := range old {
-		byKey[blockKey{in.spec.FirstGPU, in.spec.TP}] = i
+	for j, in := range x.old {
+		byKey[blockKey{in.spec.FirstGPU, in.spec.TP}] = j
 	}
-	next := make([]*instance, len(layout))
-	kept := make([]bool, len(old))
-	fresh := make([]bool, len(layout))
-	for i, spec := range layout {
+	x.next = make([]*instance, len(x.layout))
+	x.kept = make([]bool, len(x.old))
+	x.fresh = make([]bool, len(x.layout))
+	x.keptAt = map[int]int{}
+	for i, spec := range x.layout {
 		if j, ok := byKey[blockKey{spec.FirstGPU, spec.TP}]; ok {
-			kept[j] = true
-			in := *old[j] // the spec changes; engine, executor and loop channels stay
+			x.kept[j], x.keptAt[j] = true, i
+			in := *x.old[j] // the spec changes; engine, executor and loop channels stay
 			in.spec = spec
-			next[i] = &in
+			x.next[i] = &in
 			continue
 		}
-		in, err := c.newInstance(spec)
+		in, err := x.c.newInstance(spec)
 		if err != nil {
-			return rep, err
+			return err
 		}
-		next[i], fresh[i] = in, true
+		x.next[i], x.fresh[i] = in, true
 	}
-	// The dispatcher first holds the requests that stay where they are.
-	c.fmu.Lock()
-	where := make(map[string]placed, len(c.where))
-	for id, p := range c.where {
-		where[id] = p
-	}
-	c.fmu.Unlock()
-	oldIdx := map[*instance]int{}
-	for j, in := range old {
-		oldIdx[in] = j
-	}
-	newOfOld := map[int]int{}
-	for i, spec := range layout {
-		if j, ok := byKey[blockKey{spec.FirstGPU, spec.TP}]; ok {
-			newOfOld[j] = i
-		}
-	}
+	return nil
+}
+
+// oldIndex is the old index of instance in, -1 if none.
+func (x *relayout) oldIndex(in *instance) int { return slices.Index(x.old, in) }
+
+// placeKept gives the new dispatcher the requests that stay where they
+// are, first, so the moves are dispatched against their load.
+func (x *relayout) placeKept(where map[string]placed) error {
 	for id, p := range where {
-		j := oldIdx[p.inst]
-		if kept[j] {
-			if err := d.Place(nitsum.Request{ID: id, Tier: p.tier}, nitsum.Assignment{Instance: newOfOld[j], Class: p.class}); err != nil {
-				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+		if j := x.oldIndex(p.inst); j >= 0 && x.kept[j] {
+			if err := x.d.Place(nitsum.Request{ID: id, Tier: p.tier}, nitsum.Assignment{Instance: x.keptAt[j], Class: p.class}); err != nil {
+				return fmt.Errorf("cluster: reconfigure: %w", err)
 			}
 		}
 	}
-	// The changed instances' requests: running ones to the new instance
-	// over their block, waiting ones wherever the new dispatcher sends them.
-	var moves []move
-	filled := make([]int, len(layout))
-	for j, in := range old {
-		if kept[j] {
+	return nil
+}
+
+// collect takes the changed instances' requests: running ones go to the
+// new instance over their block, waiting ones wherever the new
+// dispatcher sends them.
+func (x *relayout) collect(where map[string]placed) error {
+	filled := make([]int, len(x.layout))
+	for j, in := range x.old {
+		if x.kept[j] {
 			continue
 		}
-		rep.Changed++
+		x.rep.Changed++
 		hs, err := in.eng.Handoffs()
 		if err != nil {
-			return rep, fmt.Errorf("cluster: reconfigure: instance tp=%d at rank %d: %w", in.spec.TP, in.spec.FirstGPU, err)
+			return fmt.Errorf("cluster: reconfigure: instance tp=%d at rank %d: %w", in.spec.TP, in.spec.FirstGPU, err)
 		}
 		for _, h := range hs {
 			p, ok := where[h.State.ID]
 			if !ok {
-				return rep, fmt.Errorf("cluster: reconfigure: request %q is live on instance tp=%d at rank %d but was not dispatched", h.State.ID, in.spec.TP, in.spec.FirstGPU)
+				return fmt.Errorf("cluster: reconfigure: request %q is live on instance tp=%d at rank %d but was not dispatched", h.State.ID, in.spec.TP, in.spec.FirstGPU)
 			}
 			m := move{h: h, from: j, class: p.class, tier: p.tier}
 			if h.State.Running {
-				m.to = destination(in.spec, layout, filled)
+				m.to = destination(in.spec, x.layout, filled)
 				filled[m.to]++
-				if err := d.Place(nitsum.Request{ID: h.State.ID, Tier: p.tier}, nitsum.Assignment{Instance: m.to, Class: p.class}); err != nil {
-					return rep, fmt.Errorf("cluster: reconfigure: %w", err)
+				if err := x.d.Place(nitsum.Request{ID: h.State.ID, Tier: p.tier}, nitsum.Assignment{Instance: m.to, Class: p.class}); err != nil {
+					return fmt.Errorf("cluster: reconfigure: %w", err)
 				}
-				rep.Moved++
-				rep.MovedTokens += int64(h.State.Computed)
+				x.rep.Moved++
+				x.rep.MovedTokens += int64(h.State.Computed)
 			} else {
-				a, err := d.Dispatch(nitsum.Request{ID: h.State.ID, Tier: p.tier})
+				a, err := x.d.Dispatch(nitsum.Request{ID: h.State.ID, Tier: p.tier})
 				if err != nil {
-					return rep, fmt.Errorf("cluster: reconfigure: re-dispatch %q: %w", h.State.ID, err)
+					return fmt.Errorf("cluster: reconfigure: re-dispatch %q: %w", h.State.ID, err)
 				}
 				m.to, m.class = a.Instance, a.Class
 				m.h.State.Priority = int(a.Class)
-				rep.Redispatched++
+				x.rep.Redispatched++
 			}
-			moves = append(moves, m)
+			x.moves = append(x.moves, m)
 		}
 	}
-	// Blocks on the fresh instances (a refusal drops them: nothing changed).
-	spec := migrate.Spec{Model: c.cfg, From: rep.From, To: rep.To}
-	for k := range moves {
-		m := &moves[k]
+	return nil
+}
+
+// adopt has every moving request join its new instance (running ones
+// get their blocks there) and returns the migration that fills those
+// blocks; waiting ones are in it as metadata (K2).
+func (x *relayout) adopt() (migrate.Spec, error) {
+	spec := migrate.Spec{Model: x.c.cfg, From: x.rep.From, To: x.rep.To}
+	for k, m := range x.moves {
 		rq := migrate.Request{ID: migrate.RequestID(k), From: m.from, To: m.to, Waiting: !m.h.State.Running}
+		dst, err := x.next[m.to].eng.Adopt(m.h)
+		if err != nil {
+			return spec, fmt.Errorf("cluster: reconfigure: %w", err)
+		}
+		if !x.fresh[m.to] {
+			x.adopted = append(x.adopted, m)
+		}
 		if m.h.State.Running {
-			dst, err := next[m.to].eng.Adopt(m.h)
-			if err != nil {
-				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
-			}
 			rq.Len, rq.Src, rq.Dst = m.h.State.Computed, m.h.State.Blocks, dst
-		} else if fresh[m.to] {
-			if _, err := next[m.to].eng.Adopt(m.h); err != nil {
-				return rep, fmt.Errorf("cluster: reconfigure: %w", err)
-			}
 		}
 		spec.Requests = append(spec.Requests, rq)
 	}
-	if len(spec.Requests) > 0 {
-		bytes, err := c.migrate(ctx, spec, old, next, kept, fresh)
-		if err != nil {
-			return rep, err
-		}
-		rep.Bytes = bytes
+	return spec, nil
+}
+
+// undo takes back what kept instances adopted; fresh instances and the
+// new dispatcher are dropped with x.
+func (x *relayout) undo() {
+	for _, m := range x.adopted {
+		x.next[m.to].eng.Release(m.h.State.ID)
 	}
-	// Committed: waiting requests join the kept instances they were sent to.
-	for _, m := range moves {
-		if !m.h.State.Running && !fresh[m.to] {
-			if _, err := next[m.to].eng.Adopt(m.h); err != nil {
-				// Only a duplicate id or a draining engine gets here.
-				c.log.Error("nitsum: a re-dispatched request could not join its instance", "id", m.h.State.ID, "err", err)
-			}
-		}
-	}
+}
+
+// commit makes the new layout the cluster's.
+func (x *relayout) commit() {
+	c := x.c
 	c.fmu.Lock()
-	for _, m := range moves {
-		c.where[m.h.State.ID] = placed{inst: next[m.to], class: m.class, tier: m.tier}
-	}
 	for id, p := range c.where {
-		if j, ok := oldIdx[p.inst]; ok && kept[j] {
-			c.where[id] = placed{inst: next[newOfOld[j]], class: p.class, tier: p.tier}
+		if j := x.oldIndex(p.inst); j >= 0 && x.kept[j] {
+			p.inst = x.next[x.keptAt[j]]
+			c.where[id] = p
 		}
+	}
+	for _, m := range x.moves {
+		c.where[m.h.State.ID] = placed{inst: x.next[m.to], class: m.class, tier: m.tier}
 	}
 	c.fmu.Unlock()
 	c.obs.stepMu.Lock()
-	for j, in := range old {
-		if !kept[j] {
+	for j, in := range x.old {
+		if !x.kept[j] {
 			delete(c.obs.lastQ, in.eng)
 			delete(c.obs.lastH, in.eng)
 		}
 	}
 	c.obs.stepMu.Unlock()
-	c.insts = next
-	c.disp.Store(d)
-	return rep, nil
+	c.insts = x.next
+	c.disp.Store(x.d)
 }
 
 // destination is the new instance a running request of the changed
