@@ -32,6 +32,8 @@ type parallelFlags struct {
 	csaLevels int     // --csa-levels (csps)
 	csaDrop   float64 // --csa-drop (csps)
 	micro     int     // --csps-micro-partitions (csps)
+	cspsTTFT  float64 // --csps-ttft-ms (csps): the TTFT objective, ms
+	cspsProf  string  // --csps-profile (csps): calibration profile for its predictor
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
@@ -45,6 +47,8 @@ func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
 	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
+	fs.Float64Var(&p.cspsTTFT, "csps-ttft-ms", 0, "csps with --sparse-attention on: TTFT objective; each prompt over several ranks gets the smallest level-2 drop (0, 0.02, …, 0.9) whose predicted prefill meets it, none when dense attention does (predictor: the simulator's CSPS prefill model on --csps-profile)")
+	fs.StringVar(&p.cspsProf, "csps-profile", "", "csps with --csps-ttft-ms: this machine's profile from gearbox calibrate, for the prefill predictor")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
@@ -95,7 +99,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if p.policy == "csps" {
 		return p.csps(cfg, plan, set)
 	}
-	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions"} {
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions", "csps-ttft-ms", "csps-profile"} {
 		if set[f] {
 			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
 		}
