@@ -145,6 +145,15 @@ type Transitioner interface {
 	Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error)
 }
 
+// SequenceSharded is a Runner whose KV pool is split along the sequence
+// over ranks (CSPS): block b lives on rank b / (NumBlocks/shards), and the
+// scheduler gives a sequence's consecutive blocks to consecutive ranks,
+// sptBlocks per rank.
+type SequenceSharded interface {
+	Runner
+	KVShards() (shards, sptBlocks int)
+}
+
 // Swapper is a Runner with a host KV tier (Seesaw's CPU KV store): it
 // copies KV blocks between its device cache and the host store, each rank
 // its KV slice under the placement the cache is under, so a request
@@ -258,6 +267,9 @@ func NewEngine(opts Options) (*Engine, error) {
 	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, placements[0].Plan.DP
 	if sw, ok := opts.Exec.(Swapper); ok {
 		cfg.HostBlocks = sw.HostBlocks()
+	}
+	if sh, ok := opts.Exec.(SequenceSharded); ok {
+		cfg.KVShards, cfg.SPTBlocks = sh.KVShards()
 	}
 	if cfg.MaxModelLen == 0 || cfg.MaxModelLen > opts.Exec.Config().MaxPositions {
 		cfg.MaxModelLen = opts.Exec.Config().MaxPositions

@@ -125,7 +125,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	run, err := c.dev.newRunner(m, runnerSpec{
 		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
-		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol),
+		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol), csps: cspsPolicy(pol),
 	}, logger)
 	if err != nil {
 		return nil, nil, nil, err
