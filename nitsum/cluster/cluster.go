@@ -468,7 +468,9 @@ func (in *instance) signal() {
 // Submit dispatches req to an instance (the global scheduler's rules
 // G1–G7, by req.Tier, "" for the default tier) and returns its stream.
 // An empty ID gets one. It fails for an unknown tier, when no instance
-// may take the request, or with the engine's Submit errors.
+// may take the request (wrapping engine.ErrQueueFull, so the server
+// answers 429 and the client retries), or with the engine's Submit
+// errors.
 func (c *Cluster) Submit(req engine.Request) (*engine.Stream, error) {
 	tier, err := c.opts.Tiers.Resolve(req.Tier)
 	if err != nil {
@@ -491,6 +493,11 @@ func (c *Cluster) Submit(req engine.Request) (*engine.Stream, error) {
 	}
 	d := c.disp.Load()
 	a, err := d.Dispatch(nitsum.Request{ID: req.ID, Tier: tier})
+	if errors.Is(err, nitsum.ErrNoInstance) {
+		// The layout has no instance for it now: like a full queue, the
+		// client should retry (HTTP 429 with Retry-After).
+		return nil, fmt.Errorf("cluster: %w: %w", engine.ErrQueueFull, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

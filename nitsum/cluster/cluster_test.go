@@ -230,3 +230,24 @@ func TestMixedDegrees(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitNoInstance: a background request while no instance accepts
+// background work is refused as a full queue (the server's 429, retried),
+// and the dispatcher keeps nothing of it.
+func TestSubmitNoInstance(t *testing.T) {
+	l := layout(4, 1, 1)
+	for i := range l {
+		l[i].Background = false
+	}
+	c := newCluster(t, 2, l, true, nil)
+	req := requests(1, 4, loadTiny(t).cfg.Vocab)[0]
+	req.Tier = "batch"
+	_, err := c.Submit(req)
+	if !errors.Is(err, engine.ErrQueueFull) || !errors.Is(err, nitsum.ErrNoInstance) {
+		t.Fatalf("background request with no background instance: %v", err)
+	}
+	req.Tier = ""
+	if _, err := c.Submit(req); err != nil {
+		t.Fatalf("the same ID for the default tier after the refusal: %v", err)
+	}
+}
