@@ -28,7 +28,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if par.policy == "csps" {
 		// CSPS picks each request's degree and architecture on a cluster
 		// (--hardware may name one, which setup's node parser rejects).
-		return simulateCSPS(sf, cf, stdout, stderr)
+		return simulateCSPS(sf, cf, par.cspsPrefill(), stdout, stderr)
 	}
 	s, err := sf.setup()
 	if err != nil {
