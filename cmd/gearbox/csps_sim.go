@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/bench"
@@ -19,7 +20,7 @@ type cspsFlags struct {
 
 func addCSPSFlags(fs *flag.FlagSet) *cspsFlags {
 	f := &cspsFlags{}
-	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", sim.CSPSDecodeGPUs, "simulate with --policy csps: GPUs of the decode pool (the cluster's last ones)")
+	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", 0, "simulate and plan with --policy csps: GPUs of the decode pool, the cluster's last ones (0: a quarter, 16 of the paper's 64)")
 	return f
 }
 
@@ -67,10 +68,15 @@ func runCSPSFlags(sf *simFlags, cf *cspsFlags, prefill sim.CSPSOptions) (*sim.CS
 	if err != nil {
 		return nil, err
 	}
+	return s.runCSPS(cl, prefill, cf.decodeGPUs, s.reqs)
+}
+
+// runCSPS simulates reqs served by CSPS on cluster cl, whose servers are
+// s's node, with a decode pool of decodeGPUs (0: sim.CSPSDecodeShare).
+func (s *simSetup) runCSPS(cl sim.Cluster, prefill sim.CSPSOptions, decodeGPUs int, reqs []bench.Request) (*sim.CSPSRunResult, error) {
 	return sim.RunCSPS(sim.CSPSRunOptions{
-		Model: s.cfg, Cost: s.cost, Cluster: cl, DecodeGPUs: cf.decodeGPUs,
-		Prefill:  prefill,
-		Requests: s.reqs, Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
+		Model: s.cfg, Cost: s.cost, Cluster: cl, DecodeGPUs: decodeGPUs, Prefill: prefill,
+		Requests: slices.Clone(reqs), Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }
 
