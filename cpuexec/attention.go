@@ -7,6 +7,43 @@ import (
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
+// softmax is an online softmax over tiles of keys: the running maximum m
+// of the scaled scores so far and the sum of exp(s − m); the caller keeps
+// out, the exp-weighted sum of the values so far.
+type softmax struct{ m, sum float32 }
+
+// newSoftmax starts an online softmax with no keys seen, clearing out.
+func newSoftmax(out []float32) softmax {
+	clear(out)
+	return softmax{m: float32(math.Inf(-1))}
+}
+
+// tile takes a tile of scaled scores s whose maximum is bm: it rescales
+// out and the sum to the new running maximum, turns s into the tile's
+// weights exp(s − m) and adds them to the sum. The caller then adds the
+// tile's values, weighted by s, to out.
+func (o *softmax) tile(out, s []float32, bm float32) {
+	if bm > o.m {
+		if o.sum > 0 {
+			corr := float32(math.Exp(float64(o.m - bm)))
+			tensor.Scale(corr, out)
+			o.sum *= corr
+		}
+		o.m = bm
+	}
+	o.sum += tensor.ExpSub(s, o.m)
+}
+
+// finish normalises out and returns the log-sum-exp of the scores, or
+// −Inf (out all zeros) when no key was seen.
+func (o *softmax) finish(out []float32) float32 {
+	if o.sum == 0 {
+		return o.m
+	}
+	tensor.Scale(1/o.sum, out)
+	return o.m + float32(math.Log(float64(o.sum)))
+}
+
 // attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
 // one KV head into out, walking the block table one block at a time with an
 // online softmax, and returns the log-sum-exp of the scaled scores so that
@@ -17,8 +54,7 @@ import (
 func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
 	bs, d := cache.BlockSize, cache.HeadDim
 	var scores [kvcache.MaxBlockSize]float32
-	clear(out)
-	m, sum := float32(math.Inf(-1)), float32(0)
+	sm := newSoftmax(out)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
 		if blk < 0 {
@@ -32,24 +68,12 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 			scores[j] = s
 			bm = max(bm, s)
 		}
-		if bm > m {
-			if sum > 0 {
-				corr := float32(math.Exp(float64(m - bm)))
-				tensor.Scale(corr, out)
-				sum *= corr
-			}
-			m = bm
-		}
-		sum += tensor.ExpSub(scores[a:e], m)
+		sm.tile(out, scores[a:e], bm)
 		for j := a; j < e; j++ {
 			tensor.Axpy(scores[j], vals[j*d:(j+1)*d], out)
 		}
 	}
-	if sum == 0 {
-		return m
-	}
-	tensor.Scale(1/sum, out)
-	return m + float32(math.Log(float64(sum)))
+	return sm.finish(out)
 }
 
 // attendPagedHalf is attendPaged over a BF16 or F16 cache: per block, the
@@ -60,8 +84,7 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
 	bs, d, dt := cache.BlockSize, cache.HeadDim, cache.DType
 	var scores [kvcache.MaxBlockSize]float32
-	clear(out)
-	m, sum := float32(math.Inf(-1)), float32(0)
+	sm := newSoftmax(out)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
 		if blk < 0 {
@@ -75,20 +98,8 @@ func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []
 			s[j] *= scale
 			bm = max(bm, s[j])
 		}
-		if bm > m {
-			if sum > 0 {
-				corr := float32(math.Exp(float64(m - bm)))
-				tensor.Scale(corr, out)
-				sum *= corr
-			}
-			m = bm
-		}
-		sum += tensor.ExpSub(s, m)
+		sm.tile(out, s, bm)
 		tensor.AxpyRowsHalf(dt, out, s, cache.HalfValues(layer, blk, head)[a*d:e*d])
 	}
-	if sum == 0 {
-		return m
-	}
-	tensor.Scale(1/sum, out)
-	return m + float32(math.Log(float64(sum)))
+	return sm.finish(out)
 }

@@ -518,8 +518,7 @@ func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
 // attendPaged's order, and returns the log-sum-exp.
 func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, d int) float32 {
 	var scores [kvcache.MaxBlockSize]float32
-	clear(out)
-	m, sum := float32(math.Inf(-1)), float32(0)
+	sm := newSoftmax(out)
 	for start := from - from%bs; start < to; start += bs {
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		bm := float32(math.Inf(-1))
@@ -529,25 +528,13 @@ func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs 
 			scores[j] = s
 			bm = max(bm, s)
 		}
-		if bm > m {
-			if sum > 0 {
-				corr := float32(math.Exp(float64(m - bm)))
-				tensor.Scale(corr, out)
-				sum *= corr
-			}
-			m = bm
-		}
-		sum += tensor.ExpSub(scores[a:e], m)
+		sm.tile(out, scores[a:e], bm)
 		for j := a; j < e; j++ {
 			r := (start + j - first) * stride
 			tensor.Axpy(scores[j], rows[r+vOff:r+vOff+d], out)
 		}
 	}
-	if sum == 0 {
-		return m
-	}
-	tensor.Scale(1/sum, out)
-	return m + float32(math.Log(float64(sum)))
+	return sm.finish(out)
 }
 
 // pipeComms are the rank's handles on two groups of every rank, labelled

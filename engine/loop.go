@@ -96,6 +96,7 @@ type StepStats struct {
 
 // FinishStats describes one request's end.
 type FinishStats struct {
+	ID               string // Request.ID
 	Reason           string
 	Tier             string // Request.Tier
 	PromptTokens     int
@@ -907,7 +908,7 @@ func (e *Engine) send(l *live, ev Event) {
 func (e *Engine) finish(l *live, ev Event) {
 	e.send(l, ev)
 	if e.obs != nil {
-		f := FinishStats{Reason: ev.Finish, Tier: l.req.Tier, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
+		f := FinishStats{ID: l.req.ID, Reason: ev.Finish, Tier: l.req.Tier, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
 		if l.tokens > 0 {
 			f.TTFT = l.first.Sub(l.arrival)
 		}

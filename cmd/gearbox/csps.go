@@ -2,11 +2,15 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"time"
 
+	"github.com/gearboxlm/gearbox/cmd/gearbox/internal/calibrate"
 	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/sim"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -71,7 +75,56 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 	default:
 		return plan, nil, fmt.Errorf("--sparse-attention must be on or off, got %q", p.sparse)
 	}
+	if set["csps-ttft-ms"] || set["csps-profile"] {
+		if p.sparse != "on" || p.cspsTTFT <= 0 || p.cspsProf == "" {
+			return plan, nil, fmt.Errorf("--csps-ttft-ms needs a positive TTFT, --sparse-attention on and --csps-profile FILE (gearbox calibrate)")
+		}
+		prefill, err := cspsPredictor(cfg, p.cspsProf, pol.Ranks, p.micro)
+		if err != nil {
+			return plan, nil, err
+		}
+		pol.Objective = policy.CSPSObjective{TTFT: time.Duration(p.cspsTTFT * float64(time.Millisecond)), Prefill: prefill}
+	}
 	return plan, pol, nil
+}
+
+// cspsPredictor is the TTFT objective's prefill predictor on CPU ranks:
+// the simulator's CSPS prefill model (sim.CostModel.CSPSPrefillCost: the
+// SP-NTP layer pipeline with CSA's kept fractions) on this machine as
+// profiled by gearbox calibrate, the ranks sharing it as
+// calibrate.Node shares them. The simulator cuts CSA levels by server, so
+// on one machine its levels above 2 span all ranks, where the executor's
+// level v spans 2^(v-1) ranks: the predictor then counts fewer dropped
+// pairs than the executor makes, and errs on the slow side.
+func cspsPredictor(cfg *model.Config, path string, ranks, micro int) (func(int, policy.CSPSConfig) time.Duration, error) {
+	prof, err := sim.LoadProfile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--csps-profile: %w", err)
+	}
+	if prof.IsGPU() {
+		return nil, fmt.Errorf("--csps-profile %s describes a GPU (%s); the csps executor runs on this CPU (gearbox calibrate --device cpu)", path, prof.Name)
+	}
+	node, err := calibrate.Node(prof, ranks)
+	if err != nil {
+		return nil, err
+	}
+	prec, err := sim.CPUKVPrecision("float32")
+	if err != nil {
+		return nil, err
+	}
+	cost, err := sim.NewCostModel(node, prec)
+	if err != nil {
+		return nil, err
+	}
+	cluster := sim.Cluster{Node: node, Servers: 1, ServersPerRack: 1}
+	return func(promptLen int, c policy.CSPSConfig) time.Duration {
+		p, err := cost.CSPSPrefillCost(cfg, cluster, promptLen, sim.CSPSOptions{
+			Levels: c.CSALevels, Drop: c.CSADrop, Micro: micro, Arch: sim.ArchNTP, N: c.Degree})
+		if err != nil {
+			return time.Duration(math.MaxInt64) // unpredictable: never meets the objective
+		}
+		return time.Duration(p.Seconds * float64(time.Second))
+	}, nil
 }
 
 // newCSPSRunner builds the CPU executor of a csps policy: pol.Ranks ranks
