@@ -330,6 +330,7 @@ func makeWeights(dt DType, w []float32, n, k int) *Weights {
 // m <= gemvMaxM the same two for x quantized as the kernels quantize it,
 // plus the bound Σ|w|·d_x/2 on what that quantization changes.
 type refW struct {
+	m                     int
 	want, scale           []float64
 	qwant, qscale, qbound []float64
 }
@@ -340,9 +341,9 @@ func refMatMulW(y0, x []float32, w *Weights, m int) refW {
 	for j := range n {
 		w.Row(j, wf[j*k:(j+1)*k])
 	}
-	var r refW
+	r := refW{m: m}
 	r.want, r.scale = refMatMul(y0, x, wf, m, k, n)
-	if w.DType() != Q8_0 || m > gemvMaxM {
+	if w.DType() != Q8_0 {
 		return r
 	}
 	nb := q8ActBlocks(w.nb)
@@ -371,12 +372,14 @@ func refMatMulW(y0, x []float32, w *Weights, m int) refW {
 }
 
 // checkW checks y against a reference: within rel·scale of want, and for
-// Q8_0 decode also within rel·scale of the quantized-activation reference
-// and within the activation-rounding bound of the exact one.
+// Q8_0 products that quantize x (decode, and prefill by int8 tiles: see
+// q8Tile) also within rel·scale of the quantized-activation reference and
+// within the activation-rounding bound of the exact one.
 func checkW(t *testing.T, label string, y []float32, r refW, rel float64) {
 	t.Helper()
+	quantized := r.qwant != nil && (r.m <= gemvMaxM || q8Tile() != nil)
 	for i, v := range y {
-		if r.qwant == nil {
+		if !quantized {
 			if !within(v, r.want[i], r.scale[i], rel) {
 				t.Fatalf("%s: y[%d]=%v want %v (scale %v)", label, i, v, r.want[i], r.scale[i])
 			}
@@ -462,12 +465,16 @@ func TestMatMulWImplsAgree(t *testing.T) {
 			if ref.qscale != nil {
 				scale = ref.qscale
 			}
-			var base []float32
+			// Q8_0 prefill quantizes x only under some kernel sets
+			// (q8Tile); those that do are compared with each other.
+			bases := map[bool][]float32{}
 			forEachImpl(t, func(t *testing.T) {
 				y := make([]float32, m*n)
 				MatMulW(nil, y, x, w, m)
+				kind := dt == Q8_0 && m > gemvMaxM && q8Tile() == nil
+				base := bases[kind]
 				if base == nil {
-					base = y
+					bases[kind] = y
 					return
 				}
 				for i := range y {

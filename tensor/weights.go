@@ -272,8 +272,11 @@ func dequantQ8Go(dst []float32, q []uint8, scale float32) {
 //     even), and each block's dot product is exact in int32 before it is
 //     scaled and accumulated in float32; the only error beyond float32
 //     rounding is the activation rounding, at most half a step of x's
-//     block scale per element. Larger m (prefill) dequantize panels of w
-//     into the packed float32 GEMM, with x unquantized.
+//     block scale per element. Larger m (prefill) do the same in tiles of
+//     rows of x by rows of w (see gemmQ8) where the CPU has AVX-512 VNNI,
+//     or the assembly kernels are off; on other amd64 CPUs they
+//     dequantize panels of w into the packed float32 GEMM, with x
+//     unquantized.
 func MatMulW(p *Pool, y, x []float32, w *Weights, m int) {
 	checkMatMulW("tensor.MatMulW", y, x, w, m)
 	matmulW(p, y, x, w, m, false)
@@ -310,6 +313,8 @@ func matmulW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 		gemvQ8(p, y, x, w, m, acc)
 	case m <= gemvMaxM:
 		gemvHalf(p, y, x, w, m, acc)
+	case w.dtype == Q8_0 && q8Tile() != nil:
+		gemmQ8(p, y, x, w, m, acc, q8Tile())
 	default:
 		gemmW(p, y, x, w, m, acc)
 	}
