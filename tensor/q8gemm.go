@@ -103,7 +103,7 @@ func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFun
 	panels := (n + q8TileC - 1) / q8TileC
 	p.Run(panels, func(lo, hi int) {
 		slab := q8SlabPool.Get().(*q8Slab)
-		var out [q8TileR * q8TileC]float32
+		var out [q8SlabPanels * q8TileR * q8TileC]float32
 		for p0 := lo; p0 < hi; p0 += q8SlabPanels {
 			np := min(q8SlabPanels, hi-p0)
 			for u0 := 0; u0 < units; u0 += q8ChunkUnits {
@@ -112,13 +112,14 @@ func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFun
 				add := acc || u0 > 0
 				for i0 := 0; i0 < mPad; i0 += q8TileR {
 					xo := i0*nbA + u0*q8Unit // block offset of the quad's chunk
+					tile(a, xo, nbA, slab, nu, np, out[:])
 					for pp := range np {
-						tile(a, xo, nbA, slab, pp*nu, nu, &out)
+						t := out[pp*q8TileR*q8TileC:]
 						j0 := (p0 + pp) * q8TileC
 						for r := range min(q8TileR, m-i0) {
 							row := y[(i0+r)*n:]
 							for c := range min(q8TileC, n-j0) {
-								put(row, j0+c, out[r*q8TileC+c], add)
+								put(row, j0+c, t[r*q8TileC+c], add)
 							}
 						}
 					}
@@ -130,10 +131,10 @@ func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFun
 	q8ActPool.Put(a)
 }
 
-// q8TileFunc sets out[r·q8TileC+c] to the product of x rows r < q8TileR
-// (a's rows of nbA blocks, from block xo of the first) with panel row c of
-// the slab, over the nu units of the panel starting at unit pu.
-type q8TileFunc func(a *q8Act, xo, nbA int, s *q8Slab, pu, nu int, out *[q8TileR * q8TileC]float32)
+// q8TileFunc sets out[(p·q8TileR+r)·q8TileC+c], for the first np panels
+// p of the slab (nu units each), to the product of x rows r < q8TileR
+// (a's rows of nbA blocks, from block xo of the first) with panel row c.
+type q8TileFunc func(a *q8Act, xo, nbA int, s *q8Slab, nu, np int, out []float32)
 
 // packQ8Slab repacks rows [j0, j0+np·q8TileC) of w, units [u0, u0+nu),
 // into s (panel-major, nu units a panel). Rows past n and blocks past
@@ -168,7 +169,14 @@ func packQ8Slab(s *q8Slab, w *Weights, j0, np, u0, nu int) {
 
 // q8TileGo is the portable q8TileFunc: each block's dot product is summed
 // exactly in int32 from the signed quants, then scaled by d_w·d_x.
-func q8TileGo(a *q8Act, xo, nbA int, s *q8Slab, pu, nu int, out *[q8TileR * q8TileC]float32) {
+func q8TileGo(a *q8Act, xo, nbA int, s *q8Slab, nu, np int, out []float32) {
+	for pp := range np {
+		q8PanelGo(a, xo, nbA, s, pp*nu, nu, out[pp*q8TileR*q8TileC:(pp+1)*q8TileR*q8TileC])
+	}
+}
+
+// q8PanelGo is q8TileGo for the panel whose first unit is unit pu.
+func q8PanelGo(a *q8Act, xo, nbA int, s *q8Slab, pu, nu int, out []float32) {
 	for r := range q8TileR {
 		for c := range q8TileC {
 			var sum float32

@@ -58,25 +58,30 @@
 	VHADDPS X0, X0, X0; \
 	VMOVSS X0, off(DX)
 
-// func q8TileVNNI(xq *int8, xc *int32, xd *float32, ldx int, wq *uint8, ws *float32, nu int, out *float32)
+// func q8TileVNNI(xq *int8, xc *int32, xd *float32, ldx int, wq *uint8, ws *float32, nu, np int, out *float32)
 // xq, xc, xd: the first x row's quants, corrections and scales at the
-// chunk's first block, rows ldx blocks apart; wq, ws: the panel's first
-// unit (three rows of q8UnitBytes quants, then the next unit), and its
-// scales (three rows of 16 float32); nu > 0 units; out: 12 float32.
-TEXT ·q8TileVNNI(SB), NOSPLIT, $0-64
-	MOVQ xq+0(FP), SI
-	MOVQ xc+8(FP), R8
-	MOVQ xd+16(FP), R9
+// chunk's first block, rows ldx blocks apart; wq, ws: the first panel's
+// first unit (three rows of q8UnitBytes quants, then the next unit), and
+// its scales (three rows of 16 float32), the np > 0 panels following
+// each other; nu > 0 units; out: 12 float32 a panel. R14 counts the
+// panels; the x pointers restart from the stack for each.
+TEXT ·q8TileVNNI(SB), NOSPLIT, $0-72
 	MOVQ ldx+24(FP), R10
 	MOVQ wq+32(FP), DI
 	MOVQ ws+40(FP), R11
-	MOVQ nu+48(FP), CX
-	MOVQ out+56(FP), DX
+	MOVQ np+56(FP), R14
+	MOVQ out+64(FP), DX
 	MOVQ R10, BX
 	SHLQ $5, BX             // x quants row stride: 32 bytes a block
 	SHLQ $2, R10            // x corrections and scales row stride
 	LEAQ (BX)(BX*2), R12
 	LEAQ (R10)(R10*2), R13
+
+q8panel:
+	MOVQ xq+0(FP), SI
+	MOVQ xc+8(FP), R8
+	MOVQ xd+16(FP), R9
+	MOVQ nu+48(FP), CX
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
@@ -134,5 +139,8 @@ q8unit:
 	Q8HSUM(Z21, Y21, 36)
 	Q8HSUM(Z22, Y22, 40)
 	Q8HSUM(Z23, Y23, 44)
+	ADDQ $48, DX
+	DECQ R14
+	JNZ  q8panel
 	VZEROUPPER
 	RET
