@@ -57,17 +57,16 @@ var q8SlabPool = sync.Pool{New: func() any {
 	}
 }}
 
-// interleaveQ8 reorders the 512 bytes of one unit in place from block
-// order (block l's bytes at 32l) to dword t·16+l = dword t of block l.
-func interleaveQ8(u []uint8) {
-	var t [q8Unit * 8]uint32
+// interleaveQ8 writes the unit src (512 bytes in block order: block l's
+// bytes at 32l) to dst interleaved: dword t·16+l = dword t of block l.
+// dst and src must not overlap.
+func interleaveQ8(dst, src []uint8) {
+	d, s := (*[q8UnitBytes]uint8)(dst), (*[q8UnitBytes]uint8)(src)
 	for l := range q8Unit {
 		for c := range 8 {
-			t[c*q8Unit+l] = binary.LittleEndian.Uint32(u[l*32+c*4:])
+			o, i := (c*q8Unit+l)*4, l*32+c*4
+			binary.LittleEndian.PutUint32(d[o:o+4], binary.LittleEndian.Uint32(s[i:i+4]))
 		}
-	}
-	for i, v := range t {
-		binary.LittleEndian.PutUint32(u[i*4:], v)
 	}
 }
 
@@ -94,8 +93,11 @@ func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFun
 				}
 				c[b] = -128 * s
 			}
+			var t [q8UnitBytes]uint8
 			for u := 0; u < nbA; u += q8Unit {
-				interleaveQ8(int8Bytes(q[u*Q8Block : (u+q8Unit)*Q8Block]))
+				qu := int8Bytes(q[u*Q8Block : (u+q8Unit)*Q8Block])
+				copy(t[:], qu)
+				interleaveQ8(qu, t[:])
 			}
 		}
 	})
@@ -155,20 +157,28 @@ func packQ8Slab(s *q8Slab, w *Weights, j0, np, u0, nu int) {
 				}
 				row := w.q[j*rb : (j+1)*rb]
 				nbu := min(q8Unit, w.nb-b0) // w.nb is even, b0 a multiple of 16
-				_, qo := q8Pos(b0)          // a unit never crosses a group
-				copy(dq, row[qo:qo+nbu*Q8Block])
+				so, qo := q8Pos(b0)         // a unit never crosses a group
+				var h [q8Unit]uint16
 				for l := range nbu {
-					ds[l] = q8Scale(row, b0+l)
+					h[l] = binary.LittleEndian.Uint16(row[so+2*l:])
 				}
+				decodeF16(ds[:nbu], h[:nbu])
 				clear(ds[nbu:])
-				interleaveQ8(dq)
+				if nbu == q8Unit {
+					interleaveQ8(dq, row[qo:])
+				} else {
+					var t [q8UnitBytes]uint8
+					copy(t[:], row[qo:qo+nbu*Q8Block])
+					interleaveQ8(dq, t[:])
+				}
 			}
 		}
 	}
 }
 
 // q8TileGo is the portable q8TileFunc: each block's dot product is summed
-// exactly in int32 from the signed quants, then scaled by d_w·d_x.
+// exactly in int32 (from the correction and the stored quants, as the
+// VNNI kernel does), then scaled by d_w·d_x.
 func q8TileGo(a *q8Act, xo, nbA int, s *q8Slab, nu, np int, out []float32) {
 	for pp := range np {
 		q8PanelGo(a, xo, nbA, s, pp*nu, nu, out[pp*q8TileR*q8TileC:(pp+1)*q8TileR*q8TileC])
@@ -182,16 +192,18 @@ func q8PanelGo(a *q8Act, xo, nbA int, s *q8Slab, pu, nu int, out []float32) {
 			var sum float32
 			for u := range nu {
 				xb := xo + r*nbA + u*q8Unit
-				xq := a.q[xb*Q8Block : (xb+q8Unit)*Q8Block]
-				xd := a.d[xb : xb+q8Unit]
+				xq := (*[q8UnitBytes]int8)(a.q[xb*Q8Block:])
+				xc := (*[q8Unit]int32)(a.c[xb:])
+				xd := (*[q8Unit]float32)(a.d[xb:])
 				o := (pu+u)*q8TileC + c
-				wq := s.q[o*q8UnitBytes : (o+1)*q8UnitBytes]
-				ws := s.s[o*q8Unit : (o+1)*q8Unit]
-				var dots [q8Unit]int32
-				for i, v := range xq {
-					dots[(i/4)%q8Unit] += int32(v) * (int32(wq[i]) - 128)
-				}
-				for l, t := range dots {
+				wq := (*[q8UnitBytes]uint8)(s.q[o*q8UnitBytes:])
+				ws := (*[q8Unit]float32)(s.s[o*q8Unit:])
+				for l := range q8Unit {
+					t := xc[l] // -128·Σ x_q cancels the +128 of the stored quants
+					for i := l * 4; i < q8UnitBytes; i += q8Unit * 4 {
+						t += int32(xq[i])*int32(wq[i]) + int32(xq[i+1])*int32(wq[i+1]) +
+							int32(xq[i+2])*int32(wq[i+2]) + int32(xq[i+3])*int32(wq[i+3])
+					}
 					sum += float32(t) * ws[l] * xd[l]
 				}
 			}

@@ -45,3 +45,32 @@ func BenchmarkMatMulWPrefillQ8(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQ8Tile times the tile kernel alone on one thread: a quad of x
+// rows over a full slab (q8SlabPanels panels of q8TileC rows) of
+// q8ChunkUnits units, x in L1 and the slab in L2 as in gemmQ8, in GOP/s.
+func BenchmarkQ8Tile(b *testing.B) {
+	const k = q8ChunkUnits * q8Unit * Q8Block
+	const n = q8SlabPanels * q8TileC
+	wf := make([]float32, n*k)
+	fill(wf, 2)
+	w := QuantizeQ8_0(nil, NewWeightsF32(wf, n, k))
+	nbA := q8ActBlocks(w.nb)
+	a := getQ8Act(q8TileR, nbA)
+	x := make([]float32, k)
+	fill(x, 1)
+	for i := range q8TileR {
+		quantizeAct(a.q[i*nbA*Q8Block:(i+1)*nbA*Q8Block], a.c[i*nbA:(i+1)*nbA], a.d[i*nbA:(i+1)*nbA], x)
+	}
+	slab := q8SlabPool.Get().(*q8Slab)
+	packQ8Slab(slab, w, 0, q8SlabPanels, 0, q8ChunkUnits)
+	out := make([]float32, q8SlabPanels*q8TileR*q8TileC)
+	for name, tile := range q8Kernels() {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				tile(a, 0, nbA, slab, q8ChunkUnits, q8SlabPanels, out)
+			}
+			b.ReportMetric(2*float64(q8TileR*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GOP/s")
+		})
+	}
+}

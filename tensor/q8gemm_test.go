@@ -115,7 +115,7 @@ func TestInterleaveQ8(t *testing.T) {
 		u[i] = uint8(i * 7)
 	}
 	src := append([]uint8(nil), u...)
-	interleaveQ8(u)
+	interleaveQ8(u, src)
 	for l := range q8Unit {
 		for c := range 8 {
 			for b := range 4 {
