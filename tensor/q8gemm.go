@@ -71,10 +71,13 @@ func interleaveQ8(dst, src []uint8) {
 }
 
 // gemmQ8 computes y = x·wᵀ (acc: y += x·wᵀ) for Q8_0 w by int8 products,
-// with the tile kernel tile (q8TileGo or the VNNI one).
+// with the tile kernel tile (q8TileGo or the VNNI one). Its q8Act holds
+// x's rows padded to whole tiles with zeros, the quants interleaved, and
+// c = -128·Σ q per block (one lane a block, not the GEMV's eight).
 func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFunc) {
 	n, k, nb := w.n, w.k, w.nb
-	nbA := q8ActBlocks(nb) // a multiple of q8Group, so of q8Unit
+	nbA := q8ActBlocks(nb)              // a multiple of q8Group, so of q8Unit
+	units := (nb + q8Unit - 1) / q8Unit // that nbA holds
 	mPad := (m + q8TileR - 1) / q8TileR * q8TileR
 	a := getQ8Act(mPad, nbA)
 	p.Run(mPad, func(lo, hi int) {
@@ -84,24 +87,20 @@ func gemmQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool, tile q8TileFun
 				quantizeAct(q, c, d, x[i*k:(i+1)*k])
 			} else {
 				clear(q)
+				clear(c)
 				clear(d)
 			}
 			for b := range c {
-				var s int32
-				for _, v := range q[b*Q8Block : (b+1)*Q8Block] {
-					s += int32(v)
-				}
-				c[b] = -128 * s
+				c[b] *= 8 // quantizeAct's -16·Σ q for 8 lanes a block; here one lane
 			}
 			var t [q8UnitBytes]uint8
-			for u := 0; u < nbA; u += q8Unit {
+			for u := 0; u < units*q8Unit; u += q8Unit {
 				qu := int8Bytes(q[u*Q8Block : (u+q8Unit)*Q8Block])
 				copy(t[:], qu)
 				interleaveQ8(qu, t[:])
 			}
 		}
 	})
-	units := nbA / q8Unit
 	panels := (n + q8TileC - 1) / q8TileC
 	p.Run(panels, func(lo, hi int) {
 		slab := q8SlabPool.Get().(*q8Slab)
