@@ -9,7 +9,8 @@
 // the log-sum-exp, so partial results over disjoint key ranges merge
 // exactly), transition.go (moving KV and weights to another placement),
 // sidp.go (SiDP: the replicas' pooled MLP weights, fetched into slots or
-// served by their owner).
+// served by their owner), procs.go (ranks in several processes: a step
+// runs only the ranks this process hosts).
 //
 // Weight matrices are multiplied in the format the model holds them in
 // (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);

@@ -1,0 +1,249 @@
+package rankproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/internal/mpitest"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// A case of the plan × batch equivalence matrix: the placements the
+// executor holds and which one each step of the scenario runs under.
+type equivCase struct {
+	name       string
+	placements []parallel.Placement
+	pick       func(step int) int // index into placements
+}
+
+func plan(t testing.TB, s string) parallel.Plan {
+	t.Helper()
+	p, err := parallel.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// equivCases are the cases for a job of p processes.
+func equivCases(t testing.TB, p int) []equivCase {
+	first := func(int) int { return 0 }
+	one := func(s string) equivCase {
+		return equivCase{name: s, placements: []parallel.Placement{parallel.Standard(plan(t, s))}, pick: first}
+	}
+	shift := func(s string) equivCase {
+		base := plan(t, s)
+		return equivCase{name: "shift " + s, placements: []parallel.Placement{parallel.Standard(base), parallel.ShiftPlacement(base)},
+			pick: func(step int) int { return step % 2 }}
+	}
+	if p == 2 {
+		return []equivCase{one("tp=2"), one("sp=2"), one("pp=2"), one("dp=2"), shift("sp=2")}
+	}
+	return []equivCase{one("tp=4"), one("sp=2,tp=2"), one("pp=2,tp=2"), one("dp=2,sp=2"), one("pp=4"), shift("sp=2,tp=2")}
+}
+
+// TestMPIEquivalence runs the matrix on 2 and 4 MPI processes: greedy
+// tokens equal to one rank's, logits bit-identical to the same plan on the
+// in-process transport, and every process's byte counters equal to its
+// rank's there.
+func TestMPIEquivalence(t *testing.T) {
+	for _, p := range []int{2, 4} {
+		out, err := mpitest.Run(t, mpitest.Options{Procs: p, Run: "TestMPIRanks", Mode: "equivalence"})
+		if err != nil {
+			t.Fatalf("P=%d: %v\n%s", p, err, out)
+		}
+		for _, c := range equivCases(t, p) {
+			for r := range p {
+				if want := fmt.Sprintf("process %d/%d: %s: equal", r, p, c.name); !strings.Contains(out, want) {
+					t.Errorf("P=%d: no %q in the output:\n%s", p, want, out)
+				}
+			}
+		}
+		t.Logf("P=%d:\n%s", p, out)
+	}
+}
+
+// TestMPIRanks is what the launched processes run; it skips in an
+// ordinary test run.
+func TestMPIRanks(t *testing.T) {
+	if mpitest.Mode() == "" {
+		t.Skip("run by TestMPIEquivalence under mpirun")
+	}
+	m, err := comm.OpenMPI(comm.MPIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := loadFixture(t)
+	single := runScenario(t, md, []parallel.Placement{parallel.Standard(parallel.Single)}, func(int) int { return 0 }, nil)
+	for _, c := range equivCases(t, m.Size()) {
+		local := runScenario(t, md, c.placements, c.pick, nil)
+		dist := runScenario(t, md, c.placements, c.pick, m)
+		me := m.Rank()
+		if me == 0 {
+			if !equalInts(dist.tokens, single.tokens) {
+				t.Fatalf("%s: greedy tokens %v, one rank %v", c.name, dist.tokens, single.tokens)
+			}
+			for i := range dist.logits {
+				if !sameBits(dist.logits[i], local.logits[i]) {
+					t.Fatalf("%s: step %d logits differ from the in-process transport's", c.name, i)
+				}
+			}
+		}
+		want := maps.Clone(local.stats)
+		maps.DeleteFunc(want, func(k comm.Key, _ comm.Counter) bool { return k.Rank != me })
+		if !maps.Equal(dist.stats, want) {
+			t.Fatalf("%s: process %d counters\n%v\nin-process\n%v", c.name, me, dist.stats, want)
+		}
+		fmt.Printf("process %d/%d: %s: equal greedy tokens, logits and counters\n", me, m.Size(), c.name)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadFixture(t testing.TB) *model.Model {
+	t.Helper()
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, Seed: 19})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := model.Load(dir, model.Options{DType: model.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
+}
+
+// result is what a scenario produced: process 0's greedy tokens and every
+// step's logits, and this process's counters.
+type result struct {
+	tokens []int
+	logits [][]float32
+	stats  comm.Stats
+}
+
+// runScenario runs greedy generation for four sequences: two prefill
+// steps (chunks of the prompts), then six decode steps, placements by
+// pick. With m nil every rank runs in this process; otherwise process 0
+// drives and the others follow.
+func runScenario(t testing.TB, md *model.Model, placements []parallel.Placement, pick func(int) int, m *comm.MPI) result {
+	t.Helper()
+	opts := cpuexec.Options{Placements: placements, BlockSize: 8, NumBlocks: 64}
+	if m != nil {
+		opts.World = func(int) (*comm.World, error) { return m.NewWorld(0) }
+	}
+	x, err := cpuexec.NewExecutor(md.Config, md.Weights, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if m != nil && m.Rank() != 0 {
+		if err := Follow(ctx, x, m, nil); !errors.Is(err, ErrShutdown) {
+			t.Fatalf("process %d: %v", m.Rank(), err)
+		}
+		return result{stats: x.CommStats()}
+	}
+	var step func(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error) = x.Step
+	if m != nil {
+		d, err := NewDriver(x, m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		step = d.Step
+	}
+	cfg := md.Config
+	dp := placements[0].Plan.DP
+	prompts := [][]int{fixture.Tokens(1, 13, cfg.Vocab), fixture.Tokens(2, 7, cfg.Vocab), fixture.Tokens(3, 21, cfg.Vocab), fixture.Tokens(4, 5, cfg.Vocab)}
+	seqs := make([]forward.SeqBatch, len(prompts))
+	for i := range seqs {
+		rep := i % dp
+		slot := i / dp
+		for k := range 8 {
+			seqs[i].Blocks = append(seqs[i].Blocks, slot*8+k)
+		}
+		seqs[i].Replica = rep
+	}
+	var res result
+	done := make([]int, len(prompts)) // tokens in the KV cache
+	for s := range 8 {
+		var b forward.Batch
+		for i, pr := range prompts {
+			sq := seqs[i]
+			sq.Pos = done[i]
+			switch {
+			case s == 0:
+				sq.Tokens = pr[:len(pr)/2]
+			case s == 1:
+				sq.Tokens = pr[len(pr)/2:]
+			default:
+				sq.Tokens = prompts[i][len(prompts[i])-1:]
+			}
+			sq.NumLogits = 1
+			b.Seqs = append(b.Seqs, sq)
+		}
+		logits, err := step(ctx, &b, placements[pick(s)])
+		if err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+		res.logits = append(res.logits, append([]float32(nil), logits...))
+		for i := range prompts {
+			done[i] += len(b.Seqs[i].Tokens)
+			if s >= 1 {
+				tok := argmax(logits[i*cfg.Vocab : (i+1)*cfg.Vocab])
+				res.tokens = append(res.tokens, tok)
+				prompts[i] = append(prompts[i], tok)
+			}
+		}
+	}
+	res.stats = x.CommStats()
+	return res
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
