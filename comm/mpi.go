@@ -250,16 +250,11 @@ func (m *MPI) checkControl(peer, tag int) error {
 	return nil
 }
 
-// Exit ends the whole job with code (MPI_Abort: mpirun kills every
-// process and exits with code). It does not return when MPI is running.
-func (m *MPI) Exit(code int) {
-	m.lib.abort(m.lib.commWorld, int32(code))
-}
-
 // Close stops the progress goroutine and finalises MPI (MPI_Finalize,
 // which waits for every process to finalise). Call it once, after the last
-// operation, on a healthy transport; after an abort, end the process with
-// Exit instead (Close then only stops the progress goroutine). MPI cannot
+// operation, on a healthy transport; after an abort, Close only stops the
+// progress goroutine, and the process should exit non-zero (mpirun then
+// ends the job). MPI cannot
 // be initialised again in this process.
 func (m *MPI) Close() error {
 	m.closeMu.Lock()

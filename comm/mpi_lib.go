@@ -28,7 +28,6 @@ type mpiLib struct {
 	cancel        func(req *uintptr) int32
 	getCount      func(status *mpiStatus, dtype uintptr, count *int32) int32
 	errorString   func(code int32, s *byte, n *int32) int32
-	abort         func(comm uintptr, code int32) int32
 	finalize      func() int32
 
 	commWorld    uintptr // MPI_COMM_WORLD
@@ -99,7 +98,6 @@ func loadMPI() (*mpiLib, error) {
 		{&l.cancel, "MPI_Cancel"},
 		{&l.getCount, "MPI_Get_count"},
 		{&l.errorString, "MPI_Error_string"},
-		{&l.abort, "MPI_Abort"},
 		{&l.finalize, "MPI_Finalize"},
 	}
 	vars := []struct {

@@ -155,6 +155,8 @@ type runnerSpec struct {
 	maxSeqs     int // most sequences at once
 	maxModelLen int
 	sidpSlots   int // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
+	// world makes the CPU ranks' World (--transport mpi); nil: in-process
+	world func(ranks int) (*comm.World, error)
 }
 
 // built is an executor ready for an engine, with what to log about it and
@@ -209,7 +211,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	host := hostBlocks(cfg, kv, spec.blockSize, spec.hostKVBytes)
 	pool := tensor.NewPool(d.threads)
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
-		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots})
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots, World: spec.world})
 	if err != nil {
 		pool.Close()
 		return nil, err

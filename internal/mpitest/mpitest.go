@@ -5,11 +5,14 @@
 package mpitest
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +43,24 @@ type Options struct {
 // mode.
 func Run(t testing.TB, o Options) (string, error) {
 	t.Helper()
+	j := Start(t, o)
+	err := j.Wait()
+	return j.Output(), err
+}
+
+// Job is a running mpirun.
+type Job struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	out    syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// Start launches the copies as Run does and returns at once.
+func Start(t testing.TB, o Options) *Job {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("launches mpirun: skipped in -short mode")
 	}
@@ -54,20 +75,62 @@ func Run(t testing.TB, o Options) (string, error) {
 		o.Timeout = 60 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
-	defer cancel()
 	args := append(Args(o.Procs), o.Extra...)
 	args = append(args, "-x", Env)
 	for _, kv := range o.Env {
 		args = append(args, "-x", kv[:strings.IndexByte(kv, '=')])
 	}
 	args = append(args, os.Args[0], "-test.run", "^"+o.Run+"$", "-test.count", "1", "-test.v")
-	cmd := exec.CommandContext(ctx, mpirun, args...)
-	cmd.Env = append(append(os.Environ(), Env+"="+o.Mode), o.Env...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("mpirun still running after %v:\n%s", o.Timeout, out)
+	j := &Job{t: t, cmd: exec.CommandContext(ctx, mpirun, args...), cancel: cancel, done: make(chan struct{})}
+	j.cmd.Env = append(append(os.Environ(), Env+"="+o.Mode), o.Env...)
+	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+	if err := j.cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
 	}
-	return string(out), err
+	go func() {
+		j.err = j.cmd.Wait()
+		if ctx.Err() != nil {
+			j.err = fmt.Errorf("mpirun still running after %v: %w", o.Timeout, ctx.Err())
+		}
+		cancel()
+		close(j.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-j.done
+	})
+	return j
+}
+
+// Wait waits for mpirun to exit and returns its error.
+func (j *Job) Wait() error {
+	<-j.done
+	return j.err
+}
+
+// Done is closed when mpirun has exited.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Output is what the copies and mpirun printed so far.
+func (j *Job) Output() string { return j.out.String() }
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // Args are the mpirun arguments that start n processes on this machine,
