@@ -223,7 +223,7 @@ func (m *MPI) SendBytes(ctx context.Context, b []byte, to, tag int) error {
 		return err
 	}
 	op := &mpiOp{sends: []mpiMsg{{peer: to, tag: int32(tag), b: b}}, done: make(chan struct{})}
-	return m.wait(ctx, op, 0, "control send")
+	return m.wait(ctx, op, 0, nil)
 }
 
 // RecvBytes receives into b a message of at most len(b) bytes from
@@ -234,7 +234,7 @@ func (m *MPI) RecvBytes(ctx context.Context, b []byte, from, tag int) (int, erro
 		return 0, err
 	}
 	op := &mpiOp{recvs: []mpiMsg{{peer: from, tag: int32(tag), b: b, any: true}}, done: make(chan struct{})}
-	if err := m.wait(ctx, op, 0, "control receive"); err != nil {
+	if err := m.wait(ctx, op, 0, nil); err != nil {
 		return 0, err
 	}
 	return op.got[0], nil
@@ -316,8 +316,9 @@ func (m *MPI) post(op *mpiOp) {
 	}
 }
 
-// wait posts op and waits for it, for at most timeout when positive.
-func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what string) error {
+// wait posts op and waits for it, for at most timeout when positive; what
+// names the operation in the timeout's error.
+func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what func() string) error {
 	select {
 	case <-m.abortCh:
 		return m.abortErr()
@@ -346,7 +347,7 @@ func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what s
 		}
 		return m.abortErr()
 	case <-expire:
-		return fmt.Errorf("%w: %s at rank %d not done within %v (a peer died or hangs)", ErrTimeout, what, m.rank, timeout)
+		return fmt.Errorf("%w: %s at rank %d not done within %v (a peer died or hangs)", ErrTimeout, what(), m.rank, timeout)
 	}
 }
 
@@ -400,6 +401,7 @@ func (m *MPI) progress(ready chan<- error) {
 	}
 	ready <- nil
 
+	var idleSince time.Time // when the active operations last progressed
 	idle := 0
 	for {
 		if len(active) == 0 || (len(active) == 1 && active[0].standing) {
@@ -448,23 +450,31 @@ func (m *MPI) progress(ready chan<- error) {
 			idle = 0
 			continue
 		}
+		if idle == 0 {
+			idleSince = time.Now()
+		}
 		idle++
-		backoff(idle)
+		backoff(time.Since(idleSince))
 	}
 }
 
-// backoff yields the processor while requests are pending: first by
-// rescheduling, then by sleeping up to 200 µs, so ranks waiting on a slow
-// peer leave the cores (shared with the computing ranks) free.
-func backoff(idle int) {
-	switch {
-	case idle < 64:
-		runtime.Gosched()
-	case idle < 256:
-		time.Sleep(10 * time.Microsecond)
-	default:
-		time.Sleep(200 * time.Microsecond)
+// spinFor is how long the progress goroutine polls pending requests back
+// to back, yielding the CPU between polls (sched_yield, so a computing
+// rank of another process on the same core runs first), before it starts
+// sleeping between polls; a rank waiting that long is waiting on a slow
+// peer, and sleeping leaves the cores, which it shares with the computing
+// ranks, free. Go's sleeps are coarse (tens of µs and more), so the spin
+// covers every collective whose peers are at it. Chosen on 2 cores: 2 ms.
+const spinFor = 2 * time.Millisecond
+
+// backoff yields the processor while requests are pending, idle for so
+// long: sched_yield for spinFor, then sleeps of 100 µs.
+func backoff(idle time.Duration) {
+	if idle < spinFor {
+		osYield()
+		return
 	}
+	time.Sleep(100 * time.Microsecond)
 }
 
 // b returns the bytes received by receive i of a byte operation.

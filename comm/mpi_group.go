@@ -78,7 +78,7 @@ func (e *mpiEndpoint) recv(op *mpiOp, from int, f []float32) {
 
 // run posts op and waits for it within the transport's timeout.
 func (e *mpiEndpoint) run(ctx context.Context, op *mpiOp, kind Kind) error {
-	return e.t.m.wait(ctx, op, e.t.m.timeout, fmt.Sprintf("%s in group %s", kind, e.what))
+	return e.t.m.wait(ctx, op, e.t.m.timeout, func() string { return fmt.Sprintf("%s in group %s", kind, e.what) })
 }
 
 // reduceChunks sends chunk j of src (chunk bounds from lo) to member j

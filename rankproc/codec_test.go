@@ -63,3 +63,46 @@ func TestRowsCodec(t *testing.T) {
 		t.Fatal("a truncated message decoded")
 	}
 }
+
+// BenchmarkStepCodec encodes and decodes a decode step of 32 sequences
+// with 64-block tables, the message process 0 sends every step.
+func BenchmarkStepCodec(b *testing.B) {
+	batch := &forward.Batch{}
+	for i := range 32 {
+		blocks := make([]int, 64)
+		for j := range blocks {
+			blocks[j] = i*64 + j
+		}
+		batch.Seqs = append(batch.Seqs, forward.SeqBatch{Tokens: []int{1000 + i}, Pos: 900 + i, Blocks: blocks, NumLogits: 1})
+	}
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = encodeStep(buf[:0], "tp=2", batch)
+		if _, _, err := decodeStep(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+// BenchmarkRowsCodec encodes and decodes 32 rows of a 32,000-token
+// vocabulary, a follower's logits for a 32-sequence decode step.
+func BenchmarkRowsCodec(b *testing.B) {
+	const vocab, rows = 32000, 32
+	src := make([]float32, rows*vocab)
+	out := make([]float32, rows*vocab)
+	idx := make([]int, rows)
+	for i := range idx {
+		idx[i] = i
+	}
+	var buf []byte
+	b.SetBytes(int64(4 * rows * vocab))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = encodeRows(buf[:0], idx, src, vocab)
+		if err := decodeRows(buf, out, vocab); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
