@@ -20,12 +20,13 @@ import (
 	"github.com/gearboxlm/gearbox/internal/mpitest"
 )
 
-// TestServeMPIKilledRank serves the built-in model with --plan tp=2 on two
-// MPI processes, kills process 1 with SIGKILL while four streamed
+// TestServeMPIKilledRank serves the built-in model with --plan sp=2,tp=2
+// on four MPI processes, kills process 2 with SIGKILL while four streamed
 // generations run, and holds the failure contract: every request ends
 // with an error event within --comm-timeout (2 s here) plus slack, /health
 // answers 503 with the cause, the error counter equals the failed
-// requests, and mpirun exits non-zero. mpirun runs with
+// requests, the surviving followers (1 and 3) log the failure and exit,
+// and mpirun exits non-zero. mpirun runs with
 // odls_base_sigkill_timeout=6: when a process dies mpirun aborts the job,
 // but signals the survivors only after that many seconds (1 by default,
 // too soon for the server to report anything), and exits about twice
@@ -34,9 +35,9 @@ func TestServeMPIKilledRank(t *testing.T) {
 	port := freePort(t)
 	pids := t.TempDir()
 	const commTimeout = 2 * time.Second
-	job := mpitest.Start(t, mpitest.Options{Procs: 2, Run: "TestServeMPIProcess", Mode: "serve", Timeout: 90 * time.Second,
+	job := mpitest.Start(t, mpitest.Options{Procs: 4, Run: "TestServeMPIProcess", Mode: "serve", Timeout: 90 * time.Second,
 		Env: []string{
-			"GEARBOX_TEST_SERVE_ARGS=--transport mpi --plan tp=2 --port " + strconv.Itoa(port) + " --comm-timeout " + commTimeout.String(),
+			"GEARBOX_TEST_SERVE_ARGS=--transport mpi --plan sp=2,tp=2 --threads 1 --port " + strconv.Itoa(port) + " --comm-timeout " + commTimeout.String(),
 			"GEARBOX_TEST_PID_DIR=" + pids,
 		},
 		Extra: []string{"--mca", "odls_base_sigkill_timeout", "6", "--bind-to", "none"}})
@@ -97,7 +98,7 @@ func TestServeMPIKilledRank(t *testing.T) {
 	for range n {
 		<-started
 	}
-	victim := readPID(t, filepath.Join(pids, "rank-1.pid"))
+	victim := readPID(t, filepath.Join(pids, "rank-2.pid"))
 	killed := time.Now()
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -144,7 +145,12 @@ func TestServeMPIKilledRank(t *testing.T) {
 	if !strings.Contains(out, "rank processes failed") {
 		t.Errorf("process 0 did not log the failure:\n%s", out)
 	}
-	t.Logf("%d of %d requests failed; mpirun: %v", failed, n, job.Wait())
+	for _, r := range []int{1, 3} {
+		if want := fmt.Sprintf(`msg="the MPI job failed; exiting" rank=%d`, r); !strings.Contains(out, want) {
+			t.Errorf("process %d did not log the failure (%s):\n%s", r, want, out)
+		}
+	}
+	t.Logf("%d of %d requests failed; mpirun: %v; the processes' last words:\n%s", failed, n, job.Wait(), grepLines(out, "exiting"))
 }
 
 // TestServeMPIProcess is serve in a process launched by mpirun; it skips
