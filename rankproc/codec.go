@@ -10,11 +10,15 @@ import (
 	"github.com/gearboxlm/gearbox/forward"
 )
 
-// Message kinds from the driver to the followers.
+// Message kinds from the driver to the followers (the header's first
+// byte), and from a follower to the driver (the reply's first byte).
 const (
 	kindStep     byte = 1 // a step: the payload is encodeStep's
-	kindPing     byte = 2 // process 0 is alive and idle
+	kindPing     byte = 2 // process 0 is alive (idle, or computing a long step)
 	kindShutdown byte = 3 // no more steps
+
+	replyAlive byte = 1 // the follower is still computing the step
+	replyRows  byte = 2 // the follower's logits rows: encodeRows follows
 )
 
 // Control tags (comm.MPI.SendBytes) of the messages.
@@ -139,8 +143,9 @@ func floatBytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
 
-// rowsLen is the largest encodeRows message for a step of numLogits rows.
-func rowsLen(numLogits, vocab int) int { return 4 + 4*numLogits + 4*numLogits*vocab }
+// rowsLen is the largest reply for a step of numLogits rows: its kind
+// byte and encodeRows's message.
+func rowsLen(numLogits, vocab int) int { return 1 + 4 + 4*numLogits + 4*numLogits*vocab }
 
 // decodeRows writes the rows of an encodeRows message into out.
 func decodeRows(p []byte, out []float32, vocab int) error {

@@ -16,9 +16,16 @@
 //
 // Failure (chosen here; the issue asks for a bounded time): every message
 // wait is bounded by the transport's timeout (comm.MPI.Timeout, serve's
-// --comm-timeout). While the engine is idle the Driver sends a ping every
-// quarter of it, so a follower that hears nothing from process 0 for a
-// whole timeout takes it as dead. Any failure — a follower's step error,
+// --comm-timeout), and a long step is not a silent process: the Driver
+// pings the followers whenever it has sent nothing for half of a quarter
+// timeout (while the engine is idle, or while process 0 computes a long
+// step a follower has finished, as under DP), and a follower computing
+// its step replies "alive" to process 0 every quarter timeout. So a
+// process silent for a whole timeout is taken as dead, however long the
+// steps; inside a step, each collective is bounded by the same timeout,
+// which must therefore exceed the longest compute between two
+// collectives (a pipeline stage's share of a step). Any failure — a
+// follower's step error,
 // a missing message, a timeout — aborts the MPI transport, which tells
 // every process; the Driver then fails this and every later step with the
 // cause and closes Done, and the processes are expected to exit

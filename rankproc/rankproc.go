@@ -27,11 +27,13 @@ type Driver struct {
 	m   *comm.MPI
 	log *slog.Logger
 
-	mu     sync.Mutex // one message sequence to the followers at a time
-	last   time.Time  // when the followers last heard from the driver
+	mu     sync.Mutex // one step at a time
 	buf    []byte     // the step's payload
-	in     []byte     // a follower's logits
+	in     []byte     // a follower's reply
 	closed bool
+
+	sendMu sync.Mutex // one message to the followers at a time (steps' and pings')
+	last   time.Time  // when the followers last heard from the driver
 
 	failed   chan struct{}
 	failOnce sync.Once
@@ -121,22 +123,39 @@ func (d *Driver) Step(ctx context.Context, b *forward.Batch, p parallel.Placemen
 		d.in = make([]byte, n)
 	}
 	for r := 1; r < d.m.Size(); r++ {
-		wctx, cancel := context.WithTimeout(ctx, d.m.Timeout())
-		got, err := d.m.RecvBytes(wctx, d.in[:n], r, tagLogits)
-		cancel()
-		if err == nil {
-			err = decodeRows(d.in[:got], out, vocab)
-		}
-		if err != nil {
+		if err := d.gather(ctx, r, out, vocab); err != nil {
 			return nil, d.fail(fmt.Errorf("rankproc: logits of process %d: %w", r, err))
 		}
 	}
 	return out, nil
 }
 
+// gather receives follower r's logits rows into out. While it computes,
+// the follower says it is alive every quarter timeout; each wait is
+// bounded by the timeout.
+func (d *Driver) gather(ctx context.Context, r int, out []float32, vocab int) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, d.m.Timeout())
+		got, err := d.m.RecvBytes(wctx, d.in[:cap(d.in)], r, tagLogits)
+		cancel()
+		switch {
+		case err != nil:
+			return err
+		case got == 1 && d.in[0] == replyAlive:
+			continue
+		case got > 1 && d.in[0] == replyRows:
+			return decodeRows(d.in[1:got], out, vocab)
+		default:
+			return fmt.Errorf("rankproc: reply of %d bytes, kind %d", got, d.in[0])
+		}
+	}
+}
+
 // tell sends one message to every follower, each send bounded by the
-// timeout. d.mu is held.
+// timeout.
 func (d *Driver) tell(ctx context.Context, kind byte, payload []byte) error {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
 	h := header(kind, len(payload))
 	for r := 1; r < d.m.Size(); r++ {
 		wctx, cancel := context.WithTimeout(ctx, d.m.Timeout())
@@ -153,7 +172,11 @@ func (d *Driver) tell(ctx context.Context, kind byte, payload []byte) error {
 	return nil
 }
 
-// ping tells idle followers that process 0 lives, every quarter timeout.
+// ping tells the followers that process 0 lives whenever it has sent
+// them nothing for an eighth of the timeout (checked every quarter): while
+// the engine is idle, and while process 0 computes a step longer than
+// that (its replica's long prefill under DP) and a follower, done with its
+// part, waits for the next step.
 func (d *Driver) ping() {
 	defer close(d.pinged)
 	every := d.m.Timeout() / 4
@@ -167,14 +190,13 @@ func (d *Driver) ping() {
 			return
 		case <-t.C:
 		}
-		if !d.mu.TryLock() {
-			continue // a step is running: it is the sign of life
-		}
+		d.sendMu.Lock()
+		quiet := time.Since(d.last) >= every/2
+		d.sendMu.Unlock()
 		var err error
-		if time.Since(d.last) >= every && !d.closed {
+		if quiet {
 			err = d.tell(context.Background(), kindPing, nil)
 		}
-		d.mu.Unlock()
 		if err != nil {
 			d.fail(err)
 			return
@@ -261,11 +283,15 @@ func Follow(ctx context.Context, x *cpuexec.Executor, m *comm.MPI, log *slog.Log
 		if !ok {
 			return fail(fmt.Errorf("rankproc: process %d holds no placement %q", m.Rank(), name))
 		}
+		stop := aliveWhile(ctx, m)
 		logits, err := x.Step(ctx, b, p)
+		if aerr := stop(); err == nil {
+			err = aerr
+		}
 		if err != nil {
 			return fail(fmt.Errorf("rankproc: process %d: %w", m.Rank(), err))
 		}
-		out = encodeRows(out[:0], x.HostedRows(), logits, x.Config().Vocab)
+		out = encodeRows(append(out[:0], replyRows), x.HostedRows(), logits, x.Config().Vocab)
 		wctx, cancel = context.WithTimeout(ctx, m.Timeout())
 		err = m.SendBytes(wctx, out, 0, tagLogits)
 		cancel()
@@ -273,5 +299,37 @@ func Follow(ctx context.Context, x *cpuexec.Executor, m *comm.MPI, log *slog.Log
 			return fail(fmt.Errorf("rankproc: process %d: sending logits: %w", m.Rank(), err))
 		}
 		log.Debug("step", "placement", name, "tokens", b.NumTokens())
+	}
+}
+
+// aliveWhile tells process 0, every quarter timeout until stop is called,
+// that this follower is still computing its step, so that process 0,
+// done with its own part, keeps waiting for the logits. stop returns the
+// first send's error, after which no more are sent.
+func aliveWhile(ctx context.Context, m *comm.MPI) (stop func() error) {
+	quit, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		t := time.NewTicker(m.Timeout() / 4)
+		defer t.Stop()
+		msg := []byte{replyAlive}
+		for {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-t.C:
+			}
+			wctx, cancel := context.WithTimeout(ctx, m.Timeout())
+			err := m.SendBytes(wctx, msg, 0, tagLogits)
+			cancel()
+			if err != nil {
+				done <- fmt.Errorf("rankproc: telling process 0 this step is still running: %w", err)
+				return
+			}
+		}
+	}()
+	return func() error {
+		close(quit)
+		return <-done
 	}
 }

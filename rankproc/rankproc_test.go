@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/cpuexec"
@@ -246,4 +247,104 @@ func sameBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// TestMPILongSteps: steps far longer than the transport's timeout (200 ms
+// here) succeed when one process computes while the other waits: under
+// dp=2 the follower waits for the next step while process 0 prefills a
+// long prompt (process 0's pings keep it), and process 0 waits for the
+// logits while the follower does (the follower's alive replies keep it).
+func TestMPILongSteps(t *testing.T) {
+	out, err := mpitest.Run(t, mpitest.Options{Procs: 2, Run: "TestMPILongStepsProcess", Mode: "long"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "long steps: equal to the in-process transport") {
+		t.Fatalf("no success line:\n%s", out)
+	}
+	t.Log(out)
+}
+
+// TestMPILongStepsProcess is what the launched processes of
+// TestMPILongSteps run.
+func TestMPILongStepsProcess(t *testing.T) {
+	if mpitest.Mode() != "long" {
+		t.Skip("run by TestMPILongSteps under mpirun")
+	}
+	const timeout = 200 * time.Millisecond
+	m, err := comm.OpenMPI(comm.MPIOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Hidden: 512, Intermediate: 2048, Layers: 4, Heads: 8, KVHeads: 4, MaxPositions: 1024, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := model.Load(dir, model.Options{DType: model.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placements := []parallel.Placement{parallel.Standard(plan(t, "dp=2"))}
+	build := func(world func(int) (*comm.World, error)) *cpuexec.Executor {
+		x, err := cpuexec.NewExecutor(md.Config, md.Weights, cpuexec.Options{Placements: placements, BlockSize: 16, NumBlocks: 64, World: world})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	x := build(func(int) (*comm.World, error) { return m.NewWorld(0) })
+	if m.Rank() != 0 {
+		if err := Follow(context.Background(), x, m, nil); !errors.Is(err, ErrShutdown) {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	long := fixture.Tokens(3, 1000, md.Config.Vocab)
+	blocks := func(lo int) []int {
+		var b []int
+		for i := range 63 {
+			b = append(b, lo+i)
+		}
+		return b
+	}
+	// Step 1: the follower's replica prefills 1,000 tokens, process 0's one.
+	// Step 2: the other way round.
+	steps := []forward.Batch{
+		{Seqs: []forward.SeqBatch{{Tokens: long[:1], Blocks: blocks(0), NumLogits: 1, Replica: 0}, {Tokens: long, Blocks: blocks(0), NumLogits: 1, Replica: 1}}},
+		{Seqs: []forward.SeqBatch{{Tokens: long[1:], Pos: 1, Blocks: blocks(0), NumLogits: 1, Replica: 0}, {Tokens: long[:1], Pos: 1000, Blocks: blocks(0), NumLogits: 1, Replica: 1}}},
+	}
+	d, err := NewDriver(x, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := build(nil)
+	for i := range steps {
+		start := time.Now()
+		got, err := d.Step(context.Background(), &steps[i], placements[0])
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		took := time.Since(start)
+		want, err := local.Step(context.Background(), &steps[i], placements[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameBits(got, want) {
+			t.Fatalf("step %d: logits differ from the in-process transport's", i)
+		}
+		if took < 2*timeout {
+			t.Fatalf("step %d took %v, not long against the %v timeout: the test shows nothing", i, took, timeout)
+		}
+		fmt.Printf("long step %d: %v (timeout %v)\n", i, took.Round(time.Millisecond), timeout)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("long steps: equal to the in-process transport")
 }
