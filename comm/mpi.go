@@ -403,6 +403,8 @@ func (m *MPI) progress(ready chan<- error) {
 
 	var idleSince time.Time // when the active operations last progressed
 	idle := 0
+	poll := time.NewTicker(time.Millisecond) // the standing abort receive, while nothing else runs
+	defer poll.Stop()
 	for {
 		if len(active) == 0 || (len(active) == 1 && active[0].standing) {
 			select {
@@ -412,7 +414,7 @@ func (m *MPI) progress(ready chan<- error) {
 			case <-m.quit:
 				m.finish(active)
 				return
-			case <-time.After(time.Millisecond): // poll the standing abort receive
+			case <-poll.C:
 			}
 		}
 	drain:

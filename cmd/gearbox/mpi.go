@@ -13,6 +13,7 @@ import (
 	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/rankproc"
 )
@@ -182,16 +183,24 @@ func runFollower(ctx context.Context, c serveConfig, logger *slog.Logger, progre
 }
 
 // check refuses, over MPI, a policy whose placements do not all share the
-// first one's KV cache: moving between them is a transition, which needs
-// every rank in one process.
+// first one's KV cache (see sharedKV).
 func (t *transportFlags) check(cfg *model.Config, pol policy.Policy) error {
 	if t == nil || t.m == nil {
 		return nil
 	}
-	ps := pol.Placements()
+	if err := sharedKV(cfg, pol.Placements()); err != nil {
+		return fmt.Errorf("--transport mpi: policy %s: %w", pol, err)
+	}
+	return nil
+}
+
+// sharedKV reports a placement that does not share the first one's KV
+// cache: moving to it is a transition, which needs every rank in one
+// process.
+func sharedKV(cfg *model.Config, ps []parallel.Placement) error {
 	for _, p := range ps[1:] {
 		if !p.SharesKV(cfg, ps[0]) {
-			return fmt.Errorf("--transport mpi: policy %s moves between placements %s and %s, a transition that needs every rank in one process (static and shift policies run)", pol, ps[0], p)
+			return fmt.Errorf("placements %s and %s do not share the KV cache: moving between them is a transition, which needs every rank in one process (static and shift policies run)", ps[0], p)
 		}
 	}
 	return nil

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/internal/mpitest"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
 )
 
 // TestServeMPIKilledRank serves the built-in model with --plan sp=2,tp=2
@@ -249,4 +252,38 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMPIPoliciesSharedKV: over MPI, static and shift run (their
+// placements share the KV cache); seesaw, whose phases need a
+// transition, is refused before any process builds its executor.
+func TestMPIPoliciesSharedKV(t *testing.T) {
+	m, err := loadModel("", model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := func(s string) parallel.Plan {
+		pl, err := parallel.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl
+	}
+	shift, err := policy.NewShift(p("sp=2"), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seesaw, err := policy.NewSeesaw(p("pp=2"), p("tp=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		pol policy.Policy
+		ok  bool
+	}{{policy.NewStatic(p("tp=2")), true}, {shift, true}, {seesaw, false}} {
+		err := sharedKV(m.Config, c.pol.Placements())
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok=%v", c.pol, err, c.ok)
+		}
+	}
 }
