@@ -14,18 +14,23 @@ import (
 // job (world rank r is MPI rank r of MPI_COMM_WORLD, one rank per process),
 // launched by mpirun. Open MPI is loaded at run time (mpi_lib.go).
 //
-// Thread level: MPI_THREAD_FUNNELED. A rank's collectives may come from
+// Thread level: MPI_THREAD_SERIALIZED. A rank's collectives may come from
 // several goroutines at once (Comm.Start overlaps a transfer with compute,
-// and every group has its own Comm), so every MPI call is funnelled through
-// one goroutine locked to the OS thread that initialised MPI, the progress
-// goroutine. An operation is a set of nonblocking point-to-point requests
-// (MPI_Isend/MPI_Irecv on MPI_COMM_WORLD) that the progress goroutine posts
-// and polls with MPI_Testall; the caller waits for them on a channel, so a
-// cancelled context, an abort or the per-operation timeout ends the wait
-// at once. Nothing can cancel a posted MPI request safely, so after any of
-// those the transport is dead (see MPI.Abort): the requests' buffers stay
-// referenced by the progress goroutine and the process is expected to
-// exit.
+// and every group has its own Comm), so one mutex serialises every MPI
+// call. An operation is a set of nonblocking point-to-point requests
+// (MPI_Isend/MPI_Irecv on MPI_COMM_WORLD) that the calling goroutine posts
+// and then polls with MPI_Testall, taking the mutex for each call and
+// yielding the CPU between polls; so a cancelled context, an abort or the
+// per-operation timeout ends the wait at once, and no MPI call ever
+// blocks. (Funnelling every call through one OS-locked goroutine,
+// MPI_THREAD_FUNNELED, was the first design: each operation then cost two
+// thread hand-offs, and a one-float all-reduce took about twice as long.)
+// A watcher goroutine polls, every millisecond, the requests nobody waits
+// for: the standing abort receive below, abort notices being sent, and
+// operations abandoned on a timeout. Nothing can cancel a posted MPI
+// request safely, so after an abandoned operation the transport is dead
+// (see MPI.Abort): its buffers stay referenced by the watcher and the
+// process is expected to exit.
 //
 // Collectives are built from point-to-point messages instead of MPI's own
 // collectives, for three reasons: groups are created lazily by their
@@ -33,7 +38,7 @@ import (
 // process, in the same order); reductions must add in member order so that
 // every member, and the in-process transport, get bit-identical sums
 // (MPI_Allreduce's order is the library's choice); and a request is
-// polled, so no MPI call ever blocks the progress goroutine. A group's
+// polled, so no MPI call ever blocks. A group's
 // messages carry a tag hashed from its label and members: MPI delivers the
 // messages of one (source, tag) in order, which orders the successive
 // operations of a group. All-reduce is a reduce-scatter (chunk j to member
@@ -75,9 +80,9 @@ type MPIOptions struct {
 	Timeout time.Duration
 }
 
-// MPI is this process's membership of an MPI job: its rank, the progress
-// goroutine that makes every MPI call, and the factory of Worlds over the
-// job's processes. There is one per process (OpenMPI returns it again).
+// MPI is this process's membership of an MPI job: its rank, the lock
+// every MPI call takes, the watcher goroutine, and the factory of Worlds
+// over the job's processes. There is one per process (OpenMPI returns it again).
 // Its methods are safe for concurrent use.
 type MPI struct {
 	lib     *mpiLib
@@ -85,11 +90,13 @@ type MPI struct {
 	size    int
 	timeout time.Duration
 
-	submit  chan *mpiOp
+	mu         sync.Mutex // held by every MPI call (MPI_THREAD_SERIALIZED)
+	background []*mpiOp   // guarded by mu: requests the watcher polls
+	closed     bool       // guarded by mu: MPI is finalised or being so
+
 	quit    chan struct{} // closed by Close
-	stopped chan struct{} // closed when the progress goroutine returns
-	closeMu sync.Mutex
-	closed  bool
+	stopped chan struct{} // closed when the watcher returns
+	closing sync.Once
 
 	abortCh   chan struct{}
 	abortOnce sync.Once
@@ -105,8 +112,8 @@ var mpiProc struct {
 }
 
 // OpenMPI loads Open MPI, initialises it (MPI_Init_thread with
-// MPI_THREAD_FUNNELED, errors returned rather than fatal) and starts the
-// progress goroutine, once per process; later calls return the same *MPI
+// MPI_THREAD_SERIALIZED, errors returned rather than fatal) and starts the
+// watcher goroutine, once per process; later calls return the same *MPI
 // (their options are ignored) or the same error. It fails with an error
 // wrapping ErrNoMPI when the library is missing.
 func OpenMPI(opts MPIOptions) (*MPI, error) {
@@ -129,15 +136,13 @@ func openMPI(opts MPIOptions) (*MPI, error) {
 		opts.Timeout = DefaultMPITimeout
 	}
 	m := &MPI{
-		lib: lib, timeout: opts.Timeout,
-		submit: make(chan *mpiOp, 64), quit: make(chan struct{}), stopped: make(chan struct{}),
+		lib: lib, timeout: opts.Timeout, quit: make(chan struct{}), stopped: make(chan struct{}),
 		abortCh: make(chan struct{}), abortMsg: make([]byte, mpiAbortLen),
 	}
-	ready := make(chan error, 1)
-	go m.progress(ready)
-	if err := <-ready; err != nil {
+	if err := m.init(); err != nil {
 		return nil, err
 	}
+	go m.watch()
 	return m, nil
 }
 
@@ -187,13 +192,18 @@ func (m *MPI) abortLocal(cause error, tell bool) {
 		if len(msg) > mpiAbortLen {
 			msg = msg[:mpiAbortLen]
 		}
-		op := &mpiOp{done: make(chan struct{})}
+		op := &mpiOp{}
 		for p := range m.size {
 			if p != m.rank {
 				op.sends = append(op.sends, mpiMsg{peer: p, tag: mpiTagAbort, b: msg})
 			}
 		}
-		m.post(op) // fire and forget: the progress goroutine keeps it going
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !m.closed {
+			m.start(op)
+			m.background = append(m.background, op) // fire and forget: the watcher keeps it going
+		}
 	})
 }
 
@@ -222,7 +232,7 @@ func (m *MPI) SendBytes(ctx context.Context, b []byte, to, tag int) error {
 	if err := m.checkControl(to, tag); err != nil {
 		return err
 	}
-	op := &mpiOp{sends: []mpiMsg{{peer: to, tag: int32(tag), b: b}}, done: make(chan struct{})}
+	op := &mpiOp{sends: []mpiMsg{{peer: to, tag: int32(tag), b: b}}}
 	return m.wait(ctx, op, 0, nil)
 }
 
@@ -233,7 +243,7 @@ func (m *MPI) RecvBytes(ctx context.Context, b []byte, from, tag int) (int, erro
 	if err := m.checkControl(from, tag); err != nil {
 		return 0, err
 	}
-	op := &mpiOp{recvs: []mpiMsg{{peer: from, tag: int32(tag), b: b, any: true}}, done: make(chan struct{})}
+	op := &mpiOp{recvs: []mpiMsg{{peer: from, tag: int32(tag), b: b, any: true}}}
 	if err := m.wait(ctx, op, 0, nil); err != nil {
 		return 0, err
 	}
@@ -250,21 +260,13 @@ func (m *MPI) checkControl(peer, tag int) error {
 	return nil
 }
 
-// Close stops the progress goroutine and finalises MPI (MPI_Finalize,
-// which waits for every process to finalise). Call it once, after the last
-// operation, on a healthy transport; after an abort, Close only stops the
-// progress goroutine, and the process should exit non-zero (mpirun then
-// ends the job). MPI cannot
-// be initialised again in this process.
+// Close stops the watcher and finalises MPI (MPI_Finalize, which waits
+// for every process to finalise). Call it once, after the last operation,
+// on a healthy transport; after an abort, Close only stops the watcher,
+// and the process should exit non-zero (mpirun then ends the job). MPI
+// cannot be initialised again in this process.
 func (m *MPI) Close() error {
-	m.closeMu.Lock()
-	if m.closed {
-		m.closeMu.Unlock()
-		return nil
-	}
-	m.closed = true
-	close(m.quit)
-	m.closeMu.Unlock()
+	m.closing.Do(func() { close(m.quit) })
 	<-m.stopped
 	return nil
 }
@@ -292,8 +294,8 @@ func (g *mpiMsg) ptr() (unsafe.Pointer, int) {
 	return unsafe.Pointer(&g.f[0]), len(g.f)
 }
 
-// mpiOp is a set of requests posted together; done is closed when all have
-// completed or posting failed, with err set.
+// mpiOp is a set of requests posted together and polled together; err
+// is set when they have completed (or posting failed).
 type mpiOp struct {
 	sends, recvs []mpiMsg
 	reqs         []uintptr
@@ -301,23 +303,14 @@ type mpiOp struct {
 	got          []int // elements (or bytes) received, by receive
 	pin          runtime.Pinner
 	err          error
-	done         chan struct{}
 	standing     bool // the abort receive
-	zombie       bool // posting failed: done is closed, the posted requests still run
+	zombie       bool // abandoned, or posting failed: only its posted requests are polled, by the watcher
 }
 
-// post hands op to the progress goroutine; after Close it fails op.
-func (m *MPI) post(op *mpiOp) {
-	select {
-	case m.submit <- op:
-	case <-m.stopped:
-		op.err = errors.New("comm: MPI transport closed")
-		close(op.done)
-	}
-}
-
-// wait posts op and waits for it, for at most timeout when positive; what
-// names the operation in the timeout's error.
+// wait posts op and polls it until it completes, ctx ends, the transport
+// aborts or, when timeout is positive, timeout passes; what names the
+// operation in the timeout's error. An operation given up on is left to
+// the watcher.
 func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what func() string) error {
 	select {
 	case <-m.abortCh:
@@ -327,28 +320,53 @@ func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what f
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m.post(op)
-	var expire <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expire = t.C
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errors.New("comm: MPI transport closed")
 	}
-	select {
-	case <-op.done:
+	m.start(op)
+	if op.zombie {
+		m.background = append(m.background, op)
+		m.mu.Unlock()
 		return op.err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-m.abortCh:
-		select {
-		case <-op.done: // finished meanwhile
-			return op.err
-		default:
-		}
-		return m.abortErr()
-	case <-expire:
-		return fmt.Errorf("%w: %s at rank %d not done within %v (a peer died or hangs)", ErrTimeout, what(), m.rank, timeout)
 	}
+	m.mu.Unlock()
+	start := time.Now()
+	idleSince := start
+	for {
+		m.mu.Lock()
+		done := m.test(op)
+		m.mu.Unlock()
+		if done {
+			op.pin.Unpin()
+			return op.err
+		}
+		var err error
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-m.abortCh:
+			err = m.abortErr()
+		default:
+			if timeout > 0 && time.Since(start) > timeout {
+				err = fmt.Errorf("%w: %s at rank %d not done within %v (a peer died or hangs)", ErrTimeout, what(), m.rank, timeout)
+			}
+		}
+		if err != nil {
+			m.abandon(op)
+			return err
+		}
+		backoff(time.Since(idleSince))
+	}
+}
+
+// abandon leaves op's requests to the watcher.
+func (m *MPI) abandon(op *mpiOp) {
+	m.mu.Lock()
+	op.zombie = true
+	m.background = append(m.background, op)
+	m.mu.Unlock()
 }
 
 // abortErr is what an operation returns once the transport has aborted.
@@ -356,28 +374,23 @@ func (m *MPI) abortErr() error {
 	return fmt.Errorf("MPI transport aborted: %w", m.Err())
 }
 
-// progress is the progress goroutine: it initialises MPI on its locked OS
-// thread, then posts submitted operations and polls them until Close.
-func (m *MPI) progress(ready chan<- error) {
-	runtime.LockOSThread() // every MPI call from this thread: MPI_THREAD_FUNNELED
-	defer close(m.stopped)
+// init initialises MPI and posts the standing abort receive.
+func (m *MPI) init() error {
+	runtime.LockOSThread() // MPI_Init_thread's thread is the main thread of MPI's thread levels
+	defer runtime.UnlockOSThread()
 	l := m.lib
 	var flag, provided int32
 	if err := l.check("MPI_Initialized", l.initialized(&flag)); err != nil {
-		ready <- err
-		return
+		return err
 	}
 	if flag != 0 {
-		ready <- errors.New("comm: MPI was initialised outside the transport")
-		return
+		return errors.New("comm: MPI was initialised outside the transport")
 	}
-	if err := l.check("MPI_Init_thread", l.initThread(nil, nil, mpiThreadFunneled, &provided)); err != nil {
-		ready <- err
-		return
+	if err := l.check("MPI_Init_thread", l.initThread(nil, nil, mpiThreadSerialized, &provided)); err != nil {
+		return err
 	}
-	if provided < mpiThreadFunneled {
-		ready <- fmt.Errorf("comm: MPI provides thread level %d, need MPI_THREAD_FUNNELED", provided)
-		return
+	if provided < mpiThreadSerialized {
+		return fmt.Errorf("comm: MPI provides thread level %d, need MPI_THREAD_SERIALIZED", provided)
 	}
 	var rank, size int32
 	err := l.check("MPI_Comm_set_errhandler", l.setErrhandler(l.commWorld, l.errorsReturn))
@@ -388,79 +401,51 @@ func (m *MPI) progress(ready chan<- error) {
 		err = l.check("MPI_Comm_size", l.commSize(l.commWorld, &size))
 	}
 	if err != nil {
-		ready <- err
-		return
+		return err
 	}
 	m.rank, m.size = int(rank), int(size)
-
-	var active []*mpiOp
 	if m.size > 1 {
-		standing := &mpiOp{recvs: []mpiMsg{{peer: mpiAnySource, tag: mpiTagAbort, b: m.abortMsg, any: true}}, done: make(chan struct{}), standing: true}
+		standing := &mpiOp{recvs: []mpiMsg{{peer: mpiAnySource, tag: mpiTagAbort, b: m.abortMsg, any: true}}, standing: true}
 		m.start(standing)
-		active = append(active, standing)
+		m.background = append(m.background, standing)
 	}
-	ready <- nil
+	return nil
+}
 
-	var idleSince time.Time // when the active operations last progressed
-	idle := 0
-	poll := time.NewTicker(time.Millisecond) // the standing abort receive, while nothing else runs
-	defer poll.Stop()
+// watch is the watcher goroutine: every millisecond it polls the requests
+// nobody waits for, and aborts the transport when a peer's abort notice
+// arrives; on Close it finalises MPI.
+func (m *MPI) watch() {
+	defer close(m.stopped)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
 	for {
-		if len(active) == 0 || (len(active) == 1 && active[0].standing) {
-			select {
-			case op := <-m.submit:
-				active = append(active, m.start(op)...)
-				idle = 0
-			case <-m.quit:
-				m.finish(active)
-				return
-			case <-poll.C:
-			}
+		select {
+		case <-m.quit:
+			m.finish()
+			return
+		case <-t.C:
 		}
-	drain:
-		for {
-			select {
-			case op := <-m.submit:
-				active = append(active, m.start(op)...)
-			case <-m.quit:
-				m.finish(active)
-				return
-			default:
-				break drain
-			}
-		}
-		progressed := false
-		kept := active[:0]
-		for _, op := range active {
+		m.mu.Lock()
+		kept := m.background[:0]
+		for _, op := range m.background {
 			if !m.test(op) {
 				kept = append(kept, op)
 				continue
 			}
-			progressed = true
+			op.pin.Unpin()
 			if op.standing {
 				src := op.statuses[0].source
 				m.abortLocal(fmt.Errorf("comm: MPI rank %d aborted: %s", src, op.b(0)), false)
 			}
-			op.pin.Unpin()
-			if !op.zombie {
-				close(op.done)
-			}
 		}
-		clear(active[len(kept):])
-		active = kept
-		if progressed {
-			idle = 0
-			continue
-		}
-		if idle == 0 {
-			idleSince = time.Now()
-		}
-		idle++
-		backoff(time.Since(idleSince))
+		clear(m.background[len(kept):])
+		m.background = kept
+		m.mu.Unlock()
 	}
 }
 
-// spinFor is how long the progress goroutine polls pending requests back
+// spinFor is how long a waiting goroutine polls its pending requests back
 // to back, yielding the CPU between polls (sched_yield, so a computing
 // rank of another process on the same core runs first), before it starts
 // sleeping between polls; a rank waiting that long is waiting on a slow
@@ -484,23 +469,20 @@ func (op *mpiOp) b(i int) string {
 	return string(op.recvs[i].b[:op.got[i]])
 }
 
-// start posts op's requests (receives first) and returns op for the
-// active list.
-func (m *MPI) start(op *mpiOp) []*mpiOp {
+// start posts op's requests (receives first); m.mu is held.
+func (m *MPI) start(op *mpiOp) {
 	l := m.lib
 	n := len(op.recvs) + len(op.sends)
 	op.reqs = make([]uintptr, n)
 	op.statuses = make([]mpiStatus, n)
 	op.got = make([]int, len(op.recvs))
 	posted := 0
-	fail := func(err error) []*mpiOp {
-		// The requests already posted stay posted: op stays active as a
-		// zombie, holding their buffers, and its caller sees err now.
+	fail := func(err error) {
+		// The requests already posted stay posted: op becomes a zombie,
+		// holding their buffers, and its caller sees err now.
 		op.err = err
-		close(op.done)
 		op.zombie = true
 		op.reqs, op.statuses = op.reqs[:posted], op.statuses[:posted]
-		return []*mpiOp{op}
 	}
 	for i := range op.recvs {
 		g := &op.recvs[i]
@@ -513,7 +495,8 @@ func (m *MPI) start(op *mpiOp) []*mpiOp {
 			dt = l.byte
 		}
 		if err := l.check("MPI_Irecv", l.irecv(p, int32(cnt), dt, int32(g.peer), g.tag, l.commWorld, &op.reqs[i])); err != nil {
-			return fail(err)
+			fail(err)
+			return
 		}
 		posted++
 	}
@@ -528,15 +511,16 @@ func (m *MPI) start(op *mpiOp) []*mpiOp {
 			dt = l.byte
 		}
 		if err := l.check("MPI_Isend", l.isend(p, int32(cnt), dt, int32(g.peer), g.tag, l.commWorld, &op.reqs[len(op.recvs)+i])); err != nil {
-			return fail(err)
+			fail(err)
+			return
 		}
 		posted++
 	}
-	return []*mpiOp{op}
 }
 
 // test polls op's requests and reports whether all have completed; then it
 // sets op.err from their statuses and op.got from the receives' counts.
+// m.mu is held.
 func (m *MPI) test(op *mpiOp) bool {
 	l := m.lib
 	if len(op.reqs) == 0 {
@@ -587,14 +571,18 @@ func (m *MPI) test(op *mpiOp) bool {
 	return true
 }
 
-// finish ends the progress goroutine on Close: on a healthy transport it
-// cancels the standing abort receive and finalises MPI.
-func (m *MPI) finish(active []*mpiOp) {
+// finish finalises MPI on Close: on a healthy transport it cancels the
+// standing abort receive and calls MPI_Finalize; after an abort it leaves
+// the pending requests as they are (the process exits without finalising).
+func (m *MPI) finish() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
 	if m.Err() != nil {
-		return // requests may be pending forever: the process exits without MPI_Finalize
+		return
 	}
 	l := m.lib
-	for _, op := range active {
+	for _, op := range m.background {
 		if op.standing {
 			l.cancel(&op.reqs[0])
 			for !m.test(op) {

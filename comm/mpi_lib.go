@@ -47,14 +47,14 @@ type mpiStatus struct {
 
 // Open MPI constants (mpi.h of Open MPI 4).
 const (
-	mpiSuccess        = 0
-	mpiErrInStatus    = 17 // MPI_ERR_IN_STATUS
-	mpiAnySource      = -1
-	mpiThreadFunneled = 1
-	mpiMaxErrorString = 256
-	mpiDefaultLibrary = "libmpi.so.40"
-	mpiLibraryEnv     = "GEARBOX_MPI_LIBRARY"
-	mpiInstallAdvice  = "install Open MPI 4 (Debian: apt-get install openmpi-bin libopenmpi-dev) or set " + mpiLibraryEnv
+	mpiSuccess          = 0
+	mpiErrInStatus      = 17 // MPI_ERR_IN_STATUS
+	mpiAnySource        = -1
+	mpiThreadSerialized = 2
+	mpiMaxErrorString   = 256
+	mpiDefaultLibrary   = "libmpi.so.40"
+	mpiLibraryEnv       = "GEARBOX_MPI_LIBRARY"
+	mpiInstallAdvice    = "install Open MPI 4 (Debian: apt-get install openmpi-bin libopenmpi-dev) or set " + mpiLibraryEnv
 )
 
 // ErrNoMPI is wrapped by the error of OpenMPI when the Open MPI library
