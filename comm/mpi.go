@@ -24,7 +24,8 @@ import (
 // per-operation timeout ends the wait at once, and no MPI call ever
 // blocks. (Funnelling every call through one OS-locked goroutine,
 // MPI_THREAD_FUNNELED, was the first design: each operation then cost two
-// thread hand-offs, and a one-float all-reduce took about twice as long.)
+// thread hand-offs, and a one-float all-reduce on 2 processes took
+// 134-206 µs against 20-30 µs.)
 // A watcher goroutine polls, every millisecond, the requests nobody waits
 // for: the standing abort receive below, abort notices being sent, and
 // operations abandoned on a timeout. Nothing can cancel a posted MPI
