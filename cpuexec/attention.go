@@ -7,17 +7,59 @@ import (
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
+// softmax is an online softmax over tiles of keys: the running maximum m
+// of the scaled scores so far and the sum of exp(s − m); the caller keeps
+// out, the exp-weighted sum of the values so far.
+type softmax struct{ m, sum float32 }
+
+// newSoftmax starts an online softmax with no keys seen, clearing out.
+func newSoftmax(out []float32) softmax {
+	clear(out)
+	return softmax{m: float32(math.Inf(-1))}
+}
+
+// tile takes a tile of scaled scores s whose maximum is bm: it rescales
+// out and the sum to the new running maximum, turns s into the tile's
+// weights exp(s − m) and adds them to the sum. The caller then adds the
+// tile's values, weighted by s, to out.
+func (o *softmax) tile(out, s []float32, bm float32) {
+	if bm > o.m {
+		if o.sum > 0 {
+			corr := float32(math.Exp(float64(o.m - bm)))
+			tensor.Scale(corr, out)
+			o.sum *= corr
+		}
+		o.m = bm
+	}
+	o.sum += tensor.ExpSub(s, o.m)
+}
+
+// finish normalises out and returns the log-sum-exp of the scores, or
+// −Inf (out all zeros) when no key was seen.
+func (o *softmax) finish(out []float32) float32 {
+	if o.sum == 0 {
+		return o.m
+	}
+	tensor.Scale(1/o.sum, out)
+	return o.m + float32(math.Log(float64(o.sum)))
+}
+
 // attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
 // one KV head into out, walking the block table one block at a time with an
 // online softmax, and returns the log-sum-exp of the scaled scores so that
-// partial results over disjoint key ranges can be merged.
+// partial results over disjoint key ranges can be merged. Blocks whose id
+// in table is negative are skipped (another rank holds them), so the result
+// is the partial over this cache's keys; with none it writes zeros and
+// returns -Inf.
 func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
 	bs, d := cache.BlockSize, cache.HeadDim
 	var scores [kvcache.MaxBlockSize]float32
-	clear(out)
-	m, sum := float32(math.Inf(-1)), float32(0)
+	sm := newSoftmax(out)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
+		if blk < 0 {
+			continue // held by another rank (CSPS's sequence-sharded KV)
+		}
 		keys, vals := cache.Keys(layer, blk, head), cache.Values(layer, blk, head)
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		bm := float32(math.Inf(-1))
@@ -26,24 +68,12 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 			scores[j] = s
 			bm = max(bm, s)
 		}
-		if bm > m {
-			if sum > 0 {
-				corr := float32(math.Exp(float64(m - bm)))
-				tensor.Scale(corr, out)
-				sum *= corr
-			}
-			m = bm
-		}
-		sum += tensor.ExpSub(scores[a:e], m)
+		sm.tile(out, scores[a:e], bm)
 		for j := a; j < e; j++ {
 			tensor.Axpy(scores[j], vals[j*d:(j+1)*d], out)
 		}
 	}
-	if sum == 0 {
-		return m
-	}
-	tensor.Scale(1/sum, out)
-	return m + float32(math.Log(float64(sum)))
+	return sm.finish(out)
 }
 
 // attendPagedHalf is attendPaged over a BF16 or F16 cache: per block, the
@@ -54,10 +84,12 @@ func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int,
 func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
 	bs, d, dt := cache.BlockSize, cache.HeadDim, cache.DType
 	var scores [kvcache.MaxBlockSize]float32
-	clear(out)
-	m, sum := float32(math.Inf(-1)), float32(0)
+	sm := newSoftmax(out)
 	for start := from - from%bs; start < to; start += bs {
 		blk := table[start/bs]
+		if blk < 0 {
+			continue
+		}
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		s := scores[a:e]
 		tensor.DotRowsHalf(dt, s, q, cache.HalfKeys(layer, blk, head)[a*d:e*d])
@@ -66,20 +98,8 @@ func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []
 			s[j] *= scale
 			bm = max(bm, s[j])
 		}
-		if bm > m {
-			if sum > 0 {
-				corr := float32(math.Exp(float64(m - bm)))
-				tensor.Scale(corr, out)
-				sum *= corr
-			}
-			m = bm
-		}
-		sum += tensor.ExpSub(s, m)
+		sm.tile(out, s, bm)
 		tensor.AxpyRowsHalf(dt, out, s, cache.HalfValues(layer, blk, head)[a*d:e*d])
 	}
-	if sum == 0 {
-		return m
-	}
-	tensor.Scale(1/sum, out)
-	return m + float32(math.Log(float64(sum)))
+	return sm.finish(out)
 }

@@ -96,6 +96,7 @@ type StepStats struct {
 
 // FinishStats describes one request's end.
 type FinishStats struct {
+	ID               string // Request.ID
 	Reason           string
 	Tier             string // Request.Tier
 	PromptTokens     int
@@ -142,6 +143,15 @@ type GreedyRunner interface {
 type Transitioner interface {
 	Runner
 	Transition(ctx context.Context, to parallel.Placement) (parallel.TransitionStats, error)
+}
+
+// SequenceSharded is a Runner whose KV pool is split along the sequence
+// over ranks (CSPS): block b lives on rank b / (NumBlocks/shards), and the
+// scheduler gives a sequence's consecutive blocks to consecutive ranks,
+// sptBlocks per rank.
+type SequenceSharded interface {
+	Runner
+	KVShards() (shards, sptBlocks int)
 }
 
 // Swapper is a Runner with a host KV tier (Seesaw's CPU KV store): it
@@ -257,6 +267,9 @@ func NewEngine(opts Options) (*Engine, error) {
 	cfg.BlockSize, cfg.NumBlocks, cfg.Replicas = kv.BlockSize, kv.NumBlocks, placements[0].Plan.DP
 	if sw, ok := opts.Exec.(Swapper); ok {
 		cfg.HostBlocks = sw.HostBlocks()
+	}
+	if sh, ok := opts.Exec.(SequenceSharded); ok {
+		cfg.KVShards, cfg.SPTBlocks = sh.KVShards()
 	}
 	if cfg.MaxModelLen == 0 || cfg.MaxModelLen > opts.Exec.Config().MaxPositions {
 		cfg.MaxModelLen = opts.Exec.Config().MaxPositions
@@ -894,7 +907,7 @@ func (e *Engine) send(l *live, ev Event) {
 func (e *Engine) finish(l *live, ev Event) {
 	e.send(l, ev)
 	if e.obs != nil {
-		f := FinishStats{Reason: ev.Finish, Tier: l.req.Tier, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
+		f := FinishStats{ID: l.req.ID, Reason: ev.Finish, Tier: l.req.Tier, PromptTokens: len(l.req.Prompt), CompletionTokens: l.tokens, E2E: e.clk.Now().Sub(l.arrival)}
 		if l.tokens > 0 {
 			f.TTFT = l.first.Sub(l.arrival)
 		}

@@ -24,6 +24,11 @@ type ManagerConfig struct {
 	// EnablePrefixCaching makes full computed blocks reusable by later
 	// sequences that start with the same tokens.
 	EnablePrefixCaching bool
+	// Shards > 1 splits the ids into Shards equal ranges, one per rank of
+	// a sequence-sharded layout (CSPS), and places a sequence's blocks
+	// along the sequence (see shards.go); it must divide NumBlocks.
+	// SPTBlocks is the blocks of one sequence partition on one shard.
+	Shards, SPTBlocks int
 }
 
 // BlockManager hands out the blocks of one KV pool to sequences, counting
@@ -112,6 +117,9 @@ func NewBlockManager(cfg ManagerConfig) (*BlockManager, error) {
 	for i := range m.fresh {
 		m.fresh[i] = int32(cfg.NumBlocks - 1 - i) // hand out low ids first
 	}
+	if err := m.checkShards(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -176,7 +184,7 @@ func (m *BlockManager) Admit(p Prefix, numTokens int) (*Seq, bool) {
 		s.blocks = append(s.blocks, int(b))
 	}
 	for range need {
-		s.blocks = append(s.blocks, m.take())
+		s.blocks = append(s.blocks, m.takeFor(s))
 	}
 	m.seqs++
 	m.queries += int64(p.queried)
@@ -199,7 +207,7 @@ func (m *BlockManager) Allocate(s *Seq, numTokens int) bool {
 		return false
 	}
 	for range need {
-		s.blocks = append(s.blocks, m.take())
+		s.blocks = append(s.blocks, m.takeFor(s))
 	}
 	return true
 }
@@ -299,15 +307,21 @@ func (m *BlockManager) take() int {
 		m.fresh = m.fresh[:n-1]
 	} else {
 		b = m.lruHead
-		m.lruRemove(b)
-		st := &m.blocks[b]
-		delete(m.cached, st.hash)
-		st.hashed, st.hash = false, BlockHash{}
-		m.evicted++
+		m.evict(b)
 	}
 	m.blocks[b].ref = 1
 	m.used++
 	return int(b)
+}
+
+// evict takes evictable block b off the evictable list and out of the
+// prefix cache.
+func (m *BlockManager) evict(b int32) {
+	m.lruRemove(b)
+	st := &m.blocks[b]
+	delete(m.cached, st.hash)
+	st.hashed, st.hash = false, BlockHash{}
+	m.evicted++
 }
 
 func (m *BlockManager) lruPush(b int32) {

@@ -406,3 +406,57 @@ func TestBlockManagerRandom(t *testing.T) {
 		t.Fatalf("admitted %d, hit %d tokens (counted %d)", admitted, hits, m.PrefixHits())
 	}
 }
+
+// TestShardedAllocation places a long sequence's blocks along the
+// sequence on consecutive shards, SPTBlocks per shard, the rest on the
+// last; a short one whole on the emptiest shard; and falls back to other
+// shards when the wanted one is full.
+func TestShardedAllocation(t *testing.T) {
+	m, err := NewBlockManager(ManagerConfig{NumBlocks: 40, BlockSize: 4, Shards: 4, SPTBlocks: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := func(s *Seq) []int {
+		var out []int
+		for _, b := range s.Blocks() {
+			out = append(out, m.Shard(b))
+		}
+		return out
+	}
+	long, ok := m.Admit(Prefix{}, 4*8) // 8 blocks: 3 + 3 + 2
+	if !ok {
+		t.Fatal("admit long")
+	}
+	if got, want := fmt.Sprint(shards(long)), "[0 0 0 1 1 1 2 2]"; got != want {
+		t.Fatalf("long prompt on shards %s, want %s", got, want)
+	}
+	if !m.Allocate(long, 4*10) {
+		t.Fatal("grow long")
+	}
+	if got, want := fmt.Sprint(shards(long)[8:]), "[2 3]"; got != want {
+		t.Fatalf("decode blocks on shards %s, want %s", got, want)
+	}
+	short, ok := m.Admit(Prefix{}, 4*2)
+	if !ok {
+		t.Fatal("admit short")
+	}
+	if got, want := fmt.Sprint(shards(short)), "[3 3]"; got != want { // shard 3 is the emptiest (9 free)
+		t.Fatalf("short prompt on shards %s, want %s", got, want)
+	}
+	if !m.Allocate(long, 4*30) { // far beyond 4 shards × 3 blocks: the rest goes to the last (shard 3), then wherever is free
+		t.Fatal("grow long further")
+	}
+	if _, err := NewBlockManager(ManagerConfig{NumBlocks: 10, BlockSize: 4, Shards: 4, SPTBlocks: 1}); err == nil {
+		t.Fatal("4 shards of 10 blocks accepted")
+	}
+	if m.NumUsed() != len(long.Blocks())+len(short.Blocks()) {
+		t.Fatalf("used %d, tables hold %d", m.NumUsed(), len(long.Blocks())+len(short.Blocks()))
+	}
+	seen := map[int]bool{}
+	for _, b := range append(long.Blocks(), short.Blocks()...) {
+		if seen[b] {
+			t.Fatalf("block %d handed out twice", b)
+		}
+		seen[b] = true
+	}
+}

@@ -35,6 +35,11 @@ type Config struct {
 	// where requests are parked (SwapOut, SwapIn); 0 means none. Host
 	// block ids of replica d run over [d·HostBlocks, (d+1)·HostBlocks).
 	HostBlocks int
+	// KVShards > 1 allocates each replica's blocks along the sequence over
+	// that many equal ranges of ids, SPTBlocks consecutive blocks of a
+	// sequence per range (kvcache.ManagerConfig.Shards, CSPS's per-rank
+	// block tables).
+	KVShards, SPTBlocks int
 }
 
 // The engine limits a zero Config field means (vLLM's defaults).
@@ -117,6 +122,8 @@ func New(cfg Config) (*Scheduler, error) {
 			BlockSize:           cfg.BlockSize,
 			Watermark:           watermark,
 			EnablePrefixCaching: cfg.EnablePrefixCaching,
+			Shards:              cfg.KVShards,
+			SPTBlocks:           cfg.SPTBlocks,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sched: %w", err)

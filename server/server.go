@@ -23,9 +23,20 @@ import (
 // Version is reported by GET /version.
 const Version = "0.1.0"
 
+// Backend is what the server asks of the serving side: *engine.Engine,
+// or Nitsum's multi-instance runtime (package nitsum/cluster), which
+// dispatches each request to one of its engines. The streams' contract
+// is engine.Engine's: every accepted request's stream ends with exactly
+// one final event.
+type Backend interface {
+	Submit(req engine.Request) (*engine.Stream, error)
+	Abort(id string) bool
+	MaxModelLen() int
+}
+
 // Options configure a Server.
 type Options struct {
-	Engine       *engine.Engine
+	Engine       Backend
 	Tokenizer    *tokenizer.Tokenizer
 	ModelName    string         // served name; requests must name it
 	ModelRoot    string         // the model directory, reported by /v1/models as "root" ("" for the built-in model)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/policy"
 )
 
 // CSPS (papers/002, spec shared/specs/csps.md): sequence-parallel prefill
@@ -63,24 +64,16 @@ func (a CSPSArch) String() string {
 	return "none"
 }
 
-// AppAVolumes are App A's elements moved per layer by one request of
-// lInput tokens over n GPUs at width d: SP-NTP on a TP deployment
-// (gathering the 4d² attention weights first, then two all-to-alls of
-// 3·L·d and L·d, (4d² + 4·L·d/N)(N − 1)) and SP-TP (2·L·d·(N − 1)).
-func AppAVolumes(d, lInput, n int) (ntp, tp float64) {
-	fd, fl, fn := float64(d), float64(lInput), float64(n)
-	return (4*fd*fd + 4*fl*fd/fn) * (fn - 1), 2 * fl * fd * (fn - 1)
-}
-
-// ChooseArch is App A's rule (R13): SP-NTP iff d/L < ½(1 − 2/N), evaluated
+// ChooseArch is App A's rule (R13, policy.NTPCheaper, the one the CPU
+// executor's policy applies): SP-NTP iff d/L < ½(1 − 2/N), evaluated
 // exactly in integers as 2·d·N < L·(N − 2). N = 2 always gives SP-TP (the
 // paper's sentence says the opposite; its inequality says this, G10) and
 // N = 1 needs no SP.
 func ChooseArch(d, lInput, n int) CSPSArch {
-	if n <= 1 {
+	switch {
+	case n <= 1:
 		return ArchNone
-	}
-	if 2*int64(d)*int64(n) < int64(lInput)*int64(n-2) {
+	case policy.NTPCheaper(lInput, d, n):
 		return ArchNTP
 	}
 	return ArchTP

@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/policy"
 )
 
 // TestChooseArch evaluates App A's inequality (R13, spec T10): at N = 3
@@ -30,7 +32,7 @@ func TestChooseArch(t *testing.T) {
 	}
 	for _, n := range []int{2, 3, 4, 8, 16} {
 		for _, l := range []int{1000, 10000, 30000, 100000, 1 << 20} {
-			ntp, tp := AppAVolumes(4096, l, n)
+			ntp, tp := policy.ArchElems(l, 4096, n, true)
 			if got, want := ChooseArch(4096, l, n), map[bool]CSPSArch{true: ArchNTP, false: ArchTP}[ntp < tp]; got != want {
 				t.Errorf("N=%d L=%d: chose %s with volumes NTP %g, TP %g", n, l, got, ntp, tp)
 			}

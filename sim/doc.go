@@ -35,6 +35,12 @@
 // under RunSiDP, each iteration priced by SiDPCost in WaS, CaS or FSDP
 // mode.
 //
+// Nitsum (nitsum_run.go first, then nitsum_profile.go, nitsum_switch.go,
+// nitsum_workload.go): RunNitsum serves tiered SLOs on a pool of TP
+// instances re-planned every control window by package nitsum's own
+// Planner, Dispatcher, Local and Meter, with stop-and-migrate
+// reconfiguration priced from Figure 7 and the paper's baselines.
+//
 // Invariant: one cost model with global
 // constants. The efficiency numbers are per GPU type, each documented with
 // the measurement or datasheet it comes from, and the same for every

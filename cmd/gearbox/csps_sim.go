@@ -10,21 +10,33 @@ import (
 	"github.com/gearboxlm/gearbox/sim"
 )
 
-// cspsFlags are the CSPS knobs of simulate and plan under --policy csps.
+// cspsFlags are the simulator's CSPS knobs under --policy csps beside
+// the shared ones (--sparse-attention, --csa-levels, --csa-drop,
+// --csps-micro-partitions in parallelFlags).
 type cspsFlags struct {
-	levels     int
-	drop       float64
-	micro      int
 	decodeGPUs int
 }
 
 func addCSPSFlags(fs *flag.FlagSet) *cspsFlags {
 	f := &cspsFlags{}
-	fs.IntVar(&f.levels, "csa-levels", 3, "with --policy csps: CSA levels N_v (1 = dense attention, no CSA; 2 or 3)")
-	fs.Float64Var(&f.drop, "csa-drop", 0.1067, "with --policy csps: CSA's level-2 drop ratio p (higher levels keep (1−p)/2ⁿ); 0.1067 drops 22% of (token, level) pairs over 3 levels, the paper's C_Ad = 0")
-	fs.IntVar(&f.micro, "csps-micro", sim.CSPSMicro, "with --policy csps: micro-partitions per level of the prefill pipeline")
-	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", sim.CSPSDecodeGPUs, "with --policy csps: GPUs of the decode pool (the cluster's last ones)")
+	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", sim.CSPSDecodeGPUs, "simulate with --policy csps: GPUs of the decode pool (the cluster's last ones)")
 	return f
+}
+
+// prefillOptions are the CSA and pipeline settings of par's flags for the
+// simulator: one level (dense) unless --sparse-attention on, and App B's
+// micro-partitions (sim.CSPSMicro) unless --csps-micro-partitions is set.
+func (par *parallelFlags) cspsPrefill() sim.CSPSOptions {
+	o := sim.CSPSOptions{Levels: 1}
+	if par.sparse == "on" {
+		o.Levels, o.Drop = par.csaLevels, par.csaDrop
+	}
+	par.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "csps-micro-partitions" {
+			o.Micro = par.micro
+		}
+	})
+	return o
 }
 
 // cspsCluster resolves --hardware for CSPS: a cluster such as
@@ -44,7 +56,7 @@ func cspsCluster(hardware string) (sim.Cluster, error) {
 // cluster --hardware names, with cf's knobs: what simulate and plan run
 // for --policy csps. The engine limits and --plan do not apply (CSPS
 // chooses each request's degree and architecture itself).
-func runCSPSFlags(sf *simFlags, cf *cspsFlags) (*sim.CSPSRunResult, error) {
+func runCSPSFlags(sf *simFlags, cf *cspsFlags, prefill sim.CSPSOptions) (*sim.CSPSRunResult, error) {
 	cl, err := cspsCluster(sf.hardware)
 	if err != nil {
 		return nil, err
@@ -57,19 +69,19 @@ func runCSPSFlags(sf *simFlags, cf *cspsFlags) (*sim.CSPSRunResult, error) {
 	}
 	return sim.RunCSPS(sim.CSPSRunOptions{
 		Model: s.cfg, Cost: s.cost, Cluster: cl, DecodeGPUs: cf.decodeGPUs,
-		Prefill:  sim.CSPSOptions{Levels: cf.levels, Drop: cf.drop, Micro: cf.micro},
+		Prefill:  prefill,
 		Requests: s.reqs, Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }
 
 // simulateCSPS is simulate --policy csps: it runs runCSPSFlags and prints
 // the report table and a line on the deployment.
-func simulateCSPS(sf *simFlags, cf *cspsFlags, stdout, stderr io.Writer) error {
-	res, err := runCSPSFlags(sf, cf)
+func simulateCSPS(sf *simFlags, cf *cspsFlags, prefill sim.CSPSOptions, stdout, stderr io.Writer) error {
+	res, err := runCSPSFlags(sf, cf, prefill)
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
-	res.Report.RunInfo.Label = fmt.Sprintf("simulate %s on %s, policy csps (N_v=%d, p=%g)", sf.model, sf.hardware, cf.levels, cf.drop)
+	res.Report.RunInfo.Label = fmt.Sprintf("simulate %s on %s, policy csps (N_v=%d, p=%g)", sf.model, sf.hardware, prefill.Levels, prefill.Drop)
 	if err := res.Report.WriteTable(stdout); err != nil {
 		return err
 	}

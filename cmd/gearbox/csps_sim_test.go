@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/sim"
 )
 
 // TestSimulateCSPS runs the function simulate --policy csps calls on a
@@ -21,7 +23,7 @@ func TestSimulateCSPS(t *testing.T) {
 		"--dataset", "synthetic:in=200000,out=50,n=6", "--request-rate", "0.5"}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := runCSPSFlags(sf, cf)
+	res, err := runCSPSFlags(sf, cf, sim.CSPSOptions{Levels: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sim"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -154,7 +155,8 @@ type runnerSpec struct {
 	maxTokens   int // largest step in tokens
 	maxSeqs     int // most sequences at once
 	maxModelLen int
-	sidpSlots   int // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
+	sidpSlots   int          // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
+	csps        *policy.CSPS // --policy csps: the CPU's sequence-sharded executor
 	// world makes the CPU ranks' World (--transport mpi); nil: in-process
 	world func(ranks int) (*comm.World, error)
 }
@@ -192,6 +194,12 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	if spec.maxModelLen == 0 {
 		spec.maxModelLen = cfg.MaxPositions
 	}
+	if spec.csps != nil && choice.Device.Kind == CUDA {
+		if want.Kind != Auto {
+			return nil, fmt.Errorf("--policy csps runs on the CPU executor only; the GPU backend has no sequence-sharded KV layout: use --device cpu")
+		}
+		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: --policy csps runs on the CPU executor only"}
+	}
 	if choice.Device.Kind == CUDA {
 		b, err := d.newCUDARunner(m, dt, kvd, choice, spec, logger)
 		if err == nil || want.Kind != Auto || !errors.Is(err, gpu.ErrNotFound) {
@@ -210,6 +218,16 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	}
 	host := hostBlocks(cfg, kv, spec.blockSize, spec.hostKVBytes)
 	pool := tensor.NewPool(d.threads)
+	if spec.csps != nil {
+		x, err := newCSPSRunner(m, spec.csps, kv, spec.blockSize, blocks, pool)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		line := fmt.Sprintf("%s: %d threads, csps over %d ranks (SPT ≤ %d tokens), %s, over all ranks: %s", choice.Reason, pool.Threads(), x.Ranks(), x.SPTMax(),
+			weightsLine(m.Weights), kvLine(x.KVLayout(), cfg))
+		return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
+	}
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
 		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots, World: spec.world})
 	if err != nil {

@@ -133,7 +133,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if s, ok := pol.(*policy.SiDP); ok {
 		s.Log = slog.New(slog.NewTextHandler(stderr, nil)) // its mode switches
 	}
-	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol)}, logger)
+	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol), csps: cspsPolicy(pol)}, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}

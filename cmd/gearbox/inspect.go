@@ -181,8 +181,13 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	elem := int64(kvcache.Layout{DType: kv}.ElemBytes())
 	base := parallel.Standard(plan)
 	sidp, pooled := pol.(*policy.SiDP)
-	if pooled {
+	switch c := cspsPolicy(pol); {
+	case pooled:
 		base = sidp.WaS
+	case c != nil:
+		// csps: every rank holds the full weights and every KV head of
+		// the tokens it holds, as a data-parallel replica does.
+		base = parallel.Standard(parallel.Plan{DP: c.Ranks, PP: 1, SP: 1, TP: 1})
 	}
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),

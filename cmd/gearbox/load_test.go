@@ -24,6 +24,7 @@ func startInProcess(t *testing.T, args ...string) string {
 	c := serveConfig{host: "127.0.0.1", blockSize: 16, maxBatched: 2048, maxSeqs: 256, maxWaiting: 1024, prefixCaching: true, maxBodyBytes: 8 << 20}
 	fs.IntVar(&c.maxWaiting, "max-waiting", c.maxWaiting, "")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", c.maxSeqs, "")
+	fs.StringVar(&c.sloTiers, "slo-tiers", "", "")
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	if err := fs.Parse(append([]string{"--device", "cpu"}, args...)); err != nil {

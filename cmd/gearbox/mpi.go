@@ -11,9 +11,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/cpuexec"
-	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
-	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/rankproc"
 )
@@ -182,22 +180,26 @@ func runFollower(ctx context.Context, c serveConfig, logger *slog.Logger, progre
 	return err
 }
 
-// check refuses, over MPI, a policy whose placements do not all share the
-// first one's KV cache (see sharedKV).
+// check refuses, over MPI, a policy mpiPolicy refuses.
 func (t *transportFlags) check(cfg *model.Config, pol policy.Policy) error {
 	if t == nil || t.m == nil {
 		return nil
 	}
-	if err := sharedKV(cfg, pol.Placements()); err != nil {
+	if err := mpiPolicy(cfg, pol); err != nil {
 		return fmt.Errorf("--transport mpi: policy %s: %w", pol, err)
 	}
 	return nil
 }
 
-// sharedKV reports a placement that does not share the first one's KV
-// cache: moving to it is a transition, which needs every rank in one
+// mpiPolicy reports why a policy cannot run over MPI: CSPS runs an
+// executor of its own, and a placement that does not share the first
+// one's KV cache is reached by a transition, which needs every rank in one
 // process.
-func sharedKV(cfg *model.Config, ps []parallel.Placement) error {
+func mpiPolicy(cfg *model.Config, pol policy.Policy) error {
+	if cspsPolicy(pol) != nil {
+		return errors.New("it runs its own sequence-sharded executor, not the ranks of one placement")
+	}
+	ps := pol.Placements()
 	for _, p := range ps[1:] {
 		if !p.SharesKV(cfg, ps[0]) {
 			return fmt.Errorf("placements %s and %s do not share the KV cache: moving between them is a transition, which needs every rank in one process (static and shift policies run)", ps[0], p)
@@ -214,7 +216,7 @@ const failureLinger = 2 * time.Second
 // lingerOnFailure waits, after the rank processes failed, until the
 // engine has ended every accepted request (each step fails at once), and
 // then failureLinger more.
-func lingerOnFailure(ctx context.Context, eng *engine.Engine) {
+func lingerOnFailure(ctx context.Context, eng drainer) {
 	select {
 	case <-eng.Drain():
 	case <-ctx.Done():

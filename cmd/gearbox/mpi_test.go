@@ -254,10 +254,11 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestMPIPoliciesSharedKV: over MPI, static and shift run (their
-// placements share the KV cache); seesaw, whose phases need a
-// transition, is refused before any process builds its executor.
-func TestMPIPoliciesSharedKV(t *testing.T) {
+// TestMPIPolicies: over MPI, static and shift run (their placements
+// share the KV cache); seesaw, whose phases need a transition, and CSPS,
+// an executor of its own, are refused before any process builds its
+// executor.
+func TestMPIPolicies(t *testing.T) {
 	m, err := loadModel("", model.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -277,11 +278,15 @@ func TestMPIPoliciesSharedKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	csps, err := policy.NewCSPS(parallel.Standard(p("sp=2")), 64, m.Config.Hidden, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		pol policy.Policy
 		ok  bool
-	}{{policy.NewStatic(p("tp=2")), true}, {shift, true}, {seesaw, false}} {
-		err := sharedKV(m.Config, c.pol.Placements())
+	}{{policy.NewStatic(p("tp=2")), true}, {shift, true}, {seesaw, false}, {csps, false}} {
+		err := mpiPolicy(m.Config, c.pol)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: %v, want ok=%v", c.pol, err, c.ok)
 		}

@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/nitsum"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 )
@@ -13,29 +15,49 @@ import (
 // Gearbox's own (--plan, --policy, --shift-threshold) and the equivalents
 // vLLM and ArcticInference users type.
 type parallelFlags struct {
-	fs        *flag.FlagSet
-	plan      string
-	policy    string
-	threshold int
-	tp, pp    int
-	dp, sp    int
-	shift     bool
-	arcticThr int
-	prefill   string  // --prefill-plan (seesaw)
-	decode    string  // --decode-plan (seesaw)
-	swapSpace float64 // --swap-space, GiB of host KV store per rank (seesaw)
-	sidpThr   int     // --sidp-threshold (sidp)
-	sidpWin   int     // --sidp-window (sidp)
-	sidpSlots int     // --sidp-slots (sidp); 0: dp−1
+	fs             *flag.FlagSet
+	plan           string
+	policy         string
+	threshold      int
+	tp, pp         int
+	dp, sp         int
+	shift          bool
+	arcticThr      int
+	prefill        string        // --prefill-plan (seesaw)
+	decode         string        // --decode-plan (seesaw)
+	swapSpace      float64       // --swap-space, GiB of host KV store per rank (seesaw)
+	sidpThr        int           // --sidp-threshold (sidp)
+	sidpWin        int           // --sidp-window (sidp)
+	sidpSlots      int           // --sidp-slots (sidp); 0: dp−1
+	sptMax         int           // --csps-spt-max, tokens (csps)
+	sparse         string        // --sparse-attention on|off (csps)
+	csaLevels      int           // --csa-levels (csps)
+	csaDrop        float64       // --csa-drop (csps)
+	micro          int           // --csps-micro-partitions (csps)
+	cspsTTFT       float64       // --csps-ttft-ms (csps): the TTFT objective, ms
+	cspsProf       string        // --csps-profile (csps): calibration profile for its predictor
+	nitsumWin      time.Duration // --nitsum-window (nitsum)
+	nitsumBudget   float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
+	nitsumColocate bool          // --nitsum-colocate (nitsum)
 }
 
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space) or sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens), csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards) or nitsum (serve only: the --plan tp=N CPU ranks as instances of changing TP degree for the --slo-tiers tiers, KV migrated between them every --nitsum-window)")
 	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
 	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
+	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
+	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
+	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
+	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
+	fs.Float64Var(&p.cspsTTFT, "csps-ttft-ms", 0, "csps with --sparse-attention on: TTFT objective; each prompt over several ranks gets the smallest level-2 drop (0, 0.02, …, 0.9) whose predicted prefill meets it, none when dense attention does (predictor: the simulator's CSPS prefill model on --csps-profile)")
+	fs.StringVar(&p.cspsProf, "csps-profile", "", "csps with --csps-ttft-ms: this machine's profile from gearbox calibrate, for the prefill predictor")
+	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
+	fs.DurationVar(&p.nitsumWin, "nitsum-window", nitsum.DefaultWindow, "nitsum: the control window: every window the planner re-lays the --plan tp=N ranks out as instances of TP 1, 2, 4, … from the last window's arrival rate per --slo-tiers tier")
+	fs.Float64Var(&p.nitsumBudget, "nitsum-weight-budget", 0, "nitsum: GiB of weights a rank may hold under the rule full copy + Σ_{t>1} (attention output + MLP down)/t; a model over it is refused (0: no limit)")
+	fs.BoolVar(&p.nitsumColocate, "nitsum-colocate", false, "nitsum: every instance serves whole requests, instead of prefill instances handing requests to their tier's decode instances after the first token")
 	fs.StringVar(&p.prefill, "prefill-plan", "", "seesaw: the layout prefills run under, e.g. pp=4")
 	fs.StringVar(&p.decode, "decode-plan", "", "seesaw: the layout decodes run under, e.g. tp=4")
 	fs.Float64Var(&p.swapSpace, "swap-space", 4, "seesaw: host KV store in GiB per rank (vLLM's --swap-space)")
@@ -82,6 +104,14 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		*a.dst = a.val
 	}
+	if p.policy == "csps" {
+		return p.csps(cfg, plan, set)
+	}
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions", "csps-ttft-ms", "csps-profile"} {
+		if set[f] {
+			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
+		}
+	}
 	if err := plan.Validate(cfg); err != nil {
 		return plan, nil, err
 	}
@@ -105,7 +135,12 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if name != "sidp" && (set["sidp-threshold"] || set["sidp-window"] || set["sidp-slots"]) {
 		return plan, nil, fmt.Errorf("--sidp-threshold, --sidp-window and --sidp-slots need --policy sidp")
 	}
+	if name != "nitsum" && (set["nitsum-window"] || set["nitsum-weight-budget"] || set["nitsum-colocate"]) {
+		return plan, nil, fmt.Errorf("--nitsum-window, --nitsum-weight-budget and --nitsum-colocate need --policy nitsum")
+	}
 	switch name {
+	case "nitsum":
+		return plan, nil, fmt.Errorf("--policy nitsum is served by 'gearbox serve' only: it runs several engines, not one plan per step")
 	case "sidp":
 		if set["shift-threshold"] || set["shift-parallel-threshold"] {
 			return plan, nil, fmt.Errorf("--shift-threshold needs --policy shift, not sidp")
@@ -135,7 +170,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 		}
 		return plan, pol, nil
 	}
-	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw or sidp)", name)
+	return plan, nil, fmt.Errorf("unknown --policy %q (static, shift, seesaw, sidp, csps or nitsum)", name)
 }
 
 // seesaw resolves --policy seesaw: two plans of the same ranks; the

@@ -35,8 +35,13 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	threshold := fs.Int("shift-threshold", policy.DefaultShiftThreshold, "batched tokens at or below which shift candidates run full TP")
 	capRequests := fs.Int("capacity-requests", 500, "requests per run of the capacity search (0 skips the search)")
 	swapSpace := fs.Float64("swap-space", 4, "host KV store in GiB per GPU for the seesaw candidates (vLLM's --swap-space); 0 leaves them out")
+	nf := addNitsumSimFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if nf.tiers != "" {
+		// A tiered workload: rank Nitsum and its baselines (sim.RunNitsum).
+		return planNitsum(sf, nf, stdout, stderr)
 	}
 	s, err := sf.setup()
 	if err != nil {

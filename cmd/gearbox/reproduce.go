@@ -20,12 +20,12 @@ import (
 )
 
 func runReproduce(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("reproduce", "reproduce shift|seesaw|sidp|csps [--out FILE]", stderr)
+	fs := newFlagSet("reproduce", "reproduce shift|seesaw|sidp|csps|nitsum [--out FILE]", stderr)
 	out := fs.String("out", "", "write the report (markdown) here as well as to stdout")
-	papers := map[string]func(*strings.Builder) error{"shift": reproduceShift, "seesaw": reproduceSeesaw, "sidp": reproduceSiDP, "csps": reproduceCSPS}
+	papers := map[string]func(*strings.Builder) error{"shift": reproduceShift, "seesaw": reproduceSeesaw, "sidp": reproduceSiDP, "csps": reproduceCSPS, "nitsum": reproduceNitsum}
 	if len(args) == 0 || papers[args[0]] == nil {
 		fs.Usage()
-		return fmt.Errorf("reproduce: name the paper to reproduce: shift, seesaw, sidp or csps")
+		return fmt.Errorf("reproduce: name the paper to reproduce: shift, seesaw, sidp, csps or nitsum")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

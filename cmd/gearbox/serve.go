@@ -80,6 +80,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.tr.open(c.dev, logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if c.tr.m != nil && c.par.policy == "nitsum" {
+		return c.tr.end(errors.New("serve: --transport mpi does not run --policy nitsum (its instances are engines of their own in one process)"), logger)
+	}
 	if c.tr.follower() {
 		// A follower ends when process 0 says so (or goes silent), not on
 		// the signal mpirun forwards to every process: process 0 drains
@@ -97,7 +100,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // listenAndServe serves until ctx ends or the rank processes fail, then
 // drains.
-func listenAndServe(ctx context.Context, c serveConfig, srv *builtServer, eng *engine.Engine, stdout io.Writer, logger *slog.Logger) error {
+func listenAndServe(ctx context.Context, c serveConfig, srv *builtServer, eng drainer, stdout io.Writer, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.host, strconv.Itoa(c.port)))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -127,7 +130,10 @@ type builtServer struct {
 
 // buildServer loads the model and wires executor, engine, metrics and API.
 // The engine loop runs until cleanup is called.
-func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*builtServer, *engine.Engine, func(), error) {
+func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*builtServer, drainer, func(), error) {
+	if c.par.policy == "nitsum" {
+		return buildNitsum(c, logger, progress)
+	}
 	var tiers *slo.Set
 	if c.sloTiers != "" {
 		var err error
@@ -178,28 +184,10 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		metrics.Tiers(tiers)
 	}
 
-	source := m.Tokenizer.ChatTemplate()
-	templateFile := c.chatTemplate
-	if templateFile == "" && source == "" && c.modelDir != "" {
-		// Newer checkpoints keep the template beside the tokenizer.
-		if p := filepath.Join(c.modelDir, "chat_template.jinja"); fileExists(p) {
-			templateFile = p
-		}
-	}
-	if templateFile != "" {
-		data, err := os.ReadFile(templateFile)
-		if err != nil {
-			run.close()
-			return nil, nil, nil, err
-		}
-		source = string(data)
-	}
-	var tmpl *chat.Template
-	if source != "" {
-		if tmpl, err = chat.Parse(source); err != nil {
-			run.close()
-			return nil, nil, nil, fmt.Errorf("chat template: %w", err)
-		}
+	tmpl, err := chatTemplateFor(c, m)
+	if err != nil {
+		run.close()
+		return nil, nil, nil, err
 	}
 	name := c.servedName
 	if name == "" {
@@ -253,13 +241,45 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 	return runnerSpec{
 		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
 		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol),
-		world: c.tr.world(),
+		csps: cspsPolicy(pol), world: c.tr.world(),
 	}, nil
 }
 
+// chatTemplateFor is the chat template serve uses: --chat-template, else
+// the tokenizer's, else chat_template.jinja beside it; nil when none.
+func chatTemplateFor(c serveConfig, m *model.Model) (*chat.Template, error) {
+	source := m.Tokenizer.ChatTemplate()
+	templateFile := c.chatTemplate
+	if templateFile == "" && source == "" && c.modelDir != "" {
+		// Newer checkpoints keep the template beside the tokenizer.
+		if p := filepath.Join(c.modelDir, "chat_template.jinja"); fileExists(p) {
+			templateFile = p
+		}
+	}
+	if templateFile != "" {
+		data, err := os.ReadFile(templateFile)
+		if err != nil {
+			return nil, err
+		}
+		source = string(data)
+	}
+	if source == "" {
+		return nil, nil
+	}
+	tmpl, err := chat.Parse(source)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	return tmpl, nil
+}
+
+// drainer is the serving side serve drains on shutdown: the engine, or
+// Nitsum's runtime.
+type drainer interface{ Drain() <-chan struct{} }
+
 // serveUntilDone serves until ctx ends, then drains: new requests get 503,
 // running ones finish (up to timeout), and the listener closes.
-func serveUntilDone(ctx context.Context, ln net.Listener, api *server.Server, eng *engine.Engine, timeout time.Duration, logger *slog.Logger) error {
+func serveUntilDone(ctx context.Context, ln net.Listener, api *server.Server, eng drainer, timeout time.Duration, logger *slog.Logger) error {
 	hs := &http.Server{
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

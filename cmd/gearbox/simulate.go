@@ -12,18 +12,23 @@ import (
 )
 
 func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift|seesaw|sidp|csps] --dataset SPEC [flags]", stderr)
+	fs := newFlagSet("simulate", "simulate --model ID|DIR --hardware NODE [--plan PLAN] [--policy static|shift|seesaw|sidp|csps|nitsum] --dataset SPEC [flags]", stderr)
 	sf := addSimFlags(fs)
 	par := addParallelFlags(fs)
 	cf := addCSPSFlags(fs)
+	nf := addNitsumSimFlags(fs) // after the parallel flags: it reuses their --nitsum-window where serve defines one
 	resultJSON := fs.String("result-json", "", "write the report (vllm bench serve's keys plus the plan timeline) here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if par.policy == "nitsum" {
+		// Nitsum re-plans a pool of instances every window (sim.RunNitsum).
+		return simulateNitsum(sf, nf, stdout, stderr)
+	}
 	if par.policy == "csps" {
 		// CSPS picks each request's degree and architecture on a cluster
 		// (--hardware may name one, which setup's node parser rejects).
-		return simulateCSPS(sf, cf, stdout, stderr)
+		return simulateCSPS(sf, cf, par.cspsPrefill(), stdout, stderr)
 	}
 	s, err := sf.setup()
 	if err != nil {

@@ -1,0 +1,573 @@
+package cpuexec
+
+import (
+	"context"
+	"math"
+	"sort"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// cspsWorker is one rank's CSPS program and its scratch, grown to the
+// largest step seen.
+type cspsWorker struct {
+	rk *rank
+	p  *cspsPlan
+
+	send, recv []float32 // all-to-all buffers
+	rows       []float32 // [SP tokens, chunk q|k|v] in batch order, after the first all-to-all
+	spOut      []float32 // [SP tokens, chunk q] this rank's heads of every SP token
+	spLse      []float32 // [SP tokens, chunk heads]
+	locLse     []float32 // [own rows, heads]
+	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
+	units      []cspsUnit
+	b1, b2     a2aBufs // SP-NTP's first and second all-to-all
+
+	// CSA (csa.go).
+	csaMine, csaAll []float32 // kept levels of own tokens, of all tokens (all-gather)
+	csaImp          []float32 // [own rows, heads] importance for the next layer
+	csaM, csaRow    []int     // [CSA tokens, heads] kept level; q row offset in the first all-to-all
+	csaKV           []int     // [CSA tokens, KV heads] K/V row offset in the first all-to-all
+	ell             []int     // [heads] lowest level a destination owns each head at
+	csaUnits        []csaUnit
+	csaKeys         []float32 // packed [k | v] rows per (level, head, sequence)
+	csaOut          map[csaKey]int
+	order           []int
+	trace           func(CSATrace) // tests
+	sendCounts      []int
+	recvCounts      []int
+}
+
+// run is the rank program of one CSPS step: every layer computed on the
+// rank's own tokens, attention as the package doc of CSPS says. A rank
+// without tokens in the step still takes part in every collective.
+func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) error {
+	cfg := rk.e.cfg
+	rk.sh, rk.g, rk.mb = sh, groups{}, &w.p.micros[rk.id]
+	defer func() { rk.sh, rk.mb = nil, nil }()
+	rk.prepare(rk.mb, sh)
+	has := rk.st.nl > 0
+	if has {
+		rk.Embed()
+	}
+	for l := 0; l < cfg.Layers; l++ {
+		if err := rk.BeginLayer(ctx, l); err != nil {
+			return err
+		}
+		if has {
+			rk.AttnNorm(l)
+			rk.QKV(l)
+			rk.Position(l)
+			rk.CacheWrite(l)
+		}
+		if err := w.attention(ctx, l); err != nil {
+			return err
+		}
+		if has {
+			rk.OutProj(l)
+			rk.Residual(l, forward.AttnBranch)
+			rk.MLPNorm(l)
+			rk.MLPUp(l)
+			rk.MLPDown(l)
+			rk.Residual(l, forward.MLPBranch)
+		}
+	}
+	if has {
+		rk.Logits()
+	}
+	return nil
+}
+
+// attention fills the rank's attention output (st.attn, every head of its
+// rows) for layer l.
+func (w *cspsWorker) attention(ctx context.Context, l int) error {
+	p, rk := w.p, w.rk
+	cfg := rk.e.cfg
+	d := cfg.HeadDim
+	me := rk.id
+	ch := p.chunks[me]
+	hq := ch.QHi - ch.QLo
+	qc, kc := hq*d, (ch.KVHi-ch.KVLo)*d
+	wd := qc + 2*kc
+	nsp := len(p.spToks)
+	grow(&w.rows, nsp*wd)
+	grow(&w.spOut, nsp*qc)
+	grow(&w.spLse, nsp*hq)
+	grow(&w.locLse, rk.st.nl*cfg.Heads)
+	if nsp > 0 && p.micro > 1 && !p.anyReq {
+		w.local(l, wd, qc, kc, 0, 0, true)
+		if len(p.csaToks) > 0 {
+			if err := w.csaAttention(ctx, l); err != nil {
+				return err
+			}
+		}
+		return w.pipelined(ctx, l, wd, qc, kc)
+	}
+	if nsp > 0 {
+		if err := w.exchangeQKV(ctx); err != nil {
+			return err
+		}
+	}
+	w.local(l, wd, qc, kc, 0, nsp, true)
+	if len(p.csaToks) > 0 {
+		if err := w.csaAttention(ctx, l); err != nil {
+			return err
+		}
+	}
+	if p.anyReq {
+		if err := w.moveQueries(ctx, l, wd); err != nil {
+			return err
+		}
+	}
+	if nsp > 0 {
+		return w.returnOutputs(ctx)
+	}
+	return nil
+}
+
+// a2aBufs are one all-to-all's buffers and counts.
+type a2aBufs struct {
+	send, recv []float32
+	sc, rc     []int
+}
+
+// ownedIn is rank o's SP tokens with spOrd in [lo, hi).
+func (p *cspsPlan) ownedIn(o, lo, hi int) []int {
+	s := p.spByOwner[o]
+	a := sort.Search(len(s), func(i int) bool { return p.toks[s[i]].spOrd >= lo })
+	e := sort.Search(len(s), func(i int) bool { return p.toks[s[i]].spOrd >= hi })
+	return s[a:e]
+}
+
+// packQKV fills b for the first all-to-all of SP-NTP over the SP tokens
+// [lo, hi): each rank sends every other rank that rank's head chunk of q,
+// k and v for its own tokens; it returns the send and receive totals.
+func (w *cspsWorker) packQKV(b *a2aBufs, lo, hi int) (total, rtotal int) {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me, n := cfg.HeadDim, rk.id, p.n
+	qs, ks := cfg.Heads*d, cfg.KVHeads*d
+	resizeInts(&b.sc, n)
+	resizeInts(&b.rc, n)
+	mine := p.ownedIn(me, lo, hi)
+	for j := range n {
+		c := p.chunks[j]
+		b.sc[j] = len(mine) * ((c.QHi-c.QLo)*d + 2*(c.KVHi-c.KVLo)*d)
+		total += b.sc[j]
+	}
+	my := p.chunks[me]
+	wd := (my.QHi-my.QLo)*d + 2*(my.KVHi-my.KVLo)*d
+	for o := range n {
+		b.rc[o] = len(p.ownedIn(o, lo, hi)) * wd
+		rtotal += b.rc[o]
+	}
+	grow(&b.send, total)
+	grow(&b.recv, rtotal)
+	off := 0
+	for j := range n {
+		c := p.chunks[j]
+		qc, kc := (c.QHi-c.QLo)*d, (c.KVHi-c.KVLo)*d
+		for _, ti := range mine {
+			r := p.toks[ti].row
+			off += copy(b.send[off:off+qc], st.q[r*qs+c.QLo*d:])
+			off += copy(b.send[off:off+kc], st.k[r*ks+c.KVLo*d:])
+			off += copy(b.send[off:off+kc], st.v[r*ks+c.KVLo*d:])
+		}
+	}
+	return total, rtotal
+}
+
+// unpackQKV lays out what packQKV's all-to-all brought in batch order
+// (w.rows, sized for every SP token).
+func (w *cspsWorker) unpackQKV(b *a2aBufs, lo, hi int) {
+	p, d := w.p, w.rk.e.cfg.HeadDim
+	my := p.chunks[w.rk.id]
+	wd := (my.QHi-my.QLo)*d + 2*(my.KVHi-my.KVLo)*d
+	off := 0
+	for o := range p.n {
+		for _, ti := range p.ownedIn(o, lo, hi) {
+			k := p.toks[ti].spOrd
+			copy(w.rows[k*wd:(k+1)*wd], b.recv[off:off+wd])
+			off += wd
+		}
+	}
+}
+
+// exchangeQKV is the first all-to-all of SP-NTP over every SP token.
+func (w *cspsWorker) exchangeQKV(ctx context.Context) error {
+	nsp := len(w.p.spToks)
+	total, rtotal := w.packQKV(&w.b1, 0, nsp)
+	g := w.rk.e.world.Comm(w.rk.id)
+	if err := w.rk.timed(func() error {
+		return g.AllToAllV(ctx, w.b1.send[:total], w.b1.sc, w.b1.recv[:rtotal], w.b1.rc)
+	}); err != nil {
+		return err
+	}
+	w.unpackQKV(&w.b1, 0, nsp)
+	return nil
+}
+
+// local computes the partials this rank can form from what it holds:
+// for its head chunk of the SP tokens [spLo, spHi), the in-step keys from
+// the all-to-all and the cached keys it holds; with own, for its own
+// other tokens, every head over the cached keys it holds (their own keys
+// included).
+func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me := cfg.HeadDim, rk.id
+	ch := p.chunks[me]
+	hq := ch.QHi - ch.QLo
+	group := cfg.Heads / cfg.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	qs := cfg.Heads * d
+	attend := attendPaged
+	if rk.cache.Half() {
+		attend = attendPagedHalf
+	}
+	nsp := spHi - spLo
+	units := nsp * hq
+	if own {
+		units += st.nl * cfg.Heads
+	}
+	rk.e.pool.Run(units, func(lo, hi int) {
+		var tmp [maxHeadDim]float32
+		for u := lo; u < hi; u++ {
+			if u < nsp*hq {
+				k, j := spLo+u/hq, u%hq
+				t := &p.toks[p.spToks[k]]
+				h := ch.QLo + j
+				kv := h/group - ch.KVLo
+				q := w.rows[k*wd+j*d : k*wd+(j+1)*d]
+				out := w.spOut[k*qc+j*d : k*qc+(j+1)*d]
+				first := p.seqFirstSP[t.seq]
+				base := p.toks[p.spToks[first]].pos
+				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
+				lse := attendRows(out, q, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, d)
+				if p.holds(me, t.seq, t.from, t.mid) {
+					part := tmp[:d]
+					l2 := attend(part, q, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
+					lse = mergePartial(out, lse, part, l2)
+				}
+				w.spLse[k*hq+j] = lse
+				continue
+			}
+			v := u - nsp*hq
+			r, h := v/cfg.Heads, v%cfg.Heads
+			t := &p.toks[p.own[me][r]]
+			if t.sp || t.csa {
+				continue
+			}
+			out := st.attn[r*qs+h*d : r*qs+(h+1)*d]
+			w.locLse[r*cfg.Heads+h] = attend(out, st.q[r*qs+h*d:r*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+		}
+	})
+}
+
+// maxHeadDim bounds the head dimension of a partial held on the stack.
+const maxHeadDim = 512
+
+// moveQueries sends the query rows of this rank's attention units to the
+// ranks holding cached keys of their ranges, computes the partials other
+// ranks ask of it, returns them, and merges what comes back.
+func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d, me, n := cfg.HeadDim, rk.id, p.n
+	qs := cfg.Heads * d
+	ch := p.chunks[me]
+	qc := (ch.QHi - ch.QLo) * d
+	resizeInts(&w.sendCounts, n)
+	resizeInts(&w.recvCounts, n)
+	total, rtotal := 0, 0
+	for g := range n {
+		w.sendCounts[g] = reqHeads(p.reqs[me][g]) * d
+		w.recvCounts[g] = reqHeads(p.reqs[g][me]) * d
+		total += w.sendCounts[g]
+		rtotal += w.recvCounts[g]
+	}
+	grow(&w.send, total)
+	grow(&w.recv, rtotal)
+	off := 0
+	for g := range n {
+		for _, rq := range p.reqs[me][g] {
+			t := &p.toks[rq.tok]
+			for h := rq.qlo; h < rq.qhi; h++ {
+				var q []float32
+				if t.sp {
+					q = w.rows[t.spOrd*wd+(h-ch.QLo)*d:]
+				} else {
+					q = st.q[t.row*qs+h*d:]
+				}
+				off += copy(w.send[off:off+d], q[:d])
+			}
+		}
+	}
+	world := rk.e.world.Comm(me)
+	if err := rk.timed(func() error {
+		return world.AllToAllV(ctx, w.send[:total], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	}); err != nil {
+		return err
+	}
+	// Partials for the others: [O (d), LSE] per requested head.
+	units := w.units[:0]
+	qoff, roff := 0, 0
+	for c := range n {
+		for _, rq := range p.reqs[c][me] {
+			for h := rq.qlo; h < rq.qhi; h++ {
+				units = append(units, cspsUnit{tok: rq.tok, head: h, q: qoff, out: roff})
+				qoff += d
+				roff += d + 1
+			}
+		}
+	}
+	w.units = units
+	grow(&w.part, roff)
+	group := cfg.Heads / cfg.KVHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	attend := attendPaged
+	if rk.cache.Half() {
+		attend = attendPagedHalf
+	}
+	rk.e.pool.Run(len(units), func(lo, hi int) {
+		for _, u := range units[lo:hi] {
+			t := &p.toks[u.tok]
+			out := w.part[u.out : u.out+d]
+			w.part[u.out+d] = attend(out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
+		}
+	})
+	for g := range n {
+		w.sendCounts[g] = reqHeads(p.reqs[g][me]) * (d + 1)
+		w.recvCounts[g] = reqHeads(p.reqs[me][g]) * (d + 1)
+	}
+	rtotal = reqHeadsAll(p.reqs[me]) * (d + 1)
+	grow(&w.recv, rtotal)
+	if err := rk.timed(func() error {
+		return world.AllToAllV(ctx, w.part[:roff], w.sendCounts, w.recv[:rtotal], w.recvCounts)
+	}); err != nil {
+		return err
+	}
+	off = 0
+	for g := range n {
+		for _, rq := range p.reqs[me][g] {
+			t := &p.toks[rq.tok]
+			for h := rq.qlo; h < rq.qhi; h++ {
+				o, lse := w.recv[off:off+d], w.recv[off+d]
+				off += d + 1
+				if t.sp {
+					k, j := t.spOrd, h-ch.QLo
+					w.spLse[k*(qc/d)+j] = mergePartial(w.spOut[k*qc+j*d:k*qc+(j+1)*d], w.spLse[k*(qc/d)+j], o, lse)
+				} else {
+					i := t.row*cfg.Heads + h
+					w.locLse[i] = mergePartial(st.attn[t.row*qs+h*d:t.row*qs+(h+1)*d], w.locLse[i], o, lse)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cspsUnit is one (token, head) partial a holder computes for another
+// rank: its query at recv[q:], its output at part[out:].
+type cspsUnit struct{ tok, head, q, out int }
+
+func reqHeads(rs []cspsReq) int {
+	n := 0
+	for _, r := range rs {
+		n += r.qhi - r.qlo
+	}
+	return n
+}
+
+func reqHeadsAll(by [][]cspsReq) int {
+	n := 0
+	for _, rs := range by {
+		n += reqHeads(rs)
+	}
+	return n
+}
+
+// packOut fills b for the second all-to-all of SP-NTP over the SP
+// tokens [lo, hi): this rank's heads of each token go back to the
+// token's owner.
+func (w *cspsWorker) packOut(b *a2aBufs, lo, hi int) (total, rtotal int) {
+	p, rk := w.p, w.rk
+	d, me, n := rk.e.cfg.HeadDim, rk.id, p.n
+	my := p.chunks[me]
+	qc := (my.QHi - my.QLo) * d
+	resizeInts(&b.sc, n)
+	resizeInts(&b.rc, n)
+	mine := len(p.ownedIn(me, lo, hi))
+	for o := range n {
+		b.sc[o] = len(p.ownedIn(o, lo, hi)) * qc
+		c := p.chunks[o]
+		b.rc[o] = mine * (c.QHi - c.QLo) * d
+		total += b.sc[o]
+		rtotal += b.rc[o]
+	}
+	grow(&b.send, total)
+	grow(&b.recv, rtotal)
+	off := 0
+	for o := range n {
+		for _, ti := range p.ownedIn(o, lo, hi) {
+			k := p.toks[ti].spOrd
+			off += copy(b.send[off:off+qc], w.spOut[k*qc:(k+1)*qc])
+		}
+	}
+	return total, rtotal
+}
+
+// unpackOut places every rank's heads of this rank's SP tokens [lo, hi)
+// in its attention output.
+func (w *cspsWorker) unpackOut(b *a2aBufs, lo, hi int) {
+	p, rk := w.p, w.rk
+	cfg, st := rk.e.cfg, &rk.st
+	d := cfg.HeadDim
+	qs := cfg.Heads * d
+	mine := p.ownedIn(rk.id, lo, hi)
+	off := 0
+	for j := range p.n {
+		c := p.chunks[j]
+		cw := (c.QHi - c.QLo) * d
+		for _, ti := range mine {
+			r := p.toks[ti].row
+			off += copy(st.attn[r*qs+c.QLo*d:r*qs+c.QLo*d+cw], b.recv[off:off+cw])
+		}
+	}
+}
+
+// returnOutputs is the second all-to-all of SP-NTP over every SP token.
+func (w *cspsWorker) returnOutputs(ctx context.Context) error {
+	nsp := len(w.p.spToks)
+	total, rtotal := w.packOut(&w.b2, 0, nsp)
+	g := w.rk.e.world.Comm(w.rk.id)
+	if err := w.rk.timed(func() error {
+		return g.AllToAllV(ctx, w.b2.send[:total], w.b2.sc, w.b2.recv[:rtotal], w.b2.rc)
+	}); err != nil {
+		return err
+	}
+	w.unpackOut(&w.b2, 0, nsp)
+	return nil
+}
+
+// mergePartial merges the partial (o, lo) over a disjoint key set into
+// (out, lse) and returns the merged log-sum-exp: out = (e^{lse−m}·out +
+// e^{lo−m}·o) / (e^{lse−m} + e^{lo−m}), m the larger of the two. A partial
+// over no keys (−Inf) changes nothing.
+func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
+	if math.IsInf(float64(lo), -1) {
+		return lse
+	}
+	if math.IsInf(float64(lse), -1) {
+		copy(out, o)
+		return lo
+	}
+	m := max(lse, lo)
+	a, b := math.Exp(float64(lse-m)), math.Exp(float64(lo-m))
+	s := a + b
+	fa, fb := float32(a/s), float32(b/s)
+	for i := range out {
+		out[i] = out[i]*fa + o[i]*fb
+	}
+	return m + float32(math.Log(s))
+}
+
+// attendRows is attendPaged over keys and values held in rows of a buffer
+// instead of the paged cache: the key at position k is
+// rows[(k−first)·stride+kOff:][:d] and its value at vOff. It attends to
+// positions [from, to) in tiles aligned at absolute multiples of bs, in
+// attendPaged's order, and returns the log-sum-exp.
+func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, d int) float32 {
+	var scores [kvcache.MaxBlockSize]float32
+	sm := newSoftmax(out)
+	for start := from - from%bs; start < to; start += bs {
+		a, e := max(from, start)-start, min(to, start+bs)-start
+		bm := float32(math.Inf(-1))
+		for j := a; j < e; j++ {
+			r := (start + j - first) * stride
+			s := tensor.Dot(q, rows[r+kOff:r+kOff+d]) * scale
+			scores[j] = s
+			bm = max(bm, s)
+		}
+		sm.tile(out, scores[a:e], bm)
+		for j := a; j < e; j++ {
+			r := (start + j - first) * stride
+			tensor.Axpy(scores[j], rows[r+vOff:r+vOff+d], out)
+		}
+	}
+	return sm.finish(out)
+}
+
+// pipelined runs SP-NTP's attention over the step's SP tokens in
+// micro-partitions along the sequence (R27–R30): partition i's first
+// all-to-all is in flight while the rank attends partition i−1, and
+// partition i−1's second all-to-all while it attends partition i. The
+// two directions run on two groups of the same ranks, each FIFO (R29).
+// Partition i's queries see only keys of partitions ≤ i, which have
+// arrived, so every row is final when it is sent back (R32: finished
+// rows only, no partial merge) and equals the unpipelined row to the bit.
+// QKV is computed once for the rank's rows before the pipeline (R30).
+func (w *cspsWorker) pipelined(ctx context.Context, l, wd, qc, kc int) error {
+	p, rk := w.p, w.rk
+	nsp := len(p.spToks)
+	m := min(p.micro, nsp)
+	bound := func(i int) int { return parallel.Even(nsp, m, i).Lo }
+	all := make([]int, p.n)
+	for r := range all {
+		all[r] = r
+	}
+	world := rk.e.world
+	gq, err := world.Group("csps-qkv", all...)
+	if err != nil {
+		return err
+	}
+	gout, err := world.Group("csps-out", all...)
+	if err != nil {
+		return err
+	}
+	cq, co := gq.Comm(rk.id), gout.Comm(rk.id)
+	start := func(c *comm.Comm, b *a2aBufs, pack func(*a2aBufs, int, int) (int, int), lo, hi int) *comm.Pending {
+		total, rtotal := pack(b, lo, hi)
+		return c.Start(ctx, func(ctx context.Context, c *comm.Comm) error {
+			return c.AllToAllV(ctx, b.send[:total], b.sc, b.recv[:rtotal], b.rc)
+		})
+	}
+	wait := func(pd *comm.Pending) error { return rk.timed(pd.Wait) }
+	inQ := start(cq, &w.b1, w.packQKV, bound(0), bound(1))
+	var out *comm.Pending
+	for i := range m {
+		lo, hi := bound(i), parallel.Even(nsp, m, i).Hi
+		if err := wait(inQ); err != nil {
+			if out != nil {
+				_ = out.Wait()
+			}
+			return err
+		}
+		w.unpackQKV(&w.b1, lo, hi)
+		if i+1 < m {
+			inQ = start(cq, &w.b1, w.packQKV, bound(i+1), parallel.Even(nsp, m, i+1).Hi)
+		}
+		w.local(l, wd, qc, kc, lo, hi, false)
+		if out != nil {
+			if err := wait(out); err != nil {
+				if i+1 < m {
+					_ = inQ.Wait()
+				}
+				return err
+			}
+			pl := parallel.Even(nsp, m, i-1)
+			w.unpackOut(&w.b2, pl.Lo, pl.Hi)
+		}
+		out = start(co, &w.b2, w.packOut, lo, hi)
+	}
+	if err := wait(out); err != nil {
+		return err
+	}
+	last := parallel.Even(nsp, m, m-1)
+	w.unpackOut(&w.b2, last.Lo, last.Hi)
+	return nil
+}

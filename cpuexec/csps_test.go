@@ -1,0 +1,367 @@
+package cpuexec
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/comm"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// spAlloc hands out global block ids of a CSPS layout rank by rank.
+type spAlloc struct {
+	perRank int
+	next    []int
+}
+
+func newSPAlloc(ranks, perRank int) *spAlloc {
+	return &spAlloc{perRank: perRank, next: make([]int, ranks)}
+}
+
+// table returns a block table whose i-th run of counts[i] blocks lies on
+// ranks[i].
+func (a *spAlloc) table(ranks, counts []int) []int {
+	var t []int
+	for i, r := range ranks {
+		for range counts[i] {
+			if a.next[r] == a.perRank {
+				panic("spAlloc: rank full")
+			}
+			t = append(t, r*a.perRank+a.next[r])
+			a.next[r]++
+		}
+	}
+	return t
+}
+
+// spSeq is a sequence of a CSPS test: its tokens, how many are in the
+// cache, and its table in the global block space.
+type spSeq struct {
+	tokens []int
+	done   int
+	blocks []int
+}
+
+// spRun steps a CSPS executor and a single-rank executor (whose pool is
+// the same global block space) through the same batches.
+type spRun struct {
+	t      *testing.T
+	m      *model.Model
+	c      *CSPS
+	single *Executor
+	maxRel float64 // largest |CSPS − one rank| / max(|one rank|, 1) seen by stepLast
+}
+
+func newSPRun(t *testing.T, m *model.Model, ranks, perRank int, pool *tensor.Pool) *spRun {
+	t.Helper()
+	c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: ranks, BlockSize: 4, PerRank: perRank, Options: Options{Pool: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: ranks * perRank, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &spRun{t: t, m: m, c: c, single: single}
+}
+
+// step runs n[i] tokens of seqs[i] (all logits) on both executors, checks
+// the logits agree and advances the sequences; it returns the CSPS logits.
+func (r *spRun) step(what string, seqs []*spSeq, n []int) []float32 {
+	r.t.Helper()
+	var b forward.Batch
+	for i, s := range seqs {
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done : s.done+n[i]], Pos: s.done, Blocks: s.blocks, NumLogits: n[i]})
+	}
+	got, err := r.c.Step(context.Background(), &b, r.c.Placement())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	got = append([]float32(nil), got...)
+	want, err := r.single.Step(context.Background(), &b, r.single.KVPlacement())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	assertLogitsClose(r.t, what, got, want, r.m.Config.Vocab)
+	for i, s := range seqs {
+		s.done += n[i]
+	}
+	return got
+}
+
+// stepLast runs the pending tokens of seqs (n[i] each, the last one's
+// logits) on both executors, checks the logits and the greedy tokens agree
+// and returns the CSPS logits.
+func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) []float32 {
+	r.t.Helper()
+	var b forward.Batch
+	for i, s := range seqs {
+		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done : s.done+n[i]], Pos: s.done, Blocks: s.blocks, NumLogits: 1})
+	}
+	got, err := r.c.Step(context.Background(), &b, r.c.Placement())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	got = append([]float32(nil), got...)
+	want, err := r.single.Step(context.Background(), &b, r.single.KVPlacement())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	v := r.m.Config.Vocab
+	assertLogitsClose(r.t, what, got, want, v)
+	for i := range got {
+		d := math.Abs(float64(got[i]-want[i])) / math.Max(math.Abs(float64(want[i])), 1)
+		r.maxRel = math.Max(r.maxRel, d)
+	}
+	for i := range seqs {
+		if a, b := tensor.MaxIndex(got[i*v:(i+1)*v]), tensor.MaxIndex(want[i*v:(i+1)*v]); a != b {
+			r.t.Fatalf("%s: sequence %d greedy token %d, one rank %d", what, i, a, b)
+		}
+	}
+	for i, s := range seqs {
+		s.done += n[i]
+	}
+	return got
+}
+
+// spread splits blocks over ranks 0..k-1 as evenly as possible, the last
+// rank taking the fewest (uneven last SPT).
+func spread(blocks, k int) (ranks, counts []int) {
+	per := (blocks + k - 1) / k
+	for r := 0; r < k && blocks > 0; r++ {
+		c := min(per, blocks)
+		ranks, counts = append(ranks, r), append(counts, c)
+		blocks -= c
+	}
+	return ranks, counts
+}
+
+// TestCSPSPrefillMatchesSingleRank prefills a long prompt sharded along
+// the sequence over N ranks (uneven SPTs, N ∤ heads for N = 3, KV heads
+// replicated for N > KV heads) in one chunk and in three chunks, beside a
+// short prompt living whole on one rank, and compares every logits row
+// with one rank's.
+func TestCSPSPrefillMatchesSingleRank(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, kv := range []int{4, 2, 1} {
+		m := loadParallelFixture(t, kv)
+		for _, n := range []int{1, 2, 3, 4, 8} {
+			t.Run(fmt.Sprintf("kv=%d/N=%d", kv, n), func(t *testing.T) {
+				r := newSPRun(t, m, n, 64, pool)
+				alloc := newSPAlloc(n, 64)
+				const long = 90 // 23 blocks of 4
+				ranks, counts := spread(23, n)
+				one := &spSeq{tokens: fixture.Tokens(7, long, m.Config.Vocab), blocks: alloc.table(ranks, counts)}
+				short := &spSeq{tokens: fixture.Tokens(8, 11, m.Config.Vocab), blocks: alloc.table([]int{n - 1}, []int{3})}
+				r.step("one chunk", []*spSeq{one, short}, []int{long, 11})
+
+				chunked := &spSeq{tokens: one.tokens, blocks: alloc.table(ranks, counts)}
+				r.step("chunk 1", []*spSeq{chunked}, []int{37})
+				r.step("chunk 2", []*spSeq{chunked}, []int{40})
+				r.step("chunk 3", []*spSeq{chunked}, []int{long - 77})
+			})
+		}
+	}
+}
+
+// TestCSPSMatchesOracle prefills prompts as long as the model's context
+// over 4 ranks, in one chunk and in three, against the float64 oracle.
+func TestCSPSMatchesOracle(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, fx := range fixtureSpecs[:3] {
+		t.Run(fx.Name, func(t *testing.T) {
+			l := load(t, fx.Spec)
+			cfg := l.m.Config
+			c, err := NewCSPS(cfg, l.m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, Options: Options{Pool: pool}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := cfg.MaxPositions
+			tokens := fixture.Tokens(3, n, cfg.Vocab)
+			want := l.ref.Logits(tokens)
+			alloc := newSPAlloc(4, 64)
+			for _, chunks := range [][]int{{n}, {100, 100, n - 200}} {
+				ranks, counts := spread(n/4, 4)
+				blocks := alloc.table(ranks, counts)
+				done := 0
+				for _, k := range chunks {
+					b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[done : done+k], Pos: done, Blocks: blocks, NumLogits: k}}}
+					got, err := c.Step(context.Background(), &b, c.Placement())
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range k {
+						assertClose(t, fmt.Sprintf("chunks %v position %d", chunks, done+i), got[i*cfg.Vocab:(i+1)*cfg.Vocab], want[done+i])
+					}
+					done += k
+				}
+			}
+		})
+	}
+}
+
+// TestCSPSDecodeMovesQuery decodes a long prompt whose KV is sharded over
+// g ranks, beside short prompts living whole on single ranks, for 64
+// greedy steps: tokens equal one rank's, logits within 1e-4, new KV lands
+// on the last shard, and each decode step moves exactly, per layer, the
+// long request's q (every head) to each other shard and (O, LSE) back:
+// no KV byte.
+func TestCSPSDecodeMovesQuery(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	steps := 64
+	for _, kv := range []int{2, 1} {
+		m := loadParallelFixture(t, kv)
+		cfg := m.Config
+		for _, g := range []int{2, 4, 8} {
+			t.Run(fmt.Sprintf("kv=%d/g=%d", kv, g), func(t *testing.T) {
+				r := newSPRun(t, m, g, 96, pool)
+				alloc := newSPAlloc(g, 96)
+				const prompt = 60
+				ranks, counts := spread(prompt/4, g)
+				last := ranks[len(ranks)-1]
+				long := &spSeq{tokens: fixture.Tokens(21, prompt, cfg.Vocab), blocks: alloc.table(ranks, counts)}
+				long.blocks = append(long.blocks, alloc.table([]int{last}, []int{(steps + 3) / 4})...)
+				seqs := []*spSeq{long}
+				for i, rk := range []int{0, g / 2, g - 1} {
+					s := &spSeq{tokens: fixture.Tokens(30+i, 5+3*i, cfg.Vocab)}
+					s.blocks = alloc.table([]int{rk}, []int{(len(s.tokens) + steps + 3) / 4})
+					seqs = append(seqs, s)
+				}
+				n := make([]int, len(seqs))
+				d := cfg.HeadDim
+				perLayer := int64((g-1)*(cfg.Heads*d+cfg.Heads*(d+1))) * 4 // q out, (O, LSE) back, float32
+				for step := range steps {
+					for i, s := range seqs {
+						n[i] = len(s.tokens) - s.done
+					}
+					before := r.c.CommStats()
+					logits := r.stepLast(fmt.Sprintf("step %d", step), seqs, n)
+					delta := r.c.CommStats().Sub(before)
+					if step > 0 {
+						a2a := delta.Kind(comm.KindAllToAll).SentBytes
+						if a2a != int64(cfg.Layers)*perLayer || delta.Total().SentBytes != a2a {
+							t.Fatalf("decode step %d moved %d bytes (%d in all-to-alls), want %d: q and (O, LSE) only",
+								step, delta.Total().SentBytes, a2a, int64(cfg.Layers)*perLayer)
+						}
+					}
+					for i, s := range seqs {
+						s.tokens = append(s.tokens, tensor.MaxIndex(logits[i*cfg.Vocab:(i+1)*cfg.Vocab]))
+					}
+				}
+				t.Logf("largest logit error against one rank over %d steps: %.2g (relative, floor 1)", steps, r.maxRel)
+				if r.maxRel > 1e-5 {
+					t.Fatalf("logits drift %.2g from one rank's", r.maxRel)
+				}
+			})
+		}
+	}
+}
+
+// TestCSPSMicroPartitions (T3): SP-NTP pipelined over M ∈ {2, 4, 16}
+// micro-partitions (uneven ones included) gives logits bitwise equal to
+// M = 1 and moves the same all-to-all bytes, for a long prompt beside a
+// short one and for two long prompts in one step, under GQA with N ∤ heads.
+func TestCSPSMicroPartitions(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, kv := range []int{4, 1} {
+		m := loadParallelFixture(t, kv)
+		for _, n := range []int{2, 3, 4} {
+			type result struct {
+				logits []float32
+				bytes  int64
+			}
+			run := func(micro int) result {
+				c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: n, BlockSize: 4, PerRank: 64, MicroPartitions: micro, Options: Options{Pool: pool}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				alloc := newSPAlloc(n, 64)
+				ranks, counts := spread(23, n)
+				a := fixture.Tokens(7, 90, m.Config.Vocab)
+				bTok := fixture.Tokens(9, 45, m.Config.Vocab)
+				b := forward.Batch{Seqs: []forward.SeqBatch{
+					{Tokens: a, Blocks: alloc.table(ranks, counts), NumLogits: 90},
+					{Tokens: fixture.Tokens(8, 11, m.Config.Vocab), Blocks: alloc.table([]int{n - 1}, []int{3}), NumLogits: 2},
+					{Tokens: bTok, Blocks: alloc.table([]int{0, n - 1}, []int{6, 6}), NumLogits: 45},
+				}}
+				got, err := c.Step(context.Background(), &b, c.Placement())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return result{append([]float32(nil), got...), c.CommStats().Kind(comm.KindAllToAll).SentBytes}
+			}
+			want := run(1)
+			for _, micro := range []int{2, 4, 16} {
+				got := run(micro)
+				for i := range got.logits {
+					if got.logits[i] != want.logits[i] {
+						t.Fatalf("kv=%d N=%d M=%d: logit %d is %v, M=1 %v", kv, n, micro, i, got.logits[i], want.logits[i])
+					}
+				}
+				if got.bytes != want.bytes {
+					t.Fatalf("kv=%d N=%d M=%d: all-to-alls moved %d bytes, M=1 %d", kv, n, micro, got.bytes, want.bytes)
+				}
+			}
+		}
+	}
+}
+
+// TestCSPSPrefillVolume holds SP-NTP's traffic to App A's count (R6): per
+// layer, over all ranks, the first all-to-all moves 3·L·d·(N−1)/N
+// elements and the second L·d·(N−1)/N (MHA, N | heads), whatever the
+// uneven SPTs; nothing else moves.
+func TestCSPSPrefillVolume(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	m := loadParallelFixture(t, 8)
+	cfg := m.Config
+	const l = 90
+	for _, n := range []int{2, 4, 8} {
+		c, err := NewCSPS(cfg, m.Weights, CSPSOptions{Ranks: n, BlockSize: 4, PerRank: 32, Options: Options{Pool: pool}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks, counts := spread(23, n)
+		b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: fixture.Tokens(4, l, cfg.Vocab), Blocks: newSPAlloc(n, 32).table(ranks, counts), NumLogits: 1}}}
+		if _, err := c.Step(context.Background(), &b, c.Placement()); err != nil {
+			t.Fatal(err)
+		}
+		st := c.CommStats()
+		want := int64(cfg.Layers) * int64(4*l*cfg.Hidden*(n-1)/n) * 4
+		if got := st.Kind(comm.KindAllToAll).SentBytes; got != want || st.Total().SentBytes != want {
+			t.Fatalf("N=%d: all-to-alls moved %d bytes (all collectives %d), App A gives %d", n, got, st.Total().SentBytes, want)
+		}
+	}
+}
+
+// TestCSPSSlidingWindow: with a 20-token sliding window, a prompt over 4
+// ranks prefilled in one chunk and in chunks, then decoded, matches one
+// rank (the window cuts keys held by other ranks out of both the
+// all-to-all's range and the moved queries' ranges).
+func TestCSPSSlidingWindow(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	m := loadParallelFixture(t, 2)
+	cfg := *m.Config
+	cfg.SlidingWindow = 20
+	win := &model.Model{Config: &cfg, Weights: m.Weights}
+	r := newSPRun(t, win, 4, 64, pool)
+	alloc := newSPAlloc(4, 64)
+	ranks, counts := spread(23, 4)
+	one := &spSeq{tokens: fixture.Tokens(7, 90, cfg.Vocab), blocks: alloc.table(ranks, counts)}
+	r.step("one chunk", []*spSeq{one}, []int{90})
+	chunked := &spSeq{tokens: one.tokens, blocks: alloc.table(ranks, counts)}
+	r.step("chunk 1", []*spSeq{chunked}, []int{37})
+	r.step("chunk 2", []*spSeq{chunked}, []int{40})
+	r.step("chunk 3", []*spSeq{chunked}, []int{12})
+	r.step("decode", []*spSeq{chunked}, []int{1})
+}
