@@ -337,6 +337,10 @@ func (m *MPI) wait(ctx context.Context, op *mpiOp, timeout time.Duration, what f
 	idleSince := start
 	for {
 		m.mu.Lock()
+		if m.closed { // finalised under us: no MPI call may follow
+			m.mu.Unlock()
+			return errors.New("comm: MPI transport closed during an operation")
+		}
 		done := m.test(op)
 		m.mu.Unlock()
 		if done {
