@@ -26,24 +26,24 @@ import (
 // TestServeMPIKilledRank serves the built-in model with --plan sp=2,tp=2
 // on four MPI processes, kills process 2 with SIGKILL while four streamed
 // generations run, and holds the failure contract: every request ends
-// with an error event within --comm-timeout (2 s here) plus slack, /health
+// with an error event within --comm-timeout (3 s here) plus slack, /health
 // answers 503 with the cause, the error counter equals the failed
 // requests, the surviving followers (1 and 3) log the failure and exit,
 // and mpirun exits non-zero. mpirun runs with
-// odls_base_sigkill_timeout=6: when a process dies mpirun aborts the job,
+// odls_base_sigkill_timeout=7: when a process dies mpirun aborts the job,
 // but signals the survivors only after that many seconds (1 by default,
 // too soon for the server to report anything), and exits about twice
 // that after the death.
 func TestServeMPIKilledRank(t *testing.T) {
 	port := freePort(t)
 	pids := t.TempDir()
-	const commTimeout = 2 * time.Second
+	const commTimeout = 3 * time.Second
 	job := mpitest.Start(t, mpitest.Options{Procs: 4, Run: "TestServeMPIProcess", Mode: "serve", Timeout: 90 * time.Second,
 		Env: []string{
 			"GEARBOX_TEST_SERVE_ARGS=--transport mpi --plan sp=2,tp=2 --threads 1 --port " + strconv.Itoa(port) + " --comm-timeout " + commTimeout.String(),
 			"GEARBOX_TEST_PID_DIR=" + pids,
 		},
-		Extra: []string{"--mca", "odls_base_sigkill_timeout", "6", "--bind-to", "none"}})
+		Extra: []string{"--mca", "odls_base_sigkill_timeout", "7", "--bind-to", "none"}})
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitHealthy(t, base, job)
 
