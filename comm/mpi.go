@@ -26,6 +26,7 @@ import (
 // MPI_THREAD_FUNNELED, was the first design: each operation then cost two
 // thread hand-offs, and a one-float all-reduce on 2 processes took
 // 134-206 µs against 20-30 µs.)
+//
 // A watcher goroutine polls, every millisecond, the requests nobody waits
 // for: the standing abort receive below, abort notices being sent, and
 // operations abandoned on a timeout. Nothing can cancel a posted MPI
@@ -39,10 +40,10 @@ import (
 // process, in the same order); reductions must add in member order so that
 // every member, and the in-process transport, get bit-identical sums
 // (MPI_Allreduce's order is the library's choice); and a request is
-// polled, so no MPI call ever blocks. A group's
-// messages carry a tag hashed from its label and members: MPI delivers the
-// messages of one (source, tag) in order, which orders the successive
-// operations of a group. All-reduce is a reduce-scatter (chunk j to member
+// polled, so no MPI call ever blocks. A group's messages carry a tag
+// hashed from its label and members: MPI delivers the messages of one
+// (source, tag) in order, which orders the successive operations of a
+// group. All-reduce is a reduce-scatter (chunk j to member
 // j, summed there in member order) followed by an all-gather of the summed
 // chunks, the data movement of the ring algorithm whose bytes volume.go
 // counts; all-gather, all-to-all and broadcast send each member's part
@@ -83,8 +84,8 @@ type MPIOptions struct {
 
 // MPI is this process's membership of an MPI job: its rank, the lock
 // every MPI call takes, the watcher goroutine, and the factory of Worlds
-// over the job's processes. There is one per process (OpenMPI returns it again).
-// Its methods are safe for concurrent use.
+// over the job's processes. There is one per process (OpenMPI returns it
+// again). Its methods are safe for concurrent use.
 type MPI struct {
 	lib     *mpiLib
 	rank    int
