@@ -215,6 +215,11 @@ func (r *rendezvous) agree() error {
 			if len(s.a) != len(s0.a) {
 				return fmt.Errorf("%w: %s of %d elements at member 0, %d at member %d", ErrInvalid, s0.op, len(s0.a), len(s.a), i)
 			}
+			if s0.op == KindReduceScatter { // counts nil, or ReduceScatterV's
+				if err := sameCounts(s0.op, s0.ca, s.ca, i); err != nil {
+					return err
+				}
+			}
 		case KindBroadcast:
 			if len(s.a) != len(s0.a) || s.root != s0.root {
 				return fmt.Errorf("%w: broadcast of %d elements from root %d at member 0, %d from root %d at member %d",
@@ -298,7 +303,7 @@ func (e *endpoint) AllReduce(ctx context.Context, buf []float32) error {
 
 func (e *endpoint) ReduceScatter(ctx context.Context, send, recv []float32) error {
 	s := e.s
-	s.op, s.a = KindReduceScatter, send
+	s.op, s.a, s.ca = KindReduceScatter, send, nil
 	if err := e.start(ctx); err != nil {
 		return err
 	}

@@ -312,7 +312,7 @@ func TestCSAOffIsExact(t *testing.T) {
 	}
 }
 
-// TestCSAPerRequest: ConfigureCSA decides per prompt; in one step a
+// TestCSAPerRequest: Configure decides per prompt; in one step a
 // 96-token prompt runs CSA at drop 0.5 (its middle layers keep half of
 // each SPT at level 2) while a 64-token one is left dense (the single
 // rank's logits).
@@ -322,7 +322,7 @@ func TestCSAPerRequest(t *testing.T) {
 	m := loadCSAModel(t, 2)
 	cfg := m.Config
 	c, err := NewCSPS(cfg, m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, CSA: CSA{Levels: 2, Drop: 0.1},
-		ConfigureCSA: func(n int) (bool, float64) { return n > 64, 0.5 }, Options: Options{Pool: pool}})
+		Configure: func(n int) CSPSPrompt { return CSPSPrompt{CSA: n > 64, Drop: 0.5} }, Options: Options{Pool: pool}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -15,7 +16,7 @@ import (
 )
 
 // CSPS runs steps of a model under CSPS's sequence-sharded layout (paper
-// 002): N ranks, each holding the full weights (SP-NTP, R1) and the keys
+// 002): N ranks, each holding the full weights (R1) and the keys
 // and values of every KV head for the tokens of its own blocks.
 //
 // The KV layout is per-rank block tables in one global block-id space:
@@ -64,10 +65,13 @@ import (
 // the step's own SP pieces are attended in float32 as the all-to-all
 // brings them, those in the cache as stored.
 //
-// Micro-partition pipelining (CSPSOptions.MicroPartitions) and CSA's
-// multi-level sparse attention (CSPSOptions.CSA, csa.go) act on SP
-// pieces; SP-TP (all-gather + reduce-scatter) is not implemented, the
-// ranks holding the full weights.
+// A piece configured SP-TP (CSPSOptions.Configure) runs SP-TP instead
+// (csps_sptp.go, R7–R10): an all-gather of its normed hidden states, each
+// rank's head chunk of W_Q/W_K/W_V and W_O, a reduce-scatter back along
+// the sequence; the KV storage and the queries moved to cached keys are
+// as above. Micro-partition pipelining (CSPSOptions.MicroPartitions)
+// acts on either; CSA's multi-level sparse attention (CSPSOptions.CSA,
+// csa.go) on SP-NTP pieces.
 type CSPS struct {
 	e       *Executor // DP = N: rank r's full weights and its KV pool of PerRank blocks
 	n       int
@@ -81,6 +85,7 @@ type CSPS struct {
 	workers []*cspsWorker
 
 	csaTrace func(CSATrace) // tests: each rank's CSA rows of each layer
+	tpCopied atomic.Int64   // SPTPCopyBytes
 }
 
 // CSPSOptions configure a CSPS executor; the fields shared with Options
@@ -96,18 +101,34 @@ type CSPSOptions struct {
 	// CSA is the multi-level sparse attention of prompts prefilled over
 	// several ranks; the zero value is off (exact attention).
 	CSA CSA
-	// ConfigureCSA, when set, configures CSA per request: it is called
-	// with the length of each whole prompt CSA could run on and returns
-	// whether CSA runs on it and its level-2 drop ratio (in [0, 1); the
-	// levels stay CSA.Levels). Nil runs CSA.Drop on every such prompt.
-	ConfigureCSA func(promptLen int) (on bool, drop float64)
+	// Configure, when set, configures each prompt piece that lies on
+	// several ranks (CSPSPrompt: SP-NTP or SP-TP, CSA or not): it is
+	// called with the sequence's length through the step's chunk (the
+	// whole prompt when it runs in one chunk). Nil runs SP-NTP, with CSA
+	// at CSA.Drop on every prompt CSA can run on.
+	Configure func(promptLen int) CSPSPrompt
 	// MicroPartitions splits a step's SP-NTP attention into that many
 	// micro-partitions along the sequence, overlapping each one's
-	// all-to-alls with its neighbours' attention (R27–R30); 0 or 1 runs
-	// it whole. Steps that also move queries to cached keys (later
-	// chunks, decodes of sharded sequences) run whole.
+	// all-to-alls with its neighbours' attention (R27–R30), or a step's
+	// SP-TP attention, overlapping each one's all-gather and
+	// reduce-scatter with its neighbours' projections and attention (R31;
+	// at most one per tensor.RowIndependentMin tokens); 0 or 1 runs it
+	// whole. Steps that also move queries to cached keys (later chunks,
+	// decodes of sharded sequences) or mix SP-NTP and SP-TP run whole.
 	MicroPartitions int
 	Options         Options
+}
+
+// CSPSPrompt is one prompt's configuration (CSPSOptions.Configure).
+type CSPSPrompt struct {
+	// SPTP prefills the prompt's pieces that lie on several ranks with
+	// SP-TP (all-gather + reduce-scatter, csps_sptp.go) instead of SP-NTP.
+	SPTP bool
+	// CSA runs CSA's multi-level sparse attention at level-2 drop ratio
+	// Drop (in [0, 1); the levels stay CSA.Levels), on SP-NTP prompts
+	// prefilled in one chunk only; SP-TP prompts run dense.
+	CSA  bool
+	Drop float64
 }
 
 // CSPSPlacement is the placement a CSPS executor over n ranks runs
@@ -141,12 +162,12 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 		return nil, err
 	}
 	c := &CSPS{e: e, n: opts.Ranks, perRank: e.kv.NumBlocks, p: CSPSPlacement(opts.Ranks), sptMax: opts.SPTMax}
-	c.plan.csa, c.plan.micro, c.plan.configure = opts.CSA, opts.MicroPartitions, opts.ConfigureCSA
+	c.plan.csa, c.plan.micro, c.plan.configure = opts.CSA, opts.MicroPartitions, opts.Configure
 	if c.sptMax == 0 {
 		c.sptMax = c.perRank * e.kv.BlockSize
 	}
 	for range opts.Ranks {
-		c.workers = append(c.workers, &cspsWorker{})
+		c.workers = append(c.workers, &cspsWorker{tp: spTP{copied: &c.tpCopied}})
 	}
 	return c, nil
 }
@@ -244,7 +265,8 @@ type cspsTok struct {
 	pos    int  // position
 	owner  int  // rank holding its block: computes its QKV, O projection, MLP, logits
 	row    int  // row on the owner
-	sp     bool // its piece lies on several ranks: attended head-sharded after the all-to-all
+	sp     bool // its piece lies on several ranks: attended head-sharded (SP-NTP after the all-to-all, or SP-TP)
+	tp     bool // its piece runs SP-TP (sp too): all-gathered, attended head-sharded, reduce-scattered back
 	csa    bool // its piece runs CSA's multi-level sparse attention instead (csa.go)
 	csaOrd int  // index among the step's CSA tokens, batch order (csa only)
 	spOrd  int  // index among the step's SP tokens, batch order (sp only)
@@ -266,15 +288,19 @@ type cspsPlan struct {
 	micros         []micro          // per rank: its tokens as pieces with local block tables
 	own            [][]int          // per rank: plan index of each of its rows
 	tables         [][][]int        // [rank][seq] local block table, -1 where another rank holds the block
-	spByOwner      [][]int          // per rank: its SP tokens, batch order
+	spByOwner      [][]int          // per rank: its SP-NTP tokens, batch order
+	tpByOwner      [][]int          // per rank: its SP-TP tokens, batch order
+	tpOwnAll       []bool           // per rank: every row it owns runs SP-TP (it skips its own q and O projection)
+	anyTP          bool             // some SP token runs SP-TP
+	anyNTP         bool             // some SP token runs SP-NTP
 	spToks         []int            // every SP token, batch order
 	seqFirstSP     []int            // per sequence: spOrd of its piece's first token, -1 if not SP
 	chunks         []parallel.Heads // per rank: the query heads (and KV heads they read) it attends for SP tokens
 	reqs           [][][]cspsReq    // [computing rank][holder rank]
 	anyReq         bool
-	micro          int // SP-NTP micro-partitions (CSPSOptions.MicroPartitions)
+	micro          int // SP-NTP or SP-TP micro-partitions (CSPSOptions.MicroPartitions)
 	csa            CSA // the executor's sparse attention setting
-	configure      func(int) (bool, float64)
+	configure      func(int) CSPSPrompt
 	drops          []float64 // per sequence: its CSA drop ratio
 	csaToks        []int     // every CSA token, batch order
 	csaByOwner     [][]int   // per rank: its CSA tokens, batch order
@@ -315,6 +341,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 	}
 	resizeInts(&p.seqFirstSP, len(b.Seqs))
 	resize(&p.drops, len(b.Seqs))
+	p.anyNTP = false
 	rows := make([]int, n) // next local row per rank
 	outRow := 0
 	for i, s := range b.Seqs {
@@ -337,16 +364,18 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 				break
 			}
 		}
-		// CSA for a whole prompt in one chunk: from position 0 to the
-		// token whose logits the engine samples.
-		csa := sp && p.csa.Levels > 1 && s.Pos == 0 && s.NumLogits > 0 && cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
-		p.drops[i] = p.csa.Drop
-		if csa && p.configure != nil {
-			on, drop := p.configure(len(s.Tokens))
-			csa = on && drop >= 0 && drop < 1
-			p.drops[i] = drop
+		pc := CSPSPrompt{CSA: true, Drop: p.csa.Drop}
+		if sp && p.configure != nil {
+			pc = p.configure(s.Pos + len(s.Tokens))
 		}
+		// CSA for a whole SP-NTP prompt in one chunk: from position 0 to
+		// the token whose logits the engine samples.
+		csa := sp && !pc.SPTP && pc.CSA && pc.Drop >= 0 && pc.Drop < 1 && p.csa.Levels > 1 && s.Pos == 0 && s.NumLogits > 0 &&
+			cfg.SlidingWindow == 0 && ownersRise(s, bs, perRank)
+		p.drops[i] = pc.Drop
 		sp = sp && !csa
+		tp := sp && pc.SPTP
+		p.anyNTP = p.anyNTP || (sp && !tp)
 		p.seqFirstSP[i] = -1
 		if sp {
 			p.seqFirstSP[i] = len(p.spToks)
@@ -380,9 +409,11 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 					p.csaByOwner[owner] = append(p.csaByOwner[owner], len(p.toks))
 				}
 				if sp {
-					t.sp, t.spOrd, t.mid = true, len(p.spToks), max(from, s.Pos)
+					t.sp, t.tp, t.spOrd, t.mid = true, tp, len(p.spToks), max(from, s.Pos)
 					p.spToks = append(p.spToks, len(p.toks))
-					p.spByOwner[owner] = append(p.spByOwner[owner], len(p.toks))
+					if !tp {
+						p.spByOwner[owner] = append(p.spByOwner[owner], len(p.toks))
+					}
 				}
 				p.toks = append(p.toks, t)
 			}
@@ -390,6 +421,7 @@ func (p *cspsPlan) build(b *forward.Batch, cfg *model.Config, n, perRank, bs int
 		}
 		outRow += s.NumLogits
 	}
+	p.buildTP()
 	// Queries that move to cached keys held elsewhere.
 	for ti, t := range p.toks {
 		if t.mid <= t.from {

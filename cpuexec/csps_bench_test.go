@@ -28,8 +28,10 @@ func cspsBenchModel(b *testing.B) *model.Model {
 
 // BenchmarkCSPS times, on ranks = 1 (one rank, the plain executor) and on
 // CSPS over 2 and 4 ranks (and 4 ranks with M = 4 micro-partitions, and
-// with CSA at 3 levels, level-2 drop 0.5): the prefill of one 2048-token prompt in one
-// chunk (the CSPS prompt sharded along the sequence, SP-NTP), and one
+// with CSA at 3 levels, level-2 drop 0.5; and SP-TP over 2 and 4 ranks,
+// and 4 with M = 4):
+// the prefill of one 2048-token prompt in one chunk (the CSPS prompt
+// sharded along the sequence, SP-NTP unless sp-tp), and one
 // decode step of that sequence at 2048 tokens of context (q moved to the
 // shards). Reports prompt tokens per second and comm bytes per step.
 func BenchmarkCSPS(b *testing.B) {
@@ -41,7 +43,9 @@ func BenchmarkCSPS(b *testing.B) {
 	for _, rm := range []struct {
 		n, micro int
 		csa      CSA
-	}{{1, 1, CSA{}}, {2, 1, CSA{}}, {4, 1, CSA{}}, {4, 4, CSA{}}, {4, 1, CSA{Levels: 3, Drop: 0.5}}} {
+		sptp     bool
+	}{{1, 1, CSA{}, false}, {2, 1, CSA{}, false}, {4, 1, CSA{}, false}, {4, 4, CSA{}, false}, {4, 1, CSA{Levels: 3, Drop: 0.5}, false},
+		{2, 1, CSA{}, true}, {4, 1, CSA{}, true}, {4, 4, CSA{}, true}} {
 		n, micro := rm.n, rm.micro
 		perRank := (prompt/bs + n) / n
 		var run func(context.Context, *forward.Batch) ([]float32, error)
@@ -60,7 +64,11 @@ func BenchmarkCSPS(b *testing.B) {
 				blocks = append(blocks, j)
 			}
 		} else {
-			c, err := NewCSPS(m.Config, m.Weights, CSPSOptions{Ranks: n, BlockSize: bs, PerRank: perRank, MicroPartitions: micro, CSA: rm.csa, Options: Options{Pool: pool}})
+			o := CSPSOptions{Ranks: n, BlockSize: bs, PerRank: perRank, MicroPartitions: micro, CSA: rm.csa, Options: Options{Pool: pool}}
+			if rm.sptp {
+				o.Configure = sptpAll
+			}
+			c, err := NewCSPS(m.Config, m.Weights, o)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -75,6 +83,9 @@ func BenchmarkCSPS(b *testing.B) {
 		name := fmt.Sprintf("ranks=%d,M=%d", n, micro)
 		if rm.csa.Levels > 1 {
 			name += fmt.Sprintf(",csa=%d@%g", rm.csa.Levels, rm.csa.Drop)
+		}
+		if rm.sptp {
+			name += ",sp-tp"
 		}
 		b.Run(name+fmt.Sprintf("/prefill%d", prompt), func(b *testing.B) {
 			c0 := comm()

@@ -38,6 +38,7 @@ type cspsWorker struct {
 	csaOut          map[csaKey]int
 	order           []int
 	trace           func(CSATrace) // tests
+	tp              spTP           // SP-TP (csps_sptp.go)
 	sendCounts      []int
 	recvCounts      []int
 }
@@ -50,9 +51,12 @@ func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) erro
 	rk.sh, rk.g, rk.mb = sh, groups{}, &w.p.micros[rk.id]
 	defer func() { rk.sh, rk.mb = nil, nil }()
 	rk.prepare(rk.mb, sh)
-	has := rk.st.nl > 0
+	has, kvOnly := rk.st.nl > 0, w.p.tpOwnAll[rk.id]
 	if has {
 		rk.Embed()
+	}
+	if w.p.anyTP {
+		w.tpPrepare()
 	}
 	for l := 0; l < cfg.Layers; l++ {
 		if err := rk.BeginLayer(ctx, l); err != nil {
@@ -60,15 +64,21 @@ func (w *cspsWorker) run(ctx context.Context, rk *rank, sh *parallel.Shard) erro
 		}
 		if has {
 			rk.AttnNorm(l)
-			rk.QKV(l)
-			rk.Position(l)
+			if kvOnly {
+				w.ownKV(l)
+			} else {
+				rk.QKV(l)
+				rk.Position(l)
+			}
 			rk.CacheWrite(l)
 		}
 		if err := w.attention(ctx, l); err != nil {
 			return err
 		}
-		if has {
+		if has && !kvOnly {
 			rk.OutProj(l)
+		}
+		if has {
 			rk.Residual(l, forward.AttnBranch)
 			rk.MLPNorm(l)
 			rk.MLPUp(l)
@@ -98,7 +108,13 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 	grow(&w.spOut, nsp*qc)
 	grow(&w.spLse, nsp*hq)
 	grow(&w.locLse, rk.st.nl*cfg.Heads)
-	if nsp > 0 && p.micro > 1 && !p.anyReq {
+	tp := p.anyTP
+	if tp {
+		if m := w.tpMicro(); m > 1 {
+			return w.tpPipelined(ctx, l, wd, qc, kc, m)
+		}
+	}
+	if nsp > 0 && p.micro > 1 && !p.anyReq && !tp {
 		w.local(l, wd, qc, kc, 0, 0, true)
 		if len(p.csaToks) > 0 {
 			if err := w.csaAttention(ctx, l); err != nil {
@@ -107,10 +123,20 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 		}
 		return w.pipelined(ctx, l, wd, qc, kc)
 	}
-	if nsp > 0 {
+	if p.anyNTP {
 		if err := w.exchangeQKV(ctx); err != nil {
 			return err
 		}
+	}
+	world := rk.e.world.Comm(me)
+	var whole *tpSpan
+	if tp {
+		whole = w.tpWhole()
+		gather := w.tpGather(whole)
+		if err := rk.timed(func() error { return gather(ctx, world) }); err != nil {
+			return err
+		}
+		w.tpProject(l, whole)
 	}
 	w.local(l, wd, qc, kc, 0, nsp, true)
 	if len(p.csaToks) > 0 {
@@ -123,8 +149,17 @@ func (w *cspsWorker) attention(ctx context.Context, l int) error {
 			return err
 		}
 	}
-	if nsp > 0 {
-		return w.returnOutputs(ctx)
+	if p.anyNTP {
+		if err := w.returnOutputs(ctx); err != nil {
+			return err
+		}
+	}
+	if tp {
+		reduce := w.tpOutProj(l, whole)
+		if err := rk.timed(func() error { return reduce(ctx, world) }); err != nil {
+			return err
+		}
+		w.tpAddBack(whole)
 	}
 	return nil
 }
@@ -502,6 +537,26 @@ func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs 
 	return sm.finish(out)
 }
 
+// pipeComms are the rank's handles on two groups of every rank, labelled
+// in and out: a pipeline's two directions, each FIFO, running beside
+// each other.
+func (w *cspsWorker) pipeComms(in, out string) (*comm.Comm, *comm.Comm, error) {
+	all := make([]int, w.p.n)
+	for r := range all {
+		all[r] = r
+	}
+	world := w.rk.e.world
+	gi, err := world.Group(in, all...)
+	if err != nil {
+		return nil, nil, err
+	}
+	gout, err := world.Group(out, all...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gi.Comm(w.rk.id), gout.Comm(w.rk.id), nil
+}
+
 // pipelined runs SP-NTP's attention over the step's SP tokens in
 // micro-partitions along the sequence (R27–R30): partition i's first
 // all-to-all is in flight while the rank attends partition i−1, and
@@ -516,20 +571,10 @@ func (w *cspsWorker) pipelined(ctx context.Context, l, wd, qc, kc int) error {
 	nsp := len(p.spToks)
 	m := min(p.micro, nsp)
 	bound := func(i int) int { return parallel.Even(nsp, m, i).Lo }
-	all := make([]int, p.n)
-	for r := range all {
-		all[r] = r
-	}
-	world := rk.e.world
-	gq, err := world.Group("csps-qkv", all...)
+	cq, co, err := w.pipeComms("csps-qkv", "csps-out")
 	if err != nil {
 		return err
 	}
-	gout, err := world.Group("csps-out", all...)
-	if err != nil {
-		return err
-	}
-	cq, co := gq.Comm(rk.id), gout.Comm(rk.id)
 	start := func(c *comm.Comm, b *a2aBufs, pack func(*a2aBufs, int, int) (int, int), lo, hi int) *comm.Pending {
 		total, rtotal := pack(b, lo, hi)
 		return c.Start(ctx, func(ctx context.Context, c *comm.Comm) error {

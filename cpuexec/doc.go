@@ -12,8 +12,9 @@
 // served by their owner), procs.go (ranks in several processes: a step
 // runs only the ranks this process hosts). csps.go is CSPS's executor (KV
 // sharded along the sequence, full weights per rank, queries moved to the
-// KV), csps_rank.go its rank program, csa.go its multi-level sparse
-// attention.
+// KV), csps_rank.go its rank program (SP-NTP), csps_sptp.go its SP-TP
+// prefill (all-gather, head-chunk weights, reduce-scatter), csa.go its
+// multi-level sparse attention.
 //
 // Weight matrices are multiplied in the format the model holds them in
 // (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);

@@ -499,9 +499,15 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 // positionHeads applies the optional per-head RMSNorm (qwen3) and RoPE in
 // the Hugging Face rotate_half layout to every head of local row i.
 func (rk *rank) positionHeads(x, norm []float32, i int, eps float32) {
-	d := rk.e.cfg.HeadDim
+	half := rk.e.cfg.HeadDim / 2
+	positionRow(x, norm, rk.st.cos[i*half:(i+1)*half], rk.st.sin[i*half:(i+1)*half], eps)
+}
+
+// positionRow applies the optional per-head RMSNorm and RoPE to every head
+// of x, a row of heads of len(cos)·2 elements, at the angles cos and sin.
+func positionRow(x, norm, cos, sin []float32, eps float32) {
+	d := 2 * len(cos)
 	half := d / 2
-	cos, sin := rk.st.cos[i*half:(i+1)*half], rk.st.sin[i*half:(i+1)*half]
 	for off := 0; off < len(x); off += d {
 		head := x[off : off+d]
 		if norm != nil {

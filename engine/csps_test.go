@@ -20,7 +20,10 @@ import (
 // TestCSPSEngineMatchesSingleRank serves long and short prompts at once
 // under the csps policy on 4 CPU ranks (SPT 64 tokens, so a 300-token
 // prompt spans 4 ranks and is prefilled in chunks; short ones live whole
-// on one rank each) and checks every greedy output equals one rank's.
+// on one rank each) and checks every greedy output equals one rank's,
+// with App A's architecture (SP-NTP: no TP) and with SP-TP forced
+// (policy.CSPS.ForceArch, wired into the executor's Configure as cmd
+// does).
 func TestCSPSEngineMatchesSingleRank(t *testing.T) {
 	m, err := model.LoadFS(builtin.FS(), builtin.Name)
 	if err != nil {
@@ -52,16 +55,31 @@ func TestCSPSEngineMatchesSingleRank(t *testing.T) {
 		}
 	}
 
-	c, err := cpuexec.NewCSPS(cfg, m.Weights, cpuexec.CSPSOptions{Ranks: 4, PerRank: 48, SPTMax: 64, Options: cpuexec.Options{Pool: pool}})
+	for _, force := range []policy.Arch{policy.Local, policy.SPTP} {
+		t.Run(fmt.Sprint("force=", force), func(t *testing.T) { cspsEngineRun(t, m, pool, reqs, want, force) })
+	}
+}
+
+// cspsEngineRun serves reqs on a CSPS engine over 4 ranks with the
+// policy's ForceArch force and checks the outputs equal want.
+func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Request, want []*Output, force policy.Arch) {
+	cfg := m.Config
+	pol, err := policy.NewCSPS(cpuexec.CSPSPlacement(4), 64, cfg.Hidden, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.NewCSPS(c.Placement(), c.SPTMax(), cfg.Hidden, 1)
+	pol.ForceArch = force
+	c, err := cpuexec.NewCSPS(cfg, m.Weights, cpuexec.CSPSOptions{Ranks: 4, PerRank: 48, SPTMax: 64, Options: cpuexec.Options{Pool: pool},
+		Configure: func(n int) cpuexec.CSPSPrompt { return cpuexec.CSPSPrompt{SPTP: pol.Configure(n).Arch == policy.SPTP} }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := pol.Configure(len(prompts[0])); got.Degree != 4 || got.Arch != policy.SPNTP {
-		t.Fatalf("300-token prompt configured as %+v, want 4 ranks of SP-NTP", got)
+	arch := policy.SPNTP
+	if force == policy.SPTP {
+		arch = policy.SPTP
+	}
+	if got := pol.Configure(len(reqs[0].Prompt)); got.Degree != 4 || got.Arch != arch {
+		t.Fatalf("300-token prompt configured as %+v, want 4 ranks of %s", got, arch)
 	}
 	e, err := NewEngine(Options{Exec: c, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Sched: sched.Config{MaxNumBatchedTokens: 128}})
 	if err != nil {
@@ -90,7 +108,11 @@ func TestCSPSEngineMatchesSingleRank(t *testing.T) {
 			t.Fatalf("request %d: csps %v, one rank %v", i, got[i].Tokens, want[i].Tokens)
 		}
 	}
-	if a2a := c.CommStats().Kind(comm.KindAllToAll).SentBytes; a2a == 0 {
-		t.Fatal("no all-to-all ran: the long prompts were not sequence-parallel")
+	st := c.CommStats()
+	if a2a := st.Kind(comm.KindAllToAll).SentBytes; a2a == 0 {
+		t.Fatal("no all-to-all ran: the long prompts were not sequence-parallel, nor did their decodes move queries")
+	}
+	if ag, rs := st.Kind(comm.KindAllGather).SentBytes, st.Kind(comm.KindReduceScatter).SentBytes; (arch == policy.SPTP) != (ag > 0 && rs > 0) {
+		t.Fatalf("%s moved %d bytes in all-gathers and %d in reduce-scatters", arch, ag, rs)
 	}
 }

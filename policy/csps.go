@@ -65,14 +65,18 @@ type CSPSConfig struct {
 // inequality evaluated exactly in integers (SP-NTP iff 2N·d < (N−2)·L,
 // so N = 2 always gives SP-TP, contradicting the paper's sentence, G10),
 // and a deployment without TP always uses SP-NTP (R13). The CPU executor
-// holds full weights on every rank and has no TP, so it runs SP-NTP; a TP
-// deployment's SP-TP choice is refused by it (cmd/gearbox says so).
+// holds full weights on every rank and has no TP (TP = 1), so App A's
+// choice there is always SP-NTP; ForceArch overrides it (the CPU
+// executor runs either, cpuexec.CSPSPrompt).
 type CSPS struct {
 	P      parallel.Placement
 	Ranks  int // ranks of the placement
 	SPTMax int // longest sequence partition per rank, in tokens
 	Hidden int // d, the model width
 	TP     int // the deployment's TP degree: 1 on the CPU
+	// ForceArch, SPNTP or SPTP, is the architecture of every prompt over
+	// several ranks; Local (the zero value) leaves App A's choice.
+	ForceArch Arch
 	// CSALevels > 1 turns on CSA's multi-level sparse attention for
 	// prompts spread over several ranks, with level-2 drop ratio CSADrop;
 	// ≤ 1 is off (exact).
@@ -124,7 +128,7 @@ func (c *CSPS) String() string { return "csps" }
 
 // Configure chooses a prompt of promptLen tokens' degree, architecture
 // and CSA setting (the executor asks it per prompt through
-// cpuexec.CSPSOptions.ConfigureCSA).
+// cpuexec.CSPSOptions.Configure).
 func (c *CSPS) Configure(promptLen int) CSPSConfig {
 	n := min(c.Ranks, max(1, (promptLen+c.SPTMax-1)/c.SPTMax))
 	if n == 1 {
@@ -140,6 +144,9 @@ func (c *CSPS) Configure(promptLen int) CSPSConfig {
 	}
 	if c.TP > 1 && !NTPCheaper(promptLen, c.Hidden, n) {
 		cfg.Arch = SPTP
+	}
+	if c.ForceArch == SPNTP || c.ForceArch == SPTP {
+		cfg.Arch = c.ForceArch
 	}
 	return cfg
 }

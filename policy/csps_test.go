@@ -60,6 +60,18 @@ func TestCSPSArchitecture(t *testing.T) {
 		if c := cpu.Configure(tc.l); c.Degree != tc.degree || c.Arch != want {
 			t.Fatalf("no TP, L=%d: %+v, want degree %d %s", tc.l, c, tc.degree, want)
 		}
+		// --csps-arch: forced for prompts over several ranks, on either
+		// deployment; a prompt on one rank stays Local.
+		for _, force := range []Arch{SPNTP, SPTP} {
+			for _, dep := range []*CSPS{cpu, tpDeploy} {
+				dep.ForceArch = force
+				c := dep.Configure(tc.l)
+				dep.ForceArch = Local
+				if want := force; c.Degree != tc.degree || (tc.degree > 1 && c.Arch != want) || (tc.degree == 1 && c.Arch != Local) {
+					t.Fatalf("TP %d forced %s, L=%d: %+v", dep.TP, force, tc.l, c)
+				}
+			}
+		}
 	}
 	cpu.CSALevels, cpu.CSADrop = 3, 0.2
 	if c := cpu.Configure(100); c.CSALevels != 1 {

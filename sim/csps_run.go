@@ -13,12 +13,17 @@ import (
 	"github.com/gearboxlm/gearbox/model"
 )
 
-// CSPSDecodeGPUs is the default decode pool (R33: prefill and decode run
-// apart): two servers, 16 of the 64 GPUs. The paper gives no split; two
-// servers hold the KV of about forty 100K-token GLM-4 requests (spec
-// csps.md S8, inferred), and the prefill pool keeps 48 GPUs, enough for
-// the longest (1M-token, N = 16) prompt three times over.
+// CSPSDecodeGPUs is the decode pool on the paper's 64 GPUs (R33: prefill
+// and decode run apart): two servers, 16 of the 64. The paper gives no
+// split; two servers hold the KV of about forty 100K-token GLM-4 requests
+// (spec csps.md S8, inferred), and the prefill pool keeps 48 GPUs, enough
+// for the longest (1M-token, N = 16) prompt three times over. Other
+// clusters keep the same quarter (CSPSDecodeShare).
 const CSPSDecodeGPUs = 16
+
+// CSPSDecodeShare is the decode pool's default share of a cluster's GPUs:
+// CSPSDecodeGPUs of the paper's 64, at least one GPU.
+func CSPSDecodeShare(gpus int) int { return max(1, gpus*CSPSDecodeGPUs/64) }
 
 // CSPSActivationReserve is the memory a decode GPU keeps for activations
 // besides the full weights and the KV shards: 1 GiB, a decode step's
@@ -31,7 +36,7 @@ type CSPSRunOptions struct {
 	Cost       *CostModel // bound to the cluster's server node
 	Cluster    Cluster
 	Prefill    CSPSOptions // per-request knobs (Levels, Drop, Micro; Arch to force one)
-	DecodeGPUs int         // the decode pool, the cluster's last GPUs; 0 means CSPSDecodeGPUs
+	DecodeGPUs int         // the decode pool, the cluster's last GPUs; 0 means CSPSDecodeShare
 	Requests   []bench.Request
 	Report     bench.ReportOptions
 }
@@ -129,7 +134,7 @@ func RunCSPS(opts CSPSRunOptions) (*CSPSRunResult, error) {
 		return nil, errors.New("sim: a model and a cost model are required")
 	}
 	c, m, cfg := opts.Cluster, opts.Cost, opts.Model
-	dec := cmp.Or(opts.DecodeGPUs, CSPSDecodeGPUs)
+	dec := cmp.Or(opts.DecodeGPUs, CSPSDecodeShare(c.GPUs()))
 	pre := c.GPUs() - dec
 	if dec < 1 || pre < 1 {
 		return nil, fmt.Errorf("sim: %d decode GPUs of %d", dec, c.GPUs())

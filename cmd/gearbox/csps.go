@@ -17,13 +17,13 @@ import (
 // csps resolves --policy csps: --plan sp=N gives the ranks a long
 // prompt's sequence partitions spread over (any N: the heads are split
 // as evenly as possible, KV heads replicated when N exceeds them). Every
-// rank holds the full weights, so the deployment has no TP and every
-// request runs SP-NTP or, when it fits one partition, whole on one rank;
-// SP-TP (all-gather + reduce-scatter) is not implemented, so a plan with
-// tp, pp or dp is refused.
+// rank holds the full weights, so the deployment has no TP: a request
+// that fits one partition runs whole on one rank, a longer one SP-NTP or,
+// with --csps-arch sp-tp, SP-TP over the same N ranks (auto is App A's
+// choice at TP = 1: SP-NTP, R13). A plan with tp, pp or dp is refused.
 func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[string]bool) (parallel.Plan, policy.Policy, error) {
 	if plan.TP > 1 {
-		return plan, nil, fmt.Errorf("--policy csps: tp=%d asks for SP-TP prefill (all-gather + reduce-scatter), which Gearbox's CPU executor does not implement; csps holds the full weights on every rank and runs SP-NTP: use --plan sp=N", plan.TP)
+		return plan, nil, fmt.Errorf("--policy csps: tp=%d: the csps layout is --plan sp=N (full weights on every rank); SP-TP prefill runs over those N ranks with --csps-arch sp-tp", plan.TP)
 	}
 	if plan.PP > 1 || plan.DP > 1 {
 		return plan, nil, fmt.Errorf("--policy csps: %s: the csps layout is --plan sp=N (N ranks, full weights each); pp and dp do not apply", plan)
@@ -47,12 +47,24 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 		return plan, nil, fmt.Errorf("--csps-micro-partitions must be at least 1, got %d", p.micro)
 	}
 	pol.MicroPartitions = p.micro
+	switch p.cspsArch {
+	case "auto":
+	case "sp-ntp":
+		pol.ForceArch = policy.SPNTP
+	case "sp-tp":
+		pol.ForceArch = policy.SPTP
+	default:
+		return plan, nil, fmt.Errorf("--csps-arch must be auto, sp-ntp or sp-tp, got %q", p.cspsArch)
+	}
 	switch p.sparse {
 	case "off":
 		if set["csa-levels"] || set["csa-drop"] {
 			return plan, nil, fmt.Errorf("--csa-levels and --csa-drop need --sparse-attention on")
 		}
 	case "on":
+		if pol.ForceArch == policy.SPTP {
+			return plan, nil, fmt.Errorf("--sparse-attention on runs CSA on SP-NTP prefills; with --csps-arch sp-tp it would only cut attention compute (R25), which is not implemented")
+		}
 		if p.csaLevels < 2 {
 			return plan, nil, fmt.Errorf("--csa-levels must be at least 2 with --sparse-attention on (1 level is off), got %d", p.csaLevels)
 		}
@@ -122,9 +134,9 @@ func newCSPSRunner(m *model.Model, pol *policy.CSPS, kv tensor.DType, blockSize,
 	x, err := cpuexec.NewCSPS(m.Config, m.Weights, cpuexec.CSPSOptions{
 		Ranks: pol.Ranks, BlockSize: blockSize, PerRank: blocks, SPTMax: pol.SPTMax, CSA: cpuexec.CSA{Levels: pol.CSALevels, Drop: pol.CSADrop},
 		MicroPartitions: pol.MicroPartitions,
-		ConfigureCSA: func(promptLen int) (bool, float64) {
+		Configure: func(promptLen int) cpuexec.CSPSPrompt {
 			c := pol.Configure(promptLen)
-			return c.CSALevels > 1, c.CSADrop
+			return cpuexec.CSPSPrompt{SPTP: c.Arch == policy.SPTP, CSA: c.CSALevels > 1, Drop: c.CSADrop}
 		},
 		Options: cpuexec.Options{KVDType: kv, Pool: pool},
 	})

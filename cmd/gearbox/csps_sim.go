@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/bench"
@@ -19,13 +20,14 @@ type cspsFlags struct {
 
 func addCSPSFlags(fs *flag.FlagSet) *cspsFlags {
 	f := &cspsFlags{}
-	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", sim.CSPSDecodeGPUs, "simulate with --policy csps: GPUs of the decode pool (the cluster's last ones)")
+	fs.IntVar(&f.decodeGPUs, "csps-decode-gpus", 0, "simulate and plan with --policy csps: GPUs of the decode pool, the cluster's last ones (0: a quarter, 16 of the paper's 64)")
 	return f
 }
 
-// prefillOptions are the CSA and pipeline settings of par's flags for the
-// simulator: one level (dense) unless --sparse-attention on, and App B's
-// micro-partitions (sim.CSPSMicro) unless --csps-micro-partitions is set.
+// cspsPrefill is the CSA, pipeline and architecture settings of par's
+// flags for the simulator: one level (dense) unless --sparse-attention on,
+// App B's micro-partitions (sim.CSPSMicro) unless --csps-micro-partitions
+// is set, App A's architecture per request unless --csps-arch forces one.
 func (par *parallelFlags) cspsPrefill() sim.CSPSOptions {
 	o := sim.CSPSOptions{Levels: 1}
 	if par.sparse == "on" {
@@ -36,6 +38,12 @@ func (par *parallelFlags) cspsPrefill() sim.CSPSOptions {
 			o.Micro = par.micro
 		}
 	})
+	switch par.cspsArch {
+	case "sp-ntp":
+		o.Arch = sim.ArchNTP
+	case "sp-tp":
+		o.Arch = sim.ArchTP
+	}
 	return o
 }
 
@@ -67,10 +75,15 @@ func runCSPSFlags(sf *simFlags, cf *cspsFlags, prefill sim.CSPSOptions) (*sim.CS
 	if err != nil {
 		return nil, err
 	}
+	return s.runCSPS(cl, prefill, cf.decodeGPUs, s.reqs)
+}
+
+// runCSPS simulates reqs served by CSPS on cluster cl, whose servers are
+// s's node, with a decode pool of decodeGPUs (0: sim.CSPSDecodeShare).
+func (s *simSetup) runCSPS(cl sim.Cluster, prefill sim.CSPSOptions, decodeGPUs int, reqs []bench.Request) (*sim.CSPSRunResult, error) {
 	return sim.RunCSPS(sim.CSPSRunOptions{
-		Model: s.cfg, Cost: s.cost, Cluster: cl, DecodeGPUs: cf.decodeGPUs,
-		Prefill:  prefill,
-		Requests: s.reqs, Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
+		Model: s.cfg, Cost: s.cost, Cluster: cl, DecodeGPUs: decodeGPUs, Prefill: prefill,
+		Requests: slices.Clone(reqs), Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }
 

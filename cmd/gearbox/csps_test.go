@@ -48,6 +48,12 @@ func TestGenerateCSPS(t *testing.T) {
 	if piped := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--csps-micro-partitions", "4"); piped.Text != want.Text {
 		t.Fatalf("csps with 4 micro-partitions: %q, single rank %q", piped.Text, want.Text)
 	}
+	// SP-TP prefill: the same text; the prompt's layers move all-gathers
+	// and reduce-scatters, its decode steps queries (all-to-alls).
+	sptp := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--csps-arch", "sp-tp")
+	if by := sptp.CommBytes.ByKind; sptp.Text != want.Text || by["all_gather"] == 0 || by["reduce_scatter"] != by["all_gather"] {
+		t.Fatalf("csps with --csps-arch sp-tp: %+v, single rank's text %q; want equal all-gather and reduce-scatter bytes", sptp, want.Text)
+	}
 	sparse := gen("--policy", "csps", "--plan", "sp=3", "--csps-spt-max", "4", "--block-size", "4", "--sparse-attention", "on", "--csa-levels", "2", "--csa-drop", "0.5")
 	if sparse.CompletionTokens != 24 || sparse.CommBytes.ByKind["all_gather"] == 0 {
 		t.Fatalf("csps with sparse attention: %+v (want 24 tokens and CSA's all-gather of kept levels)", sparse)
@@ -69,11 +75,14 @@ func TestGenerateCSPS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--policy", "csps", "--plan", "tp=2"}, "SP-TP"},
+		{[]string{"--policy", "csps", "--plan", "tp=2"}, "--csps-arch sp-tp"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--csps-arch", "tp"}, "auto, sp-ntp or sp-tp"},
+		{[]string{"--policy", "csps", "--plan", "sp=2", "--csps-arch", "sp-tp", "--sparse-attention", "on"}, "R25"},
 		{[]string{"--policy", "csps", "--plan", "sp=2,pp=2"}, "pp and dp"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--csps-spt-max", "-1"}, "--csps-spt-max"},
 		{[]string{"--plan", "sp=2", "--csps-spt-max", "8"}, "needs --policy csps"},
 		{[]string{"--plan", "sp=2", "--sparse-attention", "on"}, "needs --policy csps"},
+		{[]string{"--plan", "sp=2", "--csps-arch", "sp-tp"}, "needs --policy csps"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--csa-drop", "0.2"}, "--sparse-attention on"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--sparse-attention", "on", "--csa-levels", "1"}, "--csa-levels"},
 		{[]string{"--policy", "csps", "--plan", "sp=2", "--sparse-attention", "on", "--csa-drop", "1"}, "--csa-drop"},

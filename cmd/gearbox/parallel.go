@@ -36,6 +36,7 @@ type parallelFlags struct {
 	micro          int           // --csps-micro-partitions (csps)
 	cspsTTFT       float64       // --csps-ttft-ms (csps): the TTFT objective, ms
 	cspsProf       string        // --csps-profile (csps): calibration profile for its predictor
+	cspsArch       string        // --csps-arch auto|sp-ntp|sp-tp (csps)
 	nitsumWin      time.Duration // --nitsum-window (nitsum)
 	nitsumBudget   float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
 	nitsumColocate bool          // --nitsum-colocate (nitsum)
@@ -44,16 +45,17 @@ type parallelFlags struct {
 func addParallelFlags(fs *flag.FlagSet) *parallelFlags {
 	p := &parallelFlags{fs: fs}
 	fs.StringVar(&p.plan, "plan", "", "parallel layout as factors, e.g. tp=2,sp=4 (dp, pp, sp, tp; missing factors are 1)")
-	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens), csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP prefill, decode moving q to the shards) or nitsum (serve only: the --plan tp=N CPU ranks as instances of changing TP degree for the --slo-tiers tiers, KV migrated between them every --nitsum-window)")
+	fs.StringVar(&p.policy, "policy", "static", "plan policy: static (every step under --plan), shift (Shift Parallelism: the base plan above --shift-threshold batched tokens, full TP at or below), seesaw (prefill under --prefill-plan, decode under --decode-plan, KV parked on a host store of --swap-space), sidp (the dp replicas of --plan pool the MLP weights: each layer's owned by one replica, fetched by the others (WaS) or served by its owner (CaS) below --sidp-threshold batched tokens), csps (--plan sp=N: long prompts' KV sharded along the sequence over N ranks, SP-NTP or SP-TP prefill (--csps-arch), decode moving q to the shards) or nitsum (serve only: the --plan tp=N CPU ranks as instances of changing TP degree for the --slo-tiers tiers, KV migrated between them every --nitsum-window)")
 	fs.IntVar(&p.sidpThr, "sidp-threshold", policy.DefaultSiDPThreshold, "sidp: batched tokens per step below which the group moves to Compute-as-a-Service (after --sidp-window steps; back to Weight-as-a-Service at twice it); the simulator profiles its own B_th per GPU and model instead (docs/simulator.md)")
 	fs.IntVar(&p.sidpWin, "sidp-window", policy.DefaultSiDPWindow, "sidp: consecutive steps beyond the hysteresis band before the mode switches")
 	fs.IntVar(&p.sidpSlots, "sidp-slots", 0, "sidp: MLP layers each rank's weight cache holds (default dp−1, the fewest allowed)")
 	fs.StringVar(&p.sparse, "sparse-attention", "off", "csps: off (exact attention) or on (CSA: multi-level sparse attention for prompts spread over several ranks, --csa-levels and --csa-drop)")
 	fs.IntVar(&p.csaLevels, "csa-levels", 2, "csps with --sparse-attention on: CSA levels (level 1 a rank's own partition, level v 2^(v-1) ranks, the top all)")
 	fs.Float64Var(&p.csaDrop, "csa-drop", 0, "csps with --sparse-attention on: level 2's drop ratio in [0, 1); level 2+n keeps (1-drop)/2^n")
-	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention, each one's all-to-alls overlapped with its neighbours' attention")
+	fs.IntVar(&p.micro, "csps-micro-partitions", 1, "csps: micro-partitions of a prompt's SP-NTP attention (each one's all-to-alls overlapped with its neighbours' attention) or SP-TP attention (each one's all-gather and reduce-scatter overlapped with its neighbours' projections and attention)")
 	fs.Float64Var(&p.cspsTTFT, "csps-ttft-ms", 0, "csps with --sparse-attention on: TTFT objective; each prompt over several ranks gets the smallest level-2 drop (0, 0.02, …, 0.9) whose predicted prefill meets it, none when dense attention does (predictor: the simulator's CSPS prefill model on --csps-profile)")
 	fs.StringVar(&p.cspsProf, "csps-profile", "", "csps with --csps-ttft-ms: this machine's profile from gearbox calibrate, for the prefill predictor")
+	fs.StringVar(&p.cspsArch, "csps-arch", "auto", "csps: prefill architecture of prompts over several ranks: auto (App A's choice with the deployment's TP; the CPU ranks have none, so SP-NTP), sp-ntp (two all-to-alls) or sp-tp (all-gather + reduce-scatter, each rank a head chunk of the attention weights)")
 	fs.IntVar(&p.sptMax, "csps-spt-max", 0, "csps: longest sequence partition one rank takes, in tokens; a prompt spans ceil(len/this) ranks (0: a rank's whole KV pool)")
 	fs.DurationVar(&p.nitsumWin, "nitsum-window", nitsum.DefaultWindow, "nitsum: the control window: every window the planner re-lays the --plan tp=N ranks out as instances of TP 1, 2, 4, … from the last window's arrival rate per --slo-tiers tier")
 	fs.Float64Var(&p.nitsumBudget, "nitsum-weight-budget", 0, "nitsum: GiB of weights a rank may hold under the rule full copy + Σ_{t>1} (attention output + MLP down)/t; a model over it is refused (0: no limit)")
@@ -107,7 +109,7 @@ func (p *parallelFlags) resolve(cfg *model.Config) (parallel.Plan, policy.Policy
 	if p.policy == "csps" {
 		return p.csps(cfg, plan, set)
 	}
-	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions", "csps-ttft-ms", "csps-profile"} {
+	for _, f := range []string{"csps-spt-max", "sparse-attention", "csa-levels", "csa-drop", "csps-micro-partitions", "csps-ttft-ms", "csps-profile", "csps-arch"} {
 		if set[f] {
 			return plan, nil, fmt.Errorf("--%s needs --policy csps", f)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +23,10 @@ type candidate struct {
 	plan   parallel.Plan
 	pol    policy.Policy
 	hostKV int64 // host KV store per rank, bytes (seesaw candidates); 0: none
+	// cspsDecode > 0 makes the candidate CSPS over the node (sim.RunCSPS:
+	// per-request sequence-parallel prefill on the other GPUs, this many
+	// decode GPUs); plan and pol are then unused.
+	cspsDecode int
 	// results
 	err      error
 	report   *bench.Report
@@ -36,6 +41,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	capRequests := fs.Int("capacity-requests", 500, "requests per run of the capacity search (0 skips the search)")
 	swapSpace := fs.Float64("swap-space", 4, "host KV store in GiB per GPU for the seesaw candidates (vLLM's --swap-space); 0 leaves them out")
 	nf := addNitsumSimFlags(fs)
+	cf := addCSPSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +54,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("plan: %w", err)
 	}
 	cands := enumerate(s.cfg, s.node.Count, *threshold, int64(*swapSpace*(1<<30)), s.node.Link.Kind == sim.NVLink)
+	if s.node.Count >= 2 {
+		cands = append(cands, &candidate{plan: parallel.Plan{DP: 1, PP: 1, SP: s.node.Count, TP: 1},
+			cspsDecode: cmp.Or(cf.decodeGPUs, sim.CSPSDecodeShare(s.node.Count))})
+	}
 	if len(cands) == 0 {
 		return fmt.Errorf("plan: no layout of %s fits %d GPUs", sf.model, s.node.Count)
 	}
@@ -101,7 +111,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintln(tw, "rank\tplan\tpolicy\t"+metric+"\treq/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcapacity req/s\t")
 	for i, c := range cands {
 		if c.err != nil {
-			fmt.Fprintf(tw, "-\t%s\t%s\t%v\t\t\t\t\t\t\t\n", c.layout(), c.pol, c.err)
+			fmt.Fprintf(tw, "-\t%s\t%s\t%v\t\t\t\t\t\t\t\n", c.layout(), c.policy(), c.err)
 			continue
 		}
 		r := c.report
@@ -109,7 +119,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if c.capacity >= 0 {
 			capacity = fmt.Sprintf("%.2f", c.capacity)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t\n", i+1, c.layout(), c.pol, c.perGPU, r.RequestThroughput,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.1f\t%s\t\n", i+1, c.layout(), c.policy(), c.perGPU, r.RequestThroughput,
 			r.TTFT.Median, percentile(r.TTFT, 99), r.TPOT.Median, percentile(r.TPOT, 99), capacity)
 	}
 	if err := tw.Flush(); err != nil {
@@ -184,13 +194,40 @@ func enumerate(cfg *model.Config, n, threshold int, hostKV int64, nvlink bool) [
 	return out
 }
 
-// layout names the candidate's layout: its plan, or for Seesaw its
-// prefill and decode plans.
+// layout names the candidate's layout: its plan, for Seesaw its prefill
+// and decode plans, for CSPS its prefill and decode pools.
 func (c *candidate) layout() string {
+	if c.cspsDecode > 0 {
+		return fmt.Sprintf("%d+%d GPUs", c.plan.Ranks()-c.cspsDecode, c.cspsDecode)
+	}
 	if s, ok := c.pol.(*policy.Seesaw); ok {
 		return s.Prefill.Plan.String() + "→" + s.Decode.Plan.String()
 	}
 	return c.plan.String()
+}
+
+// policy names the candidate's policy.
+func (c *candidate) policy() string {
+	if c.cspsDecode > 0 {
+		return "csps"
+	}
+	return c.pol.String()
+}
+
+// runCandidate simulates reqs on c and returns its report.
+func (s *simSetup) runCandidate(c *candidate, reqs []bench.Request) (*bench.Report, error) {
+	if c.cspsDecode > 0 {
+		r, err := s.runCSPS(sim.Cluster{Node: s.node, Servers: 1, ServersPerRack: 1}, sim.CSPSOptions{}, c.cspsDecode, reqs)
+		if err != nil {
+			return nil, err
+		}
+		return r.Report, nil
+	}
+	r, err := s.run(c.plan, c.pol, reqs)
+	if err != nil {
+		return nil, err
+	}
+	return r.Report, nil
 }
 
 func withDP(p parallel.Plan, dp int) parallel.Plan {
@@ -205,15 +242,15 @@ func (s *simSetup) evaluate(ctx context.Context, c *candidate, capRequests int) 
 	local := *s
 	local.hostKVBytes = c.hostKV
 	s = &local
-	res, err := s.run(c.plan, c.pol, s.reqs)
+	rep, err := s.runCandidate(c, s.reqs)
 	if err != nil {
 		c.err = err
 		return
 	}
-	c.report = res.Report
-	good := res.Report.RequestThroughput
+	c.report = rep
+	good := rep.RequestThroughput
 	if !s.slo.IsZero() {
-		good = res.Report.RequestGoodput
+		good = rep.RequestGoodput
 	}
 	c.perGPU = good / float64(c.plan.Ranks())
 	c.capacity = -1
@@ -227,14 +264,14 @@ func (s *simSetup) evaluate(ctx context.Context, c *candidate, capRequests int) 
 			return false
 		}
 		setArrivals(reqs, offsets)
-		r, err := s.run(c.plan, c.pol, reqs)
-		if err != nil || r.Report.Completed == 0 || r.Report.RequestThroughput == 0 {
+		r, err := s.runCandidate(c, reqs)
+		if err != nil || r.Completed == 0 || r.RequestThroughput == 0 {
 			return false
 		}
 		// At least 90% of the requests meet every SLO. Both rates divide
 		// by the run's duration, so compare their ratio, with room for its
 		// rounding: exactly 90% meets whatever the duration's last bits.
-		return r.Report.RequestGoodput/r.Report.RequestThroughput >= 0.9-1e-9 && r.Report.Failed == 0
+		return r.RequestGoodput/r.RequestThroughput >= 0.9-1e-9 && r.Failed == 0
 	}
 	lo, hi := 0.0, 1.0
 	for hi < 1e4 && meets(hi) && ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,7 +165,8 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 // TestPlanEnumeratesSeesaw: with a host KV store plan ranks every Seesaw
 // pair (prefill layout with more pipeline stages than the decode layout)
 // beside the static layouts; without one it leaves them out. SiDP, which
-// reads peers' weights over NVLink, is left out on this PCIe node.
+// reads peers' weights over NVLink, is left out on this PCIe node; CSPS
+// is ranked.
 func TestPlanEnumeratesSeesaw(t *testing.T) {
 	args := []string{"plan", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "4xA10G@pcie4x8", "--pipeline-overlap",
 		"--dataset", "synthetic:in=600,out=60,n=40", "--capacity-requests", "0"}
@@ -201,6 +203,10 @@ func TestPlanEnumeratesSeesaw(t *testing.T) {
 	slices.Sort(sidp)
 	if len(sidp) != 0 {
 		t.Errorf("sidp candidates %v on a PCIe node\n%s", sidp, stdout)
+	}
+	// CSPS: one candidate, a prefill pool and a quarter of the GPUs decoding.
+	if !regexp.MustCompile(`(?m)^ +[0-9]+ +3\+1 GPUs +csps +[0-9]+\.[0-9]+`).MatchString(stdout) {
+		t.Errorf("no ranked csps candidate with a throughput\n%s", stdout)
 	}
 	stdout, _, err = runCLI(t, append(args, "--swap-space", "0")...)
 	if err != nil {
