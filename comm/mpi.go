@@ -490,8 +490,8 @@ func (m *MPI) start(op *mpiOp) {
 		op.zombie = true
 		op.reqs, op.statuses = op.reqs[:posted], op.statuses[:posted]
 	}
-	for i := range op.recvs {
-		g := &op.recvs[i]
+	// post posts message g as request req with MPI_Irecv or MPI_Isend.
+	post := func(name string, call func(unsafe.Pointer, int32, uintptr, int32, int32, uintptr, *uintptr) int32, g *mpiMsg, req *uintptr) bool {
 		p, cnt := g.ptr()
 		if p != nil {
 			op.pin.Pin(p)
@@ -500,27 +500,22 @@ func (m *MPI) start(op *mpiOp) {
 		if g.b != nil {
 			dt = l.byte
 		}
-		if err := l.check("MPI_Irecv", l.irecv(p, int32(cnt), dt, int32(g.peer), g.tag, l.commWorld, &op.reqs[i])); err != nil {
+		if err := l.check(name, call(p, int32(cnt), dt, int32(g.peer), g.tag, l.commWorld, req)); err != nil {
 			fail(err)
-			return
+			return false
 		}
 		posted++
+		return true
+	}
+	for i := range op.recvs {
+		if !post("MPI_Irecv", l.irecv, &op.recvs[i], &op.reqs[i]) {
+			return
+		}
 	}
 	for i := range op.sends {
-		g := &op.sends[i]
-		p, cnt := g.ptr()
-		if p != nil {
-			op.pin.Pin(p)
-		}
-		dt := l.float
-		if g.b != nil {
-			dt = l.byte
-		}
-		if err := l.check("MPI_Isend", l.isend(p, int32(cnt), dt, int32(g.peer), g.tag, l.commWorld, &op.reqs[len(op.recvs)+i])); err != nil {
-			fail(err)
+		if !post("MPI_Isend", l.isend, &op.sends[i], &op.reqs[len(op.recvs)+i]) {
 			return
 		}
-		posted++
 	}
 }
 
