@@ -9,8 +9,13 @@
 // Send/Recv and Barrier on float32 buffers. Groups are cached by (label,
 // member list), so a plan may build its TP, SP and "full TP" groups every
 // step for the cost of a map lookup. Data moves through a small Transport
-// interface, which Comm calls and its callers never see; the in-process
-// shared-memory transport, the default, is its only implementation today.
+// interface, which Comm calls and its callers never see: the in-process
+// shared-memory transport, the default, or the MPI transport (mpi.go),
+// whose ranks are the processes of an mpirun job, one rank per process,
+// with Open MPI loaded at run time (OpenMPI, MPI.NewWorld). Over MPI the
+// same operations give bit-identical results and count the same bytes;
+// every operation is bounded by a timeout, so a dead or hung process
+// fails its peers' operations instead of blocking them.
 //
 // Invariants:
 //

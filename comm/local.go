@@ -268,7 +268,11 @@ func (e *endpoint) AllReduce(ctx context.Context, buf []float32) error {
 		return err
 	}
 	r, n := e.r, len(buf)
-	if r.n == 1 || n == 0 {
+	if r.n == 1 {
+		return nil
+	}
+	if n == 0 {
+		e.sync() // peers may still be reading this slot in agree
 		return nil
 	}
 	e.scratch()

@@ -49,12 +49,7 @@ func ReduceScatterVBytes(counts []int, member, elemBytes int) (sent, recv int64)
 	if p <= 1 {
 		return 0, 0
 	}
-	var total int64
-	for _, c := range counts {
-		total += int64(c)
-	}
-	e := int64(elemBytes)
-	return (total - int64(counts[member])) * e, (total - int64(counts[(member+p-1)%p])) * e
+	return ringBytes(counts, member, (member+p-1)%p, elemBytes)
 }
 
 // reduceScatterVEndpoint is the optional Endpoint method behind

@@ -6,8 +6,8 @@ import "context"
 // is the driver side of this package, as database/sql/driver is for
 // database/sql: Comm validates arguments, turns failures into an abort of
 // the World and counts bytes; a Transport only moves the data. The
-// in-process shared-memory transport is the default and, today, the only
-// implementation; Options.Transport selects another.
+// in-process shared-memory transport is the default; Options.Transport
+// selects another, such as the MPI transport (MPI.NewWorld).
 type Transport interface {
 	// NewGroup opens the group whose members are the given world ranks, in
 	// member order, and returns one Endpoint per member, indexed by member
@@ -22,6 +22,13 @@ type Transport interface {
 	// after recording the abort's cause. Operations that every member of a
 	// group has already entered may complete normally instead.
 	Abort()
+}
+
+// namedTransport is a Transport that also needs each group's label: the
+// MPI transport derives from it the message tag that tells apart, in every
+// process alike, groups with the same members.
+type namedTransport interface {
+	NewNamedGroup(label string, ranks []int) ([]Endpoint, error)
 }
 
 // Endpoint is one member's side of a group. Member indices (to, from, root)

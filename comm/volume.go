@@ -55,12 +55,19 @@ func AllGatherBytes(counts []int, member, elemBytes int) (sent, recv int64) {
 	if p <= 1 {
 		return 0, 0
 	}
+	return ringBytes(counts, (member+1)%p, member, elemBytes)
+}
+
+// ringBytes is a ring over len(counts) ≥ 2 members in which a member
+// sends every block but block notSent and receives every block but block
+// notRecv.
+func ringBytes(counts []int, notSent, notRecv, elemBytes int) (sent, recv int64) {
 	var total int64
 	for _, c := range counts {
 		total += int64(c)
 	}
 	e := int64(elemBytes)
-	return (total - int64(counts[(member+1)%p])) * e, (total - int64(counts[member])) * e
+	return (total - int64(counts[notSent])) * e, (total - int64(counts[notRecv])) * e
 }
 
 // ReduceScatterBytes is the ring reduce-scatter in which every member

@@ -179,7 +179,13 @@ func (w *World) groupLocked(label string, ranks []int) (*Group, error) {
 		member[r] = i + 1
 	}
 	g := &Group{label: label, ranks: append([]int(nil), ranks...), member: member}
-	eps, err := w.transport.NewGroup(g.ranks)
+	var eps []Endpoint
+	var err error
+	if nt, ok := w.transport.(namedTransport); ok {
+		eps, err = nt.NewNamedGroup(label, g.ranks)
+	} else {
+		eps, err = w.transport.NewGroup(g.ranks)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("comm: group %q: %w", label, err)
 	}

@@ -9,10 +9,11 @@
 // the log-sum-exp, so partial results over disjoint key ranges merge
 // exactly), transition.go (moving KV and weights to another placement),
 // sidp.go (SiDP: the replicas' pooled MLP weights, fetched into slots or
-// served by their owner). csps.go is CSPS's executor (KV sharded along
-// the sequence, full weights per rank, queries moved to the KV),
-// csps_rank.go its rank program (SP-NTP), csps_sptp.go its SP-TP prefill
-// (all-gather, head-chunk weights, reduce-scatter), csa.go its
+// served by their owner), procs.go (ranks in several processes: a step
+// runs only the ranks this process hosts). csps.go is CSPS's executor (KV
+// sharded along the sequence, full weights per rank, queries moved to the
+// KV), csps_rank.go its rank program (SP-NTP), csps_sptp.go its SP-TP
+// prefill (all-gather, head-chunk weights, reduce-scatter), csa.go its
 // multi-level sparse attention.
 //
 // Weight matrices are multiplied in the format the model holds them in

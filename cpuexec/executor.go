@@ -42,6 +42,10 @@ type Executor struct {
 	steps   map[string]int
 	stepsMu sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
 	comm    comm.Stats // counted by worlds that were replaced
+	// newWorld makes the ranks' World (Options.World); remote: some ranks
+	// are hosted by other processes
+	newWorld func(ranks int) (*comm.World, error)
+	remote   bool
 
 	transitions int
 	moved       parallel.TransitionStats // over all transitions
@@ -101,6 +105,12 @@ type Options struct {
 	// a pooled placement (parallel.FFNWaS); 0 means DefaultSlots(DP),
 	// and fewer than DP−1 is refused.
 	SiDPSlots int
+	// World, when set, makes the World the ranks talk through (a new one
+	// after a failure); nil means comm.NewWorld, every rank in this
+	// process. With a World whose ranks live in several processes (the
+	// MPI transport), a step runs only the ranks hosted here; see
+	// procs.go.
+	World func(ranks int) (*comm.World, error)
 }
 
 // NewExecutor shards w over the placements' ranks and allocates their KV
@@ -129,6 +139,9 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	}
 	if opts.SiDPSlots < 0 {
 		return nil, fmt.Errorf("cpuexec: %d SiDP slots", opts.SiDPSlots)
+	}
+	if err := e.setWorld(opts); err != nil {
+		return nil, err
 	}
 	names := map[string]bool{}
 	for i, p := range opts.Placements {
@@ -331,6 +344,9 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 		e.out = make([]float32, n)
 	}
 	e.out = e.out[:b.NumLogits()*c.Vocab]
+	for _, rk := range e.ranks {
+		rk.st.outRows = rk.st.outRows[:0]
+	}
 	err = e.onRanks(ctx, func(ctx context.Context, rk *rank) error {
 		job := jobs[ep.placement.Coords[rk.id].DP]
 		if len(job) == 0 {
@@ -396,13 +412,16 @@ func (e *Executor) onRanks(ctx context.Context, f func(context.Context, *rank) e
 				e.comm[k] = e.comm[k].Add(v)
 			}
 		}
-		w, err := comm.NewWorld(len(e.ranks))
+		w, err := e.newWorld(len(e.ranks))
 		if err != nil {
 			return err
 		}
 		e.world = w
 	}
 	errs := e.eachRank(func(rk *rank) error {
+		if e.world.Comm(rk.id) == nil {
+			return nil // hosted by another process
+		}
 		err := f(ctx, rk)
 		if err != nil {
 			e.world.Abort(err)

@@ -66,6 +66,7 @@ type rankState struct {
 	hl, logits []float32 // [L, hidden], [L, vocab slice]
 	gathered   []float32 // [L, vocab] all-gathered logits slices
 	lrows      []int     // local rows with logits
+	outRows    []int     // rows of the step's output this rank wrote
 	counts     []int     // per TP member element counts
 
 	casY                          []float32 // SiDP CaS: [nl, hidden] MLP output rows back from the owner
@@ -547,6 +548,7 @@ func (rk *rank) Logits() {
 		for j, i := range st.lrows {
 			row := st.rowOut[st.first+i]
 			copy(e.out[row*vocab:(row+1)*vocab], st.logits[j*vs:(j+1)*vs])
+			st.outRows = append(st.outRows, row)
 		}
 	}
 }
@@ -580,6 +582,9 @@ func (rk *rank) GatherLogits(ctx context.Context) error {
 			copy(e.out[row*vocab+span.Lo:row*vocab+span.Hi], st.gathered[off+j*w:off+(j+1)*w])
 		}
 		off += n * w
+	}
+	for _, i := range st.lrows {
+		st.outRows = append(st.outRows, st.rowOut[st.first+i])
 	}
 	return nil
 }

@@ -49,6 +49,9 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 	if err := e.check(to); err != nil {
 		return st, err
 	}
+	if e.remote {
+		return st, errRemote("a transition")
+	}
 	if to.Name == e.kvAt.Name {
 		return st, nil
 	}

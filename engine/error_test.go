@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
@@ -75,5 +77,51 @@ func TestStepErrorEndsRequestsAndIsLogged(t *testing.T) {
 	// The loop logged the failure before it ran the second request's steps.
 	if !strings.Contains(logs.String(), "engine step failed") || !strings.Contains(logs.String(), "device lost") {
 		t.Fatalf("log: %q", logs.String())
+	}
+}
+
+// finishCounter counts the Observer's Finish calls by reason.
+type finishCounter struct {
+	mu      sync.Mutex
+	reasons map[string]int
+}
+
+func (f *finishCounter) Step(StepStats)                {}
+func (f *finishCounter) FirstToken(_, _ time.Duration) {}
+func (f *finishCounter) Token(time.Duration)           {}
+func (f *finishCounter) Finish(s FinishStats)          { f.mu.Lock(); f.reasons[s.Reason]++; f.mu.Unlock() }
+func (f *finishCounter) count(reason string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reasons[reason]
+}
+
+// TestStepErrorIsObserved: a request ended by a failed step reaches the
+// Observer as every other finish does (the server's
+// request_success_total{finished_reason="error"}).
+func TestStepErrorIsObserved(t *testing.T) {
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &finishCounter{reasons: map[string]int{}}
+	e, err := NewEngine(Options{Exec: &flakyRunner{oneRank: oneRank{m.Config}}, Tokenizer: m.Tokenizer, Observer: obs,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Start()()
+	req := Request{Prompt: m.Tokenizer.Encode("Once upon a time", true), MaxTokens: 2, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}}
+	if _, err := e.Generate(context.Background(), req, nil); err == nil {
+		t.Fatal("the first request succeeded; its step fails")
+	}
+	if _, err := e.Generate(context.Background(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := obs.count(FinishError); got != 1 {
+		t.Errorf("%d error finishes observed, want 1", got)
+	}
+	if got := obs.count(FinishLength); got != 1 {
+		t.Errorf("%d length finishes observed, want 1", got)
 	}
 }

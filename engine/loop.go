@@ -642,9 +642,8 @@ func (e *Engine) park(ctx context.Context, plans []sched.HostSwap) error {
 // fail ends live request id with err. Called with e.mu held.
 func (e *Engine) fail(id string, err error) {
 	if l, ok := e.reqs[id]; ok {
-		e.send(l, Event{Finish: FinishError, Err: err, Usage: l.usage()})
 		e.sched.Finish(id, sched.Error)
-		e.forget(id)
+		e.finish(l, Event{Finish: FinishError, Err: err, Usage: l.usage()}) // counted by the Observer as every finish is
 	}
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	Tiers  *slo.Set
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Health, when set, is asked by /health, which answers 503 with its
+	// error while it returns one (rank processes that failed).
+	Health func() error
 }
 
 // Server is the OpenAI-compatible HTTP API over an Engine.
@@ -190,6 +193,12 @@ func (s *Server) get(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Health != nil {
+		if err := s.opts.Health(); err != nil {
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: str("unhealthy"), Message: err.Error()})
+			return
+		}
+	}
 	if s.draining.Load() {
 		writeError(w, draining())
 		return

@@ -38,6 +38,7 @@ type serverOpts struct {
 	blocks     int
 	noTemplate bool
 	tiers      *slo.Set
+	health     func() error
 }
 
 // newTestServer serves the built-in model on a loopback httptest server.
@@ -76,7 +77,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		tmpl = nil
 	}
 	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, BOS: "<s>", EOS: "</s>",
-		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers})
+		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

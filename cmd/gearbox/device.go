@@ -157,6 +157,8 @@ type runnerSpec struct {
 	maxModelLen int
 	sidpSlots   int          // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
 	csps        *policy.CSPS // --policy csps: the CPU's sequence-sharded executor
+	// world makes the CPU ranks' World (--transport mpi); nil: in-process
+	world func(ranks int) (*comm.World, error)
 }
 
 // built is an executor ready for an engine, with what to log about it and
@@ -227,7 +229,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
 	}
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
-		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots})
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots, World: spec.world})
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -44,6 +44,7 @@ type serveConfig struct {
 	sloTiers      string
 	par           *parallelFlags
 	dev           *deviceFlags
+	tr            *transportFlags // nil: in-process ranks
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,6 +69,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
+	c.tr = addTransportFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,17 +77,48 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	srv, eng, cleanup, err := buildServer(c, logger, stderr)
-	if err != nil {
+	if err := c.tr.open(c.dev, logger); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	defer cleanup()
+	if c.tr.m != nil && c.par.policy == "nitsum" {
+		return c.tr.end(errors.New("serve: --transport mpi does not run --policy nitsum (its instances are engines of their own in one process)"), logger)
+	}
+	if c.tr.follower() {
+		// A follower ends when process 0 says so (or goes silent), not on
+		// the signal mpirun forwards to every process: process 0 drains
+		// first, which needs the followers.
+		return c.tr.end(runFollower(context.WithoutCancel(ctx), c, logger, stderr), logger)
+	}
+	srv, eng, cleanup, err := buildServer(c, logger, stderr)
+	if err != nil {
+		return c.tr.end(fmt.Errorf("serve: %w", err), logger)
+	}
+	err = listenAndServe(ctx, c, srv, eng, stdout, logger)
+	cleanup()
+	return c.tr.end(err, logger)
+}
+
+// listenAndServe serves until ctx ends or the rank processes fail, then
+// drains.
+func listenAndServe(ctx context.Context, c serveConfig, srv *builtServer, eng drainer, stdout io.Writer, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.host, strconv.Itoa(c.port)))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	logger.Info("serving", "address", "http://"+ln.Addr().String(), "model", srv.name)
 	fmt.Fprintf(stdout, "Gearbox serving %s on http://%s\n", srv.name, ln.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.tr.failed():
+			logger.Error("rank processes failed: /health reports it, accepted requests end with the error, then the job exits", "err", c.tr.health()())
+			srv.api.Drain()
+			lingerOnFailure(ctx, eng)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	return serveUntilDone(ctx, ln, srv.api, eng, c.drainTimeout, logger)
 }
 
@@ -116,18 +149,17 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	maxLen := m.Config.MaxPositions
-	if c.maxModelLen > 0 {
-		if c.maxModelLen > maxLen {
-			return nil, nil, nil, fmt.Errorf("--max-model-len %d exceeds the model's context length %d", c.maxModelLen, maxLen)
-		}
-		maxLen = c.maxModelLen
-	}
-	run, err := c.dev.newRunner(m, runnerSpec{
-		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
-		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol), csps: cspsPolicy(pol),
-	}, logger)
+	spec, err := c.runnerSpec(m, pol)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	maxLen := spec.maxModelLen
+	run, err := c.dev.newRunner(m, spec, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := c.tr.drive(run, logger); err != nil {
+		run.close()
 		return nil, nil, nil, err
 	}
 	logger.Info("device", "choice", run.device)
@@ -175,6 +207,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	api := server.New(server.Options{
 		Engine: eng, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
 		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
+		Health: c.tr.health(),
 	})
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -190,6 +223,26 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		run.close()
 	}
 	return &builtServer{api: api, name: name}, eng, cleanup, nil
+}
+
+// runnerSpec is what serve asks of the executor: the same on every
+// process of an MPI job.
+func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, error) {
+	maxLen := m.Config.MaxPositions
+	if c.maxModelLen > 0 {
+		if c.maxModelLen > maxLen {
+			return runnerSpec{}, fmt.Errorf("--max-model-len %d exceeds the model's context length %d", c.maxModelLen, maxLen)
+		}
+		maxLen = c.maxModelLen
+	}
+	if err := c.tr.check(m.Config, pol); err != nil {
+		return runnerSpec{}, err
+	}
+	return runnerSpec{
+		placements: pol.Placements(), hostKVBytes: c.par.hostKVBytes(pol), blockSize: c.blockSize, numBlocks: c.kvBlocks,
+		maxTokens: c.maxBatched, maxSeqs: c.maxSeqs, maxModelLen: maxLen, sidpSlots: c.par.sidpSlotsFor(pol),
+		csps: cspsPolicy(pol), world: c.tr.world(),
+	}, nil
 }
 
 // chatTemplateFor is the chat template serve uses: --chat-template, else
