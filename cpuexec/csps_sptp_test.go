@@ -85,34 +85,7 @@ func TestCSPSSPTPMatchesOracle(t *testing.T) {
 		default:
 			continue
 		}
-		t.Run(fx.Name, func(t *testing.T) {
-			l := load(t, fx.Spec)
-			cfg := l.m.Config
-			c, err := NewCSPS(cfg, l.m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, Configure: sptpAll, Options: Options{Pool: pool}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := cfg.MaxPositions
-			tokens := fixture.Tokens(3, n, cfg.Vocab)
-			want := l.ref.Logits(tokens)
-			alloc := newSPAlloc(4, 64)
-			for _, chunks := range [][]int{{n}, {100, 100, n - 200}} {
-				ranks, counts := spread(n/4, 4)
-				blocks := alloc.table(ranks, counts)
-				done := 0
-				for _, k := range chunks {
-					b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[done : done+k], Pos: done, Blocks: blocks, NumLogits: k}}}
-					got, err := c.Step(context.Background(), &b, c.Placement())
-					if err != nil {
-						t.Fatal(err)
-					}
-					for i := range k {
-						assertClose(t, fmt.Sprintf("chunks %v position %d", chunks, done+i), got[i*cfg.Vocab:(i+1)*cfg.Vocab], want[done+i])
-					}
-					done += k
-				}
-			}
-		})
+		t.Run(fx.Name, func(t *testing.T) { checkCSPSOracle(t, load(t, fx.Spec), pool, sptpAll) })
 	}
 }
 

@@ -176,34 +176,40 @@ func TestCSPSMatchesOracle(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, fx := range fixtureSpecs[:3] {
-		t.Run(fx.Name, func(t *testing.T) {
-			l := load(t, fx.Spec)
-			cfg := l.m.Config
-			c, err := NewCSPS(cfg, l.m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, Options: Options{Pool: pool}})
+		t.Run(fx.Name, func(t *testing.T) { checkCSPSOracle(t, load(t, fx.Spec), pool, nil) })
+	}
+}
+
+// checkCSPSOracle prefills a prompt as long as l's context over 4 CSPS
+// ranks, in one chunk and in three, each prompt configured by configure
+// (nil: the executor's default, SP-NTP), and holds every position's
+// logits to the float64 oracle.
+func checkCSPSOracle(t *testing.T, l loaded, pool *tensor.Pool, configure func(int) CSPSPrompt) {
+	t.Helper()
+	cfg := l.m.Config
+	c, err := NewCSPS(cfg, l.m.Weights, CSPSOptions{Ranks: 4, BlockSize: 4, PerRank: 64, Configure: configure, Options: Options{Pool: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cfg.MaxPositions
+	tokens := fixture.Tokens(3, n, cfg.Vocab)
+	want := l.ref.Logits(tokens)
+	alloc := newSPAlloc(4, 64)
+	for _, chunks := range [][]int{{n}, {100, 100, n - 200}} {
+		ranks, counts := spread(n/4, 4)
+		blocks := alloc.table(ranks, counts)
+		done := 0
+		for _, k := range chunks {
+			b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[done : done+k], Pos: done, Blocks: blocks, NumLogits: k}}}
+			got, err := c.Step(context.Background(), &b, c.Placement())
 			if err != nil {
 				t.Fatal(err)
 			}
-			n := cfg.MaxPositions
-			tokens := fixture.Tokens(3, n, cfg.Vocab)
-			want := l.ref.Logits(tokens)
-			alloc := newSPAlloc(4, 64)
-			for _, chunks := range [][]int{{n}, {100, 100, n - 200}} {
-				ranks, counts := spread(n/4, 4)
-				blocks := alloc.table(ranks, counts)
-				done := 0
-				for _, k := range chunks {
-					b := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: tokens[done : done+k], Pos: done, Blocks: blocks, NumLogits: k}}}
-					got, err := c.Step(context.Background(), &b, c.Placement())
-					if err != nil {
-						t.Fatal(err)
-					}
-					for i := range k {
-						assertClose(t, fmt.Sprintf("chunks %v position %d", chunks, done+i), got[i*cfg.Vocab:(i+1)*cfg.Vocab], want[done+i])
-					}
-					done += k
-				}
+			for i := range k {
+				assertClose(t, fmt.Sprintf("chunks %v position %d", chunks, done+i), got[i*cfg.Vocab:(i+1)*cfg.Vocab], want[done+i])
 			}
-		})
+			done += k
+		}
 	}
 }
 
