@@ -187,32 +187,10 @@ func TestMixedDegrees(t *testing.T) {
 	for _, degrees := range [][]int{{1, 1, 2}, {2, 1, 1}} {
 		t.Run(fmt.Sprint(degrees), func(t *testing.T) {
 			c := newCluster(t, 4, layout(2, degrees...), false, nil)
-			got := make([][]int, len(reqs))
-			errs := make([]error, len(reqs))
-			var wg sync.WaitGroup
-			for i, r := range reqs {
-				st, err := c.Submit(r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wg.Go(func() {
-					var fin string
-					got[i], fin, errs[i] = collect(context.Background(), st)
-					if errs[i] == nil && fin != engine.FinishLength {
-						errs[i] = fmt.Errorf("finish %q, want length", fin)
-					}
-				})
-			}
-			wg.Wait()
+			got, errs, done := submitAll(t, c, reqs)
+			<-done
 			<-c.Drain() // a stream's final event comes just before its completion is counted
-			for i := range reqs {
-				if errs[i] != nil {
-					t.Fatalf("%s: %v", reqs[i].ID, errs[i])
-				}
-				if !slices.Equal(got[i], want[i]) {
-					t.Errorf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i])
-				}
-			}
+			checkOutputs(t, reqs, got, errs, want)
 			st := c.Stats()
 			if st.Finished != int64(len(reqs)) {
 				t.Errorf("%d finished, want %d", st.Finished, len(reqs))
@@ -249,5 +227,45 @@ func TestSubmitNoInstance(t *testing.T) {
 	req.Tier = ""
 	if _, err := c.Submit(req); err != nil {
 		t.Fatalf("the same ID for the default tier after the refusal: %v", err)
+	}
+}
+
+// submitAll submits reqs to c and collects each stream on its own
+// goroutine; done is closed once every stream has ended, and then got[i]
+// holds request i's tokens and errs[i] its error (one for a finish other
+// than the length limit).
+func submitAll(t *testing.T, c *Cluster, reqs []engine.Request) (got [][]int, errs []error, done <-chan struct{}) {
+	t.Helper()
+	got, errs = make([][]int, len(reqs)), make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		st, err := c.Submit(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			var fin string
+			got[i], fin, errs[i] = collect(context.Background(), st)
+			if errs[i] == nil && fin != engine.FinishLength {
+				errs[i] = fmt.Errorf("finish %q, want length", fin)
+			}
+		})
+	}
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	return got, errs, ch
+}
+
+// checkOutputs fails the test for any request that ended in an error and
+// reports any whose tokens differ from want's (each alone on one rank).
+func checkOutputs(t *testing.T, reqs []engine.Request, got [][]int, errs []error, want [][]int) {
+	t.Helper()
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", reqs[i].ID, errs[i])
+		}
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i])
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/engine"
@@ -355,24 +354,7 @@ func TestReconfigureWhileServing(t *testing.T) {
 	want := reference(t, reqs)
 	c := newCluster(t, 4, layout(2, 2, 1, 1), false, func(o *Options) { o.Sched.MaxNumSeqs = 3 })
 	rng := rand.New(rand.NewPCG(7, 7))
-	got := make([][]int, len(reqs))
-	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		st, err := c.Submit(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			var fin string
-			got[i], fin, errs[i] = collect(context.Background(), st)
-			if errs[i] == nil && fin != engine.FinishLength {
-				errs[i] = fmt.Errorf("finish %q", fin)
-			}
-		})
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	got, errs, done := submitAll(t, c, reqs)
 	moves, refused := 0, 0
 	for loop := true; loop; {
 		select {
@@ -390,14 +372,7 @@ func TestReconfigureWhileServing(t *testing.T) {
 			}
 		}
 	}
-	for i := range reqs {
-		if errs[i] != nil {
-			t.Fatalf("%s: %v", reqs[i].ID, errs[i])
-		}
-		if !slices.Equal(got[i], want[i]) {
-			t.Errorf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i])
-		}
-	}
+	checkOutputs(t, reqs, got, errs, want)
 	st := c.Stats()
 	if moves == 0 || st.Failed != int64(refused) {
 		t.Errorf("%d reconfigurations, %d refused, stats %+v", moves, refused, st)
