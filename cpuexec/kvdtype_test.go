@@ -76,14 +76,7 @@ func TestHalfKVMatchesFloat32(t *testing.T) {
 	for _, src := range []struct{ name, dir string }{{"stories260K", ""}, {"fixture", fx}} {
 		m := loadAs(t, src.dir, model.Options{DType: model.Float32})
 		v := m.Config.Vocab
-		tokens := fixture.Tokens(3, 8, v)
-		if src.dir == "" {
-			tokens = m.Tokenizer.Encode("Once upon a time", true)
-		}
-		for len(tokens) < 72 {
-			l := kvLogits(t, m, pool, tokens, tensor.F32)
-			tokens = append(tokens, tensor.MaxIndex(l[(len(tokens)-1)*v:]))
-		}
+		tokens := forcedTokens(m, src.dir == "", func(tok []int) []float32 { return kvLogits(t, m, pool, tok, tensor.F32) })
 		want := kvLogits(t, m, pool, tokens, tensor.F32)
 		for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 			t.Run(src.name+"/"+dt.String(), func(t *testing.T) {

@@ -147,6 +147,23 @@ func TestHalfCheckpointMatchesOracle(t *testing.T) {
 	}
 }
 
+// forcedTokens is the 72-token sequence the float32-reference tests
+// teacher-force: the built-in model's "Once upon a time" (or, for a
+// random fixture, 8 random tokens) continued greedily by logits, the
+// float32 path's logits at every position.
+func forcedTokens(m *model.Model, builtin bool, logits func([]int) []float32) []int {
+	v := m.Config.Vocab
+	tokens := fixture.Tokens(3, 8, v)
+	if builtin {
+		tokens = m.Tokenizer.Encode("Once upon a time", true)
+	}
+	for len(tokens) < 72 {
+		l := logits(tokens)
+		tokens = append(tokens, tensor.MaxIndex(l[(len(tokens)-1)*v:]))
+	}
+	return tokens
+}
+
 // TestLowPrecisionMatchesFloat32 converts float32 checkpoints (the
 // built-in stories260K and a random fixture) to BF16, F16 and Q8_0 at
 // load and holds every position's logits to the format's tolerance
@@ -165,14 +182,7 @@ func TestLowPrecisionMatchesFloat32(t *testing.T) {
 	for _, src := range []struct{ name, dir string }{{"stories260K", ""}, {"fixture", fx}} {
 		ref := loadAs(t, src.dir, model.Options{DType: model.Float32})
 		v := ref.Config.Vocab
-		tokens := fixture.Tokens(3, 8, v)
-		if src.dir == "" {
-			tokens = ref.Tokenizer.Encode("Once upon a time", true)
-		}
-		for len(tokens) < 72 {
-			l := allLogits(t, ref, pool, tokens)
-			tokens = append(tokens, tensor.MaxIndex(l[(len(tokens)-1)*v:]))
-		}
+		tokens := forcedTokens(ref, src.dir == "", func(tok []int) []float32 { return allLogits(t, ref, pool, tok) })
 		want := allLogits(t, ref, pool, tokens)
 		for _, format := range []string{"bf16", "f16", "int8"} {
 			t.Run(src.name+"/"+format, func(t *testing.T) {
