@@ -364,13 +364,18 @@ func gemmRef(transA, transB bool, m, n, k int, alpha float32, a []float32, lda i
 		for i := range m {
 			var sum float64
 			for l := range k {
-				av := a[i+l*lda]
+				// Index only the layout op names: the other may run past
+				// the slice.
+				var av, bv float32
 				if transA {
 					av = a[l+i*lda]
+				} else {
+					av = a[i+l*lda]
 				}
-				bv := b[l+j*ldb]
 				if transB {
 					bv = b[j+l*ldb]
+				} else {
+					bv = b[l+j*ldb]
 				}
 				sum += float64(av) * float64(bv)
 			}
