@@ -311,6 +311,7 @@ func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice C
 		Device: choice.Device.Index, DType: dt, Placements: spec.placements, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
 		MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
 		MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
+		HostBlocks: hostBlocks(m.Config, m.Config.ResolveDType(dt).Tensor(), spec.blockSize, spec.hostKVBytes),
 	})
 	if err != nil {
 		return nil, err

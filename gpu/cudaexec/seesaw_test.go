@@ -357,22 +357,39 @@ func seesawEngine(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, 
 	if st.Running != 0 || st.Waiting != 0 || st.Parked != 0 || st.KVUsage != 0 || st.HostKVUsage != 0 {
 		t.Fatalf("engine not idle: %+v", st)
 	}
-	if st.SwapOutBytes == 0 || st.SwapOutBytes != st.SwapInBytes || st.SwapOutBytes+st.SwapInBytes != x.SwapBytes() {
-		t.Fatalf("stats %+v; executor swapped %d bytes", st, x.SwapBytes())
+	// Every parked byte came back: pushes hold the model's KV once, and
+	// every decode rank pulls its slice (KV heads replicated under TP >
+	// KV heads are pulled by each rank holding them).
+	var pulled int64
+	for r := range pol.Decode.Coords {
+		s := pol.Decode.KVSlice(m.Config, r)
+		pulled += int64(s.Layers.Len() * s.Heads.Len())
+	}
+	whole := int64(m.Config.Layers * m.Config.KVHeads)
+	if st.SwapOutBytes == 0 || st.SwapInBytes*whole != st.SwapOutBytes*pulled || st.SwapOutBytes+st.SwapInBytes != x.SwapBytes() {
+		t.Fatalf("stats %+v (pulls %d/%d of the pushes); executor swapped %d bytes", st, pulled, whole, x.SwapBytes())
 	}
 	t.Logf("%s → %s: steps %v, %d transitions, %d bytes swapped, %+v moved", pol.Prefill.Name, pol.Decode.Name, steps, x.Transitions(), x.SwapBytes(), x.Moved())
 }
 
 // TestSeesawEngineOnHost serves through the engine under --policy seesaw
-// on the emulated device, pp=2 → tp=2 and pp=4 → tp=4 (seesawEngine).
+// on the emulated device, pp=2 → tp=2 and pp=4 → tp=4 (seesawEngine), and
+// pp=4 → tp=4 with 2 KV heads, each replicated on two TP ranks.
 func TestSeesawEngineOnHost(t *testing.T) {
-	m, ref := loadFixture(t, seesawSpec(150))
-	for _, pair := range seesawPairs {
-		t.Run(pair[0]+"→"+pair[1], func(t *testing.T) {
-			pol := seesawPlacements(t, pair)
-			x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 512,
-				MaxNumSeqs: 16, EnforceEager: true, HostBlocks: 8}, 16)
-			seesawEngine(t, x, m, ref, pol)
-		})
+	for _, kv := range []int{4, 2} {
+		spec := seesawSpec(150 + uint64(kv))
+		spec.KVHeads = kv
+		m, ref := loadFixture(t, spec)
+		for _, pair := range seesawPairs {
+			if kv == 2 && pair[1] != "tp=4" {
+				continue
+			}
+			t.Run(fmt.Sprintf("kv=%d/%s→%s", kv, pair[0], pair[1]), func(t *testing.T) {
+				pol := seesawPlacements(t, pair)
+				x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 512,
+					MaxNumSeqs: 16, EnforceEager: true, HostBlocks: 8}, 16)
+				seesawEngine(t, x, m, ref, pol)
+			})
+		}
 	}
 }
