@@ -15,47 +15,16 @@ import (
 	"github.com/gearboxlm/gearbox/parallel"
 )
 
-// Seesaw on the GPU (paper 004, spec seesaw.md): the executor is an
-// engine.Transitioner and an engine.Swapper.
-//
-// Weights (R3). Only the placements that share the KV cache's current
-// slices have their weights on the device. A transition to a placement
-// that does not share them frees those shards and uploads the new
-// placement's from the host copy of the weights (the model's
-// model.Weights, which the executor keeps), host→device, counted in
-// TransitionStats.WeightBytes as the bytes of the new shards on the device
-// (in the executor's dtype; a BF16 or F16 executor moves them over PCIe
-// as float32 and narrows them on the device). Choice: the executor never
-// keeps both placements' weights resident, even when memory would allow
-// it — Seesaw re-shards because device memory is better spent on KV, and
-// one rule keeps the KV pool's size independent of the model's — so the
-// pool is sized, at start, for the larger placement's weights (and KV
-// layout) and the transition's headroom (transitionRoom).
-//
-// KV cache (R2). A transition also moves the device KV pool (every block,
-// as the CPU executor does): Seesaw's policy keeps requests still decoding
-// on the device across a phase change (policy.Seesaw's S7(a)). All ranks
-// live on one device, so the pool is re-laid out device to device, one
-// global layer at a time: the new ranks' buffers of the layer are
-// allocated, filled by strided copies (Copy2D) from the old ranks'
-// buffers as parallel.Transition plans them, and the old buffers of the
-// layer freed, so a transition needs one layer's KV of headroom, not a
-// second pool. Copies within a rank count as LocalBytes, between ranks as
-// KVBytes.
-//
-// A transition drops the captured CUDA graphs (they hold the old
-// buffers' addresses); decode graphs are captured again on first use. A
-// transition that fails half-way (out of memory, a device error) leaves
-// the executor unusable: every later call returns the error.
-//
-// Host KV store (K1–K4). Options.HostBlocks blocks of a kvcache.HostStore
-// (HND per layer, the whole model's KV once) in pageable Go memory;
-// SwapOut and SwapIn copy, for every block pair, every rank's slice under
-// the KV cache's current placement, one contiguous run per layer and K or
-// V on both sides, by async copies on the executor's stream followed by
-// one stream synchronisation. Swaps and steps both run on the device
-// thread, so a background swap-in (the engine's prefetcher) is ordered
-// with steps rather than overlapped with them.
+// Seesaw on the GPU (paper 004, spec seesaw.md; the choices are in the
+// package doc). Transition (R2, R3): the old placement's weights are
+// freed, the KV pool re-laid out a layer at a time (moveKV), and the new
+// placement's shards uploaded from the host copy, counted in
+// TransitionStats.WeightBytes as their bytes on the device (a BF16 or F16
+// executor moves them over PCIe as float32 and narrows them on the
+// device); KV copies within a rank count as LocalBytes, between ranks as
+// KVBytes. It drops the captured CUDA graphs, which hold the old buffers'
+// addresses; decode graphs are captured again on first use. The host KV
+// store (K1–K4) is in swap.go.
 var (
 	_ engine.Transitioner = (*Executor)(nil)
 	_ engine.Swapper      = (*Executor)(nil)

@@ -73,10 +73,10 @@ func seesawBench(b *testing.B) (*Executor, []parallel.Placement) {
 		MaxNumSeqs: 8, EnforceEager: true}), pl
 }
 
-// BenchmarkSeesawSwap1B swaps 512 blocks (8192 tokens) out under pp=2 and
+// BenchmarkSeesawSwap swaps 512 blocks (8192 tokens) out under pp=2 and
 // back in under tp=2 per op; it reports host↔device GB/s (bytes both ways
 // over the time).
-func BenchmarkSeesawSwap1B(b *testing.B) {
+func BenchmarkSeesawSwap(b *testing.B) {
 	x, pl := seesawBench(b)
 	ctx := context.Background()
 	dev, host := make([]int, 512), make([]int, 512)
@@ -109,10 +109,10 @@ func BenchmarkSeesawSwap1B(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
 
-// BenchmarkSeesawTransition1B is one transition per op, alternating pp=2
+// BenchmarkSeesawTransition is one transition per op, alternating pp=2
 // and tp=2: the weights re-sharded from the host copy and the 1024-block
 // KV pool re-laid out. It reports the weight bytes uploaded per second.
-func BenchmarkSeesawTransition1B(b *testing.B) {
+func BenchmarkSeesawTransition(b *testing.B) {
 	x, pl := seesawBench(b)
 	ctx := context.Background()
 	var w int64

@@ -217,6 +217,11 @@ func transition(t *testing.T, x *Executor, to parallel.Placement, before map[[3]
 	if got := x.Placements()[0]; got.Name != to.Name {
 		t.Fatalf("KV cache under %s after a transition to %s", got.Name, to.Name)
 	}
+	for name, dl := range x.layouts { // only the new placement's weights stay on the device
+		if name != to.Name && !dl.layout.SharesKV(cfg, to) {
+			t.Fatalf("%s's weights resident after the transition to %s", name, to.Name)
+		}
+	}
 	after := deviceKV(t, x)
 	for k, v := range before {
 		if !bytes.Equal(after[k], v) {
@@ -391,5 +396,73 @@ func TestSeesawEngineOnHost(t *testing.T) {
 				seesawEngine(t, x, m, ref, pol)
 			})
 		}
+	}
+}
+
+// TestSeesawSizingOnHost: with Seesaw's placements the KV pool is sized
+// per block for the larger placement's layout plus one layer of
+// transition headroom, in units of one layer of the model's KV block:
+// pp=2/tp=2 over 4 layers and 4 KV heads 4 + 1; pp=4/tp=4 over 2 KV
+// heads, each replicated on two TP ranks, 8 (tp=4's layout) + 2 (a
+// replicated layer); the extra bytes are the larger weights'. One
+// placement needs no headroom.
+func TestSeesawSizingOnHost(t *testing.T) {
+	for _, c := range []struct {
+		kv       int
+		pair     [2]string
+		perBlock int64 // in units of the model's KV block / 4 (one layer)
+	}{{4, [2]string{"pp=2", "tp=2"}, 5}, {2, [2]string{"pp=4", "tp=4"}, 10}} {
+		spec := seesawSpec(180)
+		spec.KVHeads = c.kv
+		m, _ := loadFixture(t, spec)
+		cfg := m.Config
+		pol := seesawPlacements(t, c.pair)
+		x := newHostExecutorOpts(t, cfg, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true}, 8)
+		layer := int64(cfg.KVHeads) * 4 * int64(cfg.HeadDim) * 2 * 4 // one layer of one block, K and V, float32
+		resident := x.weightBytes(pol.Prefill)
+		extra, perBlock := x.transitionRoom(resident)
+		if perBlock != c.perBlock*layer || extra != max(0, x.weightBytes(pol.Decode)-resident) {
+			t.Fatalf("kv=%d %v: %d bytes per block (want %d), %d extra (want %d)", c.kv, c.pair, perBlock, c.perBlock*layer, extra, max(0, x.weightBytes(pol.Decode)-resident))
+		}
+		single := newHostExecutorOpts(t, cfg, m.Weights, Options{Placements: []parallel.Placement{pol.Prefill}, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true}, 8)
+		if extra, perBlock := single.transitionRoom(resident); extra != 0 || perBlock != int64(cfg.Layers)*layer {
+			t.Fatalf("one placement: %d extra, %d per block; want 0 and the model's block %d", extra, perBlock, int64(cfg.Layers)*layer)
+		}
+	}
+}
+
+// TestSeesawRefusalsOnHost: a transition to a placement the executor does
+// not run, a swap without a host store or of blocks outside the tiers, and
+// a transition to the current placement (a no-op) leave the executor
+// usable.
+func TestSeesawRefusalsOnHost(t *testing.T) {
+	m, ref := loadFixture(t, seesawSpec(190))
+	pol := seesawPlacements(t, seesawPairs[0])
+	x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true, HostBlocks: 4}, 8)
+	ctx := context.Background()
+	if _, err := x.Transition(ctx, parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 1})); err == nil {
+		t.Fatal("transition to sp=2, not one of the placements: no error")
+	}
+	if st, err := x.Transition(ctx, pol.Prefill); err != nil || st != (parallel.TransitionStats{}) || x.Transitions() != 0 {
+		t.Fatalf("transition to the current placement: %+v, %v, %d transitions", st, err, x.Transitions())
+	}
+	for _, sw := range []forward.Swap{{Device: []int{8}, Host: []int{0}}, {Device: []int{0}, Host: []int{4}}, {Device: []int{0, 1}, Host: []int{0}}, {Replica: 1, Device: []int{0}, Host: []int{0}}} {
+		if _, err := x.SwapOut(ctx, []forward.Swap{sw}); err == nil {
+			t.Fatalf("swap %+v: no error", sw)
+		}
+	}
+	none := newHostExecutor(t, m.Config, m.Weights, pol.Placements(), 8)
+	if _, err := none.SwapIn(ctx, []forward.Swap{{Device: []int{0}, Host: []int{0}}}); err == nil {
+		t.Fatal("swap-in without a host store: no error")
+	}
+	prompt := fixture.Tokens(7, 9, m.Config.Vocab)
+	logits, err := x.Step(ctx, &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: prompt, Blocks: []int{0, 1, 2}, NumLogits: 1}}}, pol.Prefill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ref.Logits(prompt)
+	(&checker{t: t, dt: model.Float32}).row("after the refusals", logits, want[len(want)-1])
+	if _, err := x.Step(ctx, &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: prompt, Blocks: []int{0, 1, 2}, NumLogits: 1}}}, pol.Decode); err == nil {
+		t.Fatalf("a step under %s before the transition to it: no error", pol.Decode.Name)
 	}
 }
