@@ -32,7 +32,7 @@ func TestSeesawOnCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	par := &parallelFlags{swapSpace: 0.01}
-	spec := runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: 16, maxTokens: 256, maxSeqs: 4, maxModelLen: 256}
+	spec := runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: 16, numBlocks: 256, maxTokens: 256, maxSeqs: 4, maxModelLen: 256}
 	d := &deviceFlags{memUtil: 0.5, eager: true}
 	b, err := d.newCUDARunner(m, model.Float32, model.DTypeAuto, Choice{Device: Device{Kind: CUDA}}, spec, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -52,7 +52,7 @@ func TestSeesawOnCUDA(t *testing.T) {
 	b.close()
 
 	out, _, err := runCLI(t, "generate", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json", "--device", "cuda", "--dtype", "float32",
-		"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2", "--swap-space", "0.01", "--gpu-memory-utilization", "0.5")
+		"--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2", "--swap-space", "0.01", "--gpu-memory-utilization", "0.2")
 	if err != nil {
 		t.Fatal(err)
 	}
