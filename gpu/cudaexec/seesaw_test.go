@@ -3,14 +3,17 @@ package cudaexec
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/internal/oracle"
 	"github.com/gearboxlm/gearbox/model"
@@ -288,12 +291,12 @@ func hostKV(x *Executor, block, layer, head int) []byte {
 }
 
 // TestSeesawSwapOnHost runs seesawSwap on the emulated device for pp=2 ↔
-// tp=2 and pp=4 ↔ tp=4: logits within the foundation tolerance of the
+// tp=2, pp=4 ↔ tp=4, pp=2,tp=2 ↔ tp=4 and pp=4 ↔ pp=2,tp=2: logits within the foundation tolerance of the
 // oracle, the oracle's greedy tokens, KV bit-exact through swaps and
 // transitions, bytes as the formulas say.
 func TestSeesawSwapOnHost(t *testing.T) {
 	m, ref := loadFixture(t, seesawSpec(140))
-	for _, pair := range seesawPairs {
+	for _, pair := range append(slices.Clone(seesawPairs), [2]string{"pp=2,tp=2", "tp=4"}, [2]string{"pp=4", "pp=2,tp=2"}) {
 		t.Run(pair[0]+"→"+pair[1], func(t *testing.T) {
 			pol := seesawPlacements(t, pair)
 			x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64,
@@ -464,5 +467,45 @@ func TestSeesawRefusalsOnHost(t *testing.T) {
 	(&checker{t: t, dt: model.Float32}).row("after the refusals", logits, want[len(want)-1])
 	if _, err := x.Step(ctx, &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: prompt, Blocks: []int{0, 1, 2}, NumLogits: 1}}}, pol.Decode); err == nil {
 		t.Fatalf("a step under %s before the transition to it: no error", pol.Decode.Name)
+	}
+}
+
+// failingOps is the emulated device with an allocation that fails once
+// allocs more have succeeded.
+type failingOps struct {
+	hostOps
+	allocs *int
+}
+
+func (o failingOps) alloc(bytes int64) (cuda.DevicePtr, error) {
+	if *o.allocs == 0 {
+		return 0, errors.New("out of memory (injected)")
+	}
+	*o.allocs--
+	return o.hostOps.alloc(bytes)
+}
+
+// TestSeesawFailedTransitionOnHost: a transition whose allocation fails
+// half-way (after the old weights are freed and some KV layers moved)
+// returns the error, and every later step, swap and transition returns it
+// too rather than running on a half-moved cache.
+func TestSeesawFailedTransitionOnHost(t *testing.T) {
+	m, _ := loadFixture(t, seesawSpec(200))
+	pol := seesawPlacements(t, seesawPairs[0])
+	x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true, HostBlocks: 4}, 8)
+	n := 3 // the fourth allocation fails: rank 1's values of layer 0 under tp=2, after the old weights were freed
+	x.ops = failingOps{x.ops.(hostOps), &n}
+	ctx := context.Background()
+	if _, err := x.Transition(ctx, pol.Decode); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("transition with a failing allocation: %v", err)
+	}
+	b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{1, 2, 3}, Blocks: []int{0}, NumLogits: 1}}}
+	_, stepErr := x.Step(ctx, b, pol.Prefill)
+	_, swapErr := x.SwapOut(ctx, []forward.Swap{{Device: []int{0}, Host: []int{0}}})
+	_, trErr := x.Transition(ctx, pol.Prefill)
+	for _, err := range []error{stepErr, swapErr, trErr} {
+		if err == nil || !strings.Contains(err.Error(), "unusable") {
+			t.Fatalf("after a failed transition: %v, want the executor unusable", err)
+		}
 	}
 }
