@@ -39,6 +39,13 @@ type seesaw struct {
 	transitions int
 	broken      error      // a transition failed half-way
 	hostMu      sync.Mutex // serialises the emulated device's work (no device thread)
+
+	// Swap staging (swap.go), allocated on the first swap.
+	stageBytes int64          // size of stageDev and stageHost
+	stageDev   cuda.DevicePtr // [stageBytes]
+	stageIdx   cuda.DevicePtr // int32 device block ids of a chunk
+	stageHost  []byte
+	idx        []int32 // host staging of stageIdx
 }
 
 // initHost keeps the host copy of the weights and allocates the host KV
@@ -55,6 +62,9 @@ func (e *Executor) initHost(w *model.Weights) error {
 		return fmt.Errorf("cudaexec: host KV store: %w", err)
 	}
 	e.hostKV = h
+	// No chunk is larger than one rank's slice of every host block, at
+	// most a whole-model block each.
+	e.stageBytes = min(swapStageBytes, int64(l.NumBlocks)*l.TokenBytes()*int64(l.BlockSize))
 	return nil
 }
 

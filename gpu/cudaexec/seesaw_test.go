@@ -52,7 +52,7 @@ func seesawPlacements(t *testing.T, pair [2]string) *policy.Seesaw {
 
 // Block geometry of seesawSwap: 3 sequences of at most seesawPerSeq
 // blocks, on device blocks 3…26, parked in host blocks 39…16 and brought
-// back to device blocks 31…8.
+// back to device blocks 31…24, 16…23 and 8, 10, 12, 14, 9, 11, 13, 15.
 const (
 	seesawPerSeq     = 8
 	seesawDevBlocks  = 32
@@ -89,7 +89,13 @@ func seesawSwap(t *testing.T, x *Executor, ref *oracle.Model, cp, cd parallel.Pl
 		for j := 0; j < seesawPerSeq; j++ {
 			blocks[i] = append(blocks[i], 3+i*seesawPerSeq+j)
 			hostBlocks[i] = append(hostBlocks[i], seesawHostBlocks-1-i*seesawPerSeq-j)
-			moved[i] = append(moved[i], seesawDevBlocks-1-i*seesawPerSeq-j)
+			moved[i] = append(moved[i], seesawDevBlocks-1-i*seesawPerSeq-j) // sequence 0: 31 down to 24
+			switch i {
+			case 1:
+				moved[i][j] = 16 + j // one run of consecutive device blocks
+			case 2:
+				moved[i][j] = 8 + 2*j%seesawPerSeq + 2*j/seesawPerSeq // 8, 10, 12, 14, 9, 11, 13, 15: ascending, not consecutive
+			}
 		}
 		out = append(out, forward.Swap{Device: blocks[i], Host: hostBlocks[i]})
 		in = append(in, forward.Swap{Device: moved[i], Host: hostBlocks[i]})
@@ -304,6 +310,8 @@ func TestSeesawSwapOnHost(t *testing.T) {
 			if _, ok := x.layouts[pol.Decode.Name]; ok {
 				t.Fatalf("%s's weights resident before the transition to it", pol.Decode.Name)
 			}
+			// A stage of 3 model blocks: the 24-block swaps run in chunks.
+			x.stageBytes = 3 * x.hostKV.TokenBytes() * int64(x.hostKV.BlockSize)
 			seesawSwap(t, x, ref, pol.Prefill, pol.Decode, &checker{t: t, dt: model.Float32})
 			if _, ok := x.layouts[pol.Decode.Name]; ok {
 				t.Fatalf("%s's weights still resident after the transition back to %s", pol.Decode.Name, pol.Prefill.Name)
