@@ -46,11 +46,12 @@ func TestSeesawSwapGPU(t *testing.T) {
 
 // TestSeesawEngineGPU serves through the engine under the Seesaw policy on
 // the device in float32 with CUDA graphs, pp=2 → tp=2 and pp=4 → tp=4
-// (seesawEngine: the oracle's greedy tokens, several phase cycles, every
-// swapped byte back).
+// (seesawEngine: one rank's and the oracle's greedy tokens, several phase
+// cycles, every swapped byte back).
 func TestSeesawEngineGPU(t *testing.T) {
 	requireGPU(t)
 	m, ref := loadFixture(t, seesawSpec(170))
+	single := newExec(t, m.Config, m.Weights, Options{DType: model.Float32, BlockSize: 4, NumBlocks: 64, MaxNumSeqs: 16, MaxNumTokens: 512})
 	for _, pair := range seesawPairs {
 		t.Run(pair[0]+"→"+pair[1], func(t *testing.T) {
 			pol := seesawPlacements(t, pair)
@@ -59,7 +60,7 @@ func TestSeesawEngineGPU(t *testing.T) {
 			if err := x.CaptureGraphs(); err != nil {
 				t.Fatal(err)
 			}
-			seesawEngine(t, x, m, ref, pol)
+			seesawEngine(t, x, single, m, ref, pol)
 		})
 	}
 }

@@ -322,18 +322,35 @@ func TestSeesawSwapOnHost(t *testing.T) {
 
 // seesawEngine serves requests through the engine under the Seesaw policy
 // of pair on x (a host store too small for all of them, so the phases
-// cycle): every output equals the oracle's greedy continuation, prefills
-// run only under the prefill placement and decodes only under the decode
+// cycle): every output equals the same request's on single (one rank,
+// no policy) and the oracle's greedy continuation, prefills run only
+// under the prefill placement and decodes only under the decode
 // placement, the policy changes phase several times, each executor
 // transition re-sharded the weights, and the engine ends idle with every
 // swapped-out byte swapped back in.
-func seesawEngine(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, pol *policy.Seesaw) {
+func seesawEngine(t *testing.T, x *Executor, single engine.Runner, m *model.Model, ref *oracle.Model, pol *policy.Seesaw) {
 	t.Helper()
 	var reqs []engine.Request
 	for i := 0; i < 8; i++ {
 		reqs = append(reqs, engine.Request{ID: fmt.Sprint("r", i), Prompt: fixture.Tokens(400+i, 5+3*(i%4), m.Config.Vocab),
 			MaxTokens: 3 + 2*(i%4), IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
 	}
+	alone, _ := generateAll(t, single, nil, m, reqs)
+	got, st := generateAll(t, x, pol, m, reqs)
+	for i, r := range reqs {
+		want := ref.Greedy(r.Prompt, r.MaxTokens)
+		if !slices.Equal(got[i].Tokens, want) || !slices.Equal(alone[i].Tokens, want) {
+			t.Fatalf("%s: %v, one rank %v, oracle %v", r.ID, got[i].Tokens, alone[i].Tokens, want)
+		}
+	}
+	seesawStats(t, x, m, pol, st)
+}
+
+// generateAll serves reqs at once through an engine over x under pol
+// (nil: every step under x's placement) and returns the outputs and the
+// engine's final stats.
+func generateAll(t *testing.T, x engine.Runner, pol policy.Policy, m *model.Model, reqs []engine.Request) ([]*engine.Output, engine.Stats) {
+	t.Helper()
 	e, err := engine.NewEngine(engine.Options{Exec: x, Policy: pol, Tokenizer: m.Tokenizer, Sched: sched.Config{MaxNumBatchedTokens: 512}})
 	if err != nil {
 		t.Fatal(err)
@@ -355,15 +372,17 @@ func seesawEngine(t *testing.T, x *Executor, m *model.Model, ref *oracle.Model, 
 		if errs[i] != nil {
 			t.Fatalf("%s: %v", r.ID, errs[i])
 		}
-		if want := ref.Greedy(r.Prompt, r.MaxTokens); !slices.Equal(got[i].Tokens, want) {
-			t.Fatalf("%s: %v, oracle %v", r.ID, got[i].Tokens, want)
-		}
 	}
+	return got, e.Stats()
+}
+
+// seesawStats checks what a Seesaw run of x did (seesawEngine).
+func seesawStats(t *testing.T, x *Executor, m *model.Model, pol *policy.Seesaw, st engine.Stats) {
+	t.Helper()
 	steps := x.PlanSteps()
 	if steps[pol.Prefill.Name] == 0 || steps[pol.Decode.Name] == 0 {
 		t.Fatalf("steps by placement %v; want both", steps)
 	}
-	st := e.Stats()
 	if pol.Transitions() < 3 || x.Transitions() < 3 || st.Transitions != int64(x.Transitions()) {
 		t.Fatalf("%d phase changes, %d executor transitions, engine %d; want several cycles", pol.Transitions(), x.Transitions(), st.Transitions)
 	}
@@ -404,7 +423,9 @@ func TestSeesawEngineOnHost(t *testing.T) {
 				pol := seesawPlacements(t, pair)
 				x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 512,
 					MaxNumSeqs: 16, EnforceEager: true, HostBlocks: 8}, 16)
-				seesawEngine(t, x, m, ref, pol)
+				single := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: []parallel.Placement{parallel.Standard(parallel.Single)},
+					BlockSize: 4, MaxNumTokens: 512, MaxNumSeqs: 16, EnforceEager: true}, 64)
+				seesawEngine(t, x, single, m, ref, pol)
 			})
 		}
 	}
