@@ -233,7 +233,7 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	}
 	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "placements", fmt.Sprint(opts.Placements),
 		"weights_gib", float64(e.info.WeightBytes)/(1<<30), "kv_blocks", e.info.KVBlocks,
-		"kv_tokens", e.info.KVTokens, "graph_buckets", len(e.buckets))
+		"kv_tokens", e.info.KVTokens, "host_kv_blocks", opts.HostBlocks, "graph_buckets", len(e.buckets))
 	return e, nil
 }
 
