@@ -80,7 +80,8 @@ type Info struct {
 // reduction kernel on one stream, and are counted with the CPU's byte
 // accounting. That makes every plan and Shift switch testable on a single
 // GPU. Every device call runs on the context's pinned worker thread
-// (cuda.Context.Do). An Executor is not safe for concurrent use.
+// (cuda.Context.Do). An Executor is not safe for concurrent use, except
+// that SwapIn and SwapOut may run beside Step (swap.go).
 type Executor struct {
 	cfg  *model.Config
 	opts Options
