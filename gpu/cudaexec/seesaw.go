@@ -145,11 +145,11 @@ func (e *Executor) weightBytes(p parallel.Placement) int64 {
 	return n * int64(e.dt.Size())
 }
 
-// transitionRoom is what transitions need on top of the resident weights
-// (residentBytes, uploaded): the extra bytes of the largest set of
-// weights a transition may upload, and the bytes per KV block — the
-// largest pool layout's, plus a layer of headroom when a transition can
-// happen.
+// transitionRoom is what transitions and swaps need on top of the
+// resident weights (residentBytes, uploaded): the extra bytes of the
+// largest set of weights a transition may upload, the uploader's stage
+// and the swap stages, and the bytes per KV block — the largest pool
+// layout's, plus a layer of headroom when a transition can happen.
 func (e *Executor) transitionRoom(residentBytes int64) (extra, perBlock int64) {
 	groups := map[string]int64{} // weight bytes by the first placement of each KV-sharing group
 	var firsts []parallel.Placement
@@ -175,6 +175,12 @@ func (e *Executor) transitionRoom(residentBytes int64) (extra, perBlock int64) {
 			layer = max(layer, e.layerBlockBytes(p))
 		}
 		perBlock += layer
+		if e.dt != model.Float32 {
+			extra += 4 * stageElems // the uploader's float32 stage
+		}
+	}
+	if e.hostKV != nil {
+		extra += e.stageBytes + 4*(e.stageBytes/(2*e.headBytes())) // the swap stages (allocSwapStage)
 	}
 	return extra, perBlock
 }

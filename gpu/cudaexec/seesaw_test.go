@@ -436,8 +436,8 @@ func TestSeesawEngineOnHost(t *testing.T) {
 // transition headroom, in units of one layer of the model's KV block:
 // pp=2/tp=2 over 4 layers and 4 KV heads 4 + 1; pp=4/tp=4 over 2 KV
 // heads, each replicated on two TP ranks, 8 (tp=4's layout) + 2 (a
-// replicated layer); the extra bytes are the larger weights'. One
-// placement needs no headroom.
+// replicated layer); the extra bytes are the larger weights' (and in
+// bfloat16 the stages). One placement needs no headroom.
 func TestSeesawSizingOnHost(t *testing.T) {
 	for _, c := range []struct {
 		kv       int
@@ -453,8 +453,20 @@ func TestSeesawSizingOnHost(t *testing.T) {
 		layer := int64(cfg.KVHeads) * 4 * int64(cfg.HeadDim) * 2 * 4 // one layer of one block, K and V, float32
 		resident := x.weightBytes(pol.Prefill)
 		extra, perBlock := x.transitionRoom(resident)
-		if perBlock != c.perBlock*layer || extra != max(0, x.weightBytes(pol.Decode)-resident) {
-			t.Fatalf("kv=%d %v: %d bytes per block (want %d), %d extra (want %d)", c.kv, c.pair, perBlock, c.perBlock*layer, extra, max(0, x.weightBytes(pol.Decode)-resident))
+		if want := max(0, x.weightBytes(pol.Decode)-resident); perBlock != c.perBlock*layer || extra != want {
+			t.Fatalf("kv=%d %v: %d bytes per block (want %d), %d extra (want %d)", c.kv, c.pair, perBlock, c.perBlock*layer, extra, want)
+		}
+		// In bfloat16 the transition's uploader stages float32 weights; a
+		// host store adds the swap stages: a model block per host block,
+		// at most 64 MiB, and a block id per head-sized run.
+		x.dt, x.opts.HostBlocks = model.BFloat16, 16
+		if err := x.initHost(m.Weights); err != nil {
+			t.Fatal(err)
+		}
+		stage := 16 * int64(cfg.Layers) * layer / 2 // the model block in bfloat16
+		want := max(0, x.weightBytes(pol.Decode)-x.weightBytes(pol.Prefill)) + 4*stageElems + stage + 4*(stage/(2*4*int64(cfg.HeadDim)*2))
+		if extra, _ := x.transitionRoom(x.weightBytes(pol.Prefill)); extra != want {
+			t.Fatalf("kv=%d %v in bfloat16 with 16 host blocks: %d extra bytes, want %d", c.kv, c.pair, extra, want)
 		}
 		single := newHostExecutorOpts(t, cfg, m.Weights, Options{Placements: []parallel.Placement{pol.Prefill}, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true}, 8)
 		if extra, perBlock := single.transitionRoom(resident); extra != 0 || perBlock != int64(cfg.Layers)*layer {
