@@ -850,6 +850,9 @@ func (r *nitsumRun) replan() error {
 		return err
 	}
 	r.res.Plans++
+	// Instances that carry on keep their GPUs (nitsum.Plan.KeepPlaces):
+	// the fresh layout would shift every block after a changed one.
+	plan.KeepPlaces(instanceSpecs(r.insts))
 	old := r.insts
 	same := len(old) == len(plan.Instances)
 	for k := 0; same && k < len(old); k++ {
@@ -865,6 +868,9 @@ func (r *nitsumRun) replan() error {
 	if err := r.install(plan.Instances, keep); err != nil {
 		return err
 	}
+	if err := r.placeInFlight(keep); err != nil {
+		return err
+	}
 	recv := r.moveDecodes(mv)
 	r.pause(keep, mv.retired, recv)
 	if err := r.reroute(mv.waiting); err != nil {
@@ -873,6 +879,26 @@ func (r *nitsumRun) replan() error {
 	r.retryPending()
 	for _, in := range r.insts {
 		r.kick(in)
+	}
+	return nil
+}
+
+// placeInFlight registers with the new plan's Dispatcher the prompts of
+// the prefill iteration in progress on each instance that carries on:
+// they are assigned and unfinished, so they hold its bandwidth (G3,
+// pitfall 20) until their iteration ends, as they did under the old one.
+func (r *nitsumRun) placeInFlight(keep map[int]*instance) error {
+	for k, in := range keep {
+		if !in.busy || !in.prefill {
+			continue
+		}
+		for _, i := range in.inFlight {
+			a := nitsum.Assignment{Instance: k, Class: r.st[i].class}
+			if err := r.disp.Place(nitsum.Request{ID: strconv.Itoa(i), Tier: r.reqs[i].Tier}, a); err != nil {
+				return err
+			}
+			r.st[i].gen = r.gen
+		}
 	}
 	return nil
 }
