@@ -51,9 +51,17 @@ const (
 	// TP degree, with rejection: a request its group cannot take within
 	// the targets is rejected (Split in §4).
 	SystemSplit
+	// SystemTierSplit is SystemSplit's groups with SystemSLOBatch's rule
+	// instead of rejection: a request its group cannot take within the
+	// targets is deferred behind the group's feasible ones (best effort
+	// on a prefill instance of its own group). It is the ablation's
+	// fourth step (§4.2.1), which partitions the cluster by tier on top
+	// of the batch rule that "defers those that cannot" meet their SLO;
+	// the rejecting SystemSplit is §4's Split baseline.
+	SystemTierSplit
 )
 
-var systemNames = [...]string{"nitsum", "nitsum-static", "vanilla", "pd", "slo-batch", "split"}
+var systemNames = [...]string{"nitsum", "nitsum-static", "vanilla", "pd", "slo-batch", "split", "tier-split"}
 
 func (s NitsumSystem) String() string {
 	if int(s) < len(systemNames) {
@@ -435,8 +443,8 @@ func (r *nitsumRun) setup() error {
 		if err != nil {
 			return err
 		}
-	case SystemSplit:
-		r.reject = true
+	case SystemSplit, SystemTierSplit:
+		r.reject = o.System == SystemSplit
 		var err error
 		specs, err = r.splitInstances()
 		if err != nil {
@@ -583,11 +591,40 @@ func (r *nitsumRun) route(i int) error {
 		r.out[i].Rejected = true
 		return nil
 	}
+	if r.o.System == SystemTierSplit && a.Class == nitsum.BestEffort {
+		if a, err = r.deferInGroup(id, tier, a); err != nil {
+			return err
+		}
+	}
 	r.st[i].gen, r.st[i].class = r.gen, a.Class
 	in := r.insts[a.Instance]
 	in.local.Push(nitsum.Request{ID: id, Tier: tier}, a.Class)
 	r.kick(in)
 	return nil
+}
+
+// deferInGroup moves a best-effort request that the Dispatcher spilled
+// to another tier's prefill instance onto one of its own tier's, round
+// robin: SystemTierSplit's groups do not share GPUs.
+func (r *nitsumRun) deferInGroup(id string, tier int, a nitsum.Assignment) (nitsum.Assignment, error) {
+	if r.insts[a.Instance].spec.Tier == tier {
+		return a, nil
+	}
+	var own []int
+	for k, in := range r.insts {
+		if in.spec.Role == nitsum.Prefill && in.spec.Tier == tier {
+			own = append(own, k)
+		}
+	}
+	if len(own) == 0 {
+		return a, nil
+	}
+	if _, err := r.disp.Done(id); err != nil {
+		return a, err
+	}
+	a = nitsum.Assignment{Instance: own[r.rr%len(own)], Class: nitsum.BestEffort}
+	r.rr++
+	return a, r.disp.Place(nitsum.Request{ID: id, Tier: tier}, a)
 }
 
 // kick starts in's next iteration if it is free and has work.

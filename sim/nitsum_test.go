@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -181,7 +182,7 @@ func TestRunNitsum(t *testing.T) {
 		tp  int
 		sw  NitsumSwitch
 	}{{SystemVanilla, 1, FastSwitch}, {SystemPD, 1, FastSwitch}, {SystemSLOBatch, 4, FastSwitch}, {SystemSplit, 0, FastSwitch},
-		{SystemStaticPlan, 0, FastSwitch}, {SystemNitsum, 0, NaiveSwitch}, {SystemNitsum, 0, FastSwitch}} {
+		{SystemTierSplit, 0, FastSwitch}, {SystemStaticPlan, 0, FastSwitch}, {SystemNitsum, 0, NaiveSwitch}, {SystemNitsum, 0, FastSwitch}} {
 		o := opts
 		o.System, o.TP, o.Switch = c.sys, c.tp, c.sw
 		res, err := RunNitsum(o)
@@ -262,6 +263,41 @@ func TestRunNitsum(t *testing.T) {
 	}
 	if g := good["nitsum/fast"]; g <= 0 || g < good["nitsum/naive"] {
 		t.Errorf("nitsum goodput %.1f (naive %.1f)", g, good["nitsum/naive"])
+	}
+}
+
+// TestRunNitsumTierSplit: the ablation's tier split has Split's groups
+// but defers what Split rejects, inside the request's own group.
+func TestRunNitsumTierSplit(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 80, Seconds: 10, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 7}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests = reqs
+	count := func(sys NitsumSystem) (*NitsumResult, int) {
+		o := opts
+		o.System = sys
+		res, err := RunNitsum(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, out := range res.Outcomes {
+			if out.Rejected {
+				n++
+			}
+		}
+		return res, n
+	}
+	split, rejected := count(SystemSplit)
+	tiers, deferredRejected := count(SystemTierSplit)
+	t.Logf("Split: %.1f req/s, %d of %d rejected; tier split: %.1f req/s, %d rejected", split.Goodput, rejected, len(reqs), tiers.Goodput, deferredRejected)
+	if rejected == 0 || deferredRejected != 0 {
+		t.Errorf("rejected: Split %d, tier split %d; want some, none", rejected, deferredRejected)
+	}
+	if !slices.Equal(split.Instances, tiers.Instances) {
+		t.Errorf("instances differ:\n%+v\n%+v", split.Instances, tiers.Instances)
 	}
 }
 

@@ -293,7 +293,7 @@ func nitsumR1R8(w *strings.Builder, ro nitsumReproOptions) error {
 		{"vanilla SGLang, static TP1, no PD", 13.2, sim.SystemVanilla, 1, sim.FastSwitch},
 		{"+ static PD disaggregation (TP1, 1:1)", 0, sim.SystemPD, 1, sim.FastSwitch},
 		{fmt.Sprintf("+ SLO-aware batch rule + best static TP (TP%d; %s)", bestTP, strings.Join(tried, ", ")), 16.7, sim.SystemSLOBatch, bestTP, sim.FastSwitch},
-		{"+ split by tier (Split, best TP per tier, rejection)", 17.2, sim.SystemSplit, 0, sim.FastSwitch},
+		{"+ split by tier (best static TP per tier, infeasible requests deferred in their tier's group)", 17.2, sim.SystemTierSplit, 0, sim.FastSwitch},
 		{"+ Nitsum scheduler (planner once on the trace's mean rates)", 28.0, sim.SystemStaticPlan, 0, sim.FastSwitch},
 		{"+ dynamic TP, naive switching", 0, sim.SystemNitsum, 0, sim.NaiveSwitch},
 		{"full Nitsum (fast switching, 1 s window)", 33.3, sim.SystemNitsum, 0, sim.FastSwitch},
@@ -341,13 +341,19 @@ func nitsumR1R8(w *strings.Builder, ro nitsumReproOptions) error {
 	fmt.Fprintf(w, "| Nitsum scheduler / Split | 1.63× | %.2f× | %s |\n", r2, check(r2, 1.63, 0.2, true))
 	fmt.Fprintf(w, "| full / Nitsum scheduler | 1.19× | %.2f× | %s |\n\n", r3, check(r3, 1.19, 0.1, false))
 
-	fmt.Fprintf(w, "Ablations of full Nitsum on the same trace (not checked):\n\n| variant | goodput req/s | reconfigurations |\n|---|---|---|\n")
+	fmt.Fprintf(w, "Variants on the same trace (not checked):\n\n| variant | goodput req/s | reconfigurations |\n|---|---|---|\n")
 	for _, v := range []struct {
 		name  string
+		sys   sim.NitsumSystem
+		tp    int
 		plain bool
-	}{{"the planner's plain greedy (no unmet-demand weight, nitsum.Options.Plain)", true}} {
+	}{
+		{"full Nitsum, the planner's plain greedy (no unmet-demand weight, nitsum.Options.Plain)", sim.SystemNitsum, 0, true},
+		{"§4's Split baseline: the tier split with rejection instead of deferral", sim.SystemSplit, 0, false},
+		{"vanilla SGLang at TP2, Table 1's minimal TP for the 14B model", sim.SystemVanilla, 2, false},
+	} {
 		o := b.opts
-		o.Requests, o.System, o.Plain = reqs, sim.SystemNitsum, v.plain
+		o.Requests, o.System, o.TP, o.Plain = reqs, v.sys, v.tp, v.plain
 		res, err := sim.RunNitsum(o)
 		if err != nil {
 			return err
@@ -359,11 +365,17 @@ func nitsumR1R8(w *strings.Builder, ro nitsumReproOptions) error {
 		return err
 	}
 
-	fmt.Fprintf(w, "## R8: control-window sweep (R1's workload, full Nitsum)\n\n| window | goodput req/s | plans | reconfigurations | GPU-s paused |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "## R8: control-window sweep (R1's workload, full Nitsum)\n\n"+
+		"The reconfiguration interval and the profile window are two knobs (§4.2.4: the profile window is the span over which the global scheduler "+
+		"monitors each request group's incoming RPS to drive reconfiguration). The interval sweep holds the profile window at %v, the default interval "+
+		"(at a 2 s interval the rates are the last window's, 2 s); the profile-window sweep holds the interval at %v.\n\n"+
+		"| interval | goodput req/s | plans | reconfigurations | GPU-s paused |\n|---|---|---|---|---|\n", nitsum.DefaultWindow, nitsum.DefaultWindow)
 	windows := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 	bestW, bestG, lo := time.Duration(0), -1.0, math.Inf(1)
 	for _, win := range windows {
-		res, err := b.run(reqs, sim.SystemNitsum, 0, sim.FastSwitch, win, nil)
+		o := b.opts
+		o.Requests, o.System, o.Window, o.ProfileWindow = reqs, sim.SystemNitsum, win, nitsum.DefaultWindow
+		res, err := sim.RunNitsum(o)
 		if err != nil {
 			return err
 		}
