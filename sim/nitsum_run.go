@@ -141,6 +141,13 @@ type NitsumRunOptions struct {
 	// Plain runs the planner's plain greedy, without the unmet-demand
 	// weight (nitsum.Options.Plain): an ablation.
 	Plain bool
+	// OldestBestEffort serves Nitsum's best-effort requests first come,
+	// first served; by default SystemNitsum and SystemStaticPlan serve
+	// them newest first (nitsum.Local.BestEffortNewestFirst, the
+	// scheduler's goodput-aware batch composition) and the baselines
+	// that defer (SystemSLOBatch, SystemTierSplit) first come, first
+	// served. An ablation.
+	OldestBestEffort bool
 	// TP is the static degree of SystemVanilla, SystemPD and
 	// SystemSLOBatch; 0 means 1.
 	TP int
@@ -483,6 +490,9 @@ func (r *nitsumRun) install(specs []nitsum.Instance, keep map[int]*instance) err
 		l, err := nitsum.NewLocal(lb)
 		if err != nil {
 			return err
+		}
+		if (r.o.System == SystemNitsum || r.o.System == SystemStaticPlan) && !r.o.OldestBestEffort {
+			l.BestEffortNewestFirst()
 		}
 		in.local = l
 		in.kvCap = int64(sp.TP) * r.freeTP[ti] / r.kvTok

@@ -411,3 +411,31 @@ func TestRunNitsumAtOnce(t *testing.T) {
 	}
 	t.Logf("40 requests at once: %d good over %.2f s", res.Good, res.Span)
 }
+
+// TestRunNitsumBestEffortOrder: under overload, Nitsum's local queues
+// serving best effort newest first turn more of it into goodput than first
+// come, first served, which serves requests already past their TTFT.
+func TestRunNitsumBestEffortOrder(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 90, Seconds: 30, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 5}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests, opts.System = reqs, SystemStaticPlan
+	newest, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.OldestBestEffort = true
+	oldest, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("90 req/s on 8 H100s: best effort newest first %.1f req/s good, oldest first %.1f", newest.Goodput, oldest.Goodput)
+	if newest.Goodput <= 1.05*oldest.Goodput {
+		t.Errorf("newest first %.1f req/s, oldest first %.1f: want at least 5%% more", newest.Goodput, oldest.Goodput)
+	}
+	if !slices.Equal(newest.Instances, oldest.Instances) {
+		t.Error("the order of best effort changed the plan")
+	}
+}
