@@ -148,6 +148,12 @@ type NitsumRunOptions struct {
 	// that defer (SystemSLOBatch, SystemTierSplit) first come, first
 	// served. An ablation.
 	OldestBestEffort bool
+	// SplitTP is the degree of each tier's group under SystemSplit and
+	// SystemTierSplit, one per tier (0: BestTP, the profile's best); nil
+	// means BestTP for every tier. The paper's Split runs each tier at
+	// "the TP level that results in the highest goodput for the entire
+	// trace" (§4, footnote), which a caller finds by trying degrees.
+	SplitTP []int
 	// TP is the static degree of SystemVanilla, SystemPD and
 	// SystemSLOBatch; 0 means 1.
 	TP int

@@ -439,3 +439,34 @@ func TestRunNitsumBestEffortOrder(t *testing.T) {
 		t.Error("the order of best effort changed the plan")
 	}
 }
+
+// TestRunNitsumSplitTP: SplitTP sets each tier's group degree; a degree
+// at which a tier cannot meet its targets, a wrong count or pairs that do
+// not fit the pool are refused.
+func TestRunNitsumSplitTP(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 30, Seconds: 5, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 3}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests, opts.System, opts.SplitTP = reqs, SystemSplit, []int{2, 1}
+	res, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deg := map[int]map[int]bool{0: {}, 1: {}}
+	for _, in := range res.Instances {
+		deg[in.Tier][in.TP] = true
+	}
+	if len(deg[0]) != 1 || !deg[0][2] || len(deg[1]) != 1 || !deg[1][1] {
+		t.Errorf("degrees by tier %v, want strict TP2 and loose TP1: %+v", deg, res.Instances)
+	}
+	// The strict tier cannot decode at TP1 within 10 ms; one degree for
+	// two tiers; TP4 and TP2 pairs need 12 of the 8 GPUs.
+	for _, bad := range [][]int{{1, 2}, {4}, {4, 2}} {
+		opts.SplitTP = bad
+		if _, err := RunNitsum(opts); err == nil {
+			t.Errorf("SplitTP %v: no error", bad)
+		}
+	}
+}
