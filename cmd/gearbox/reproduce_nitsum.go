@@ -524,9 +524,9 @@ func nitsumSplits(w *strings.Builder, b *nitsumBed, rate float64) error {
 		fmt.Fprintf(w, " %.1f |\n", p.Served())
 	}
 	fmt.Fprintf(w, "\nThe planner rates each prefill degree with its balanced share of decode and weights a tier by the share of its demand still unmet "+
-		"(nitsum/plan.go): every mix keeps both tiers served, and TP1 prefill is chosen throughout. Weighted by the unmet req/s themselves, as before, "+
-		"a 49/21 window gave the strict tier all eight GPUs and the loose tier none; rating only a move's own GPUs, as before, a tier's first prefill "+
-		"carried a whole decode instance and came out at TP2 or TP4.\n\n")
+		"(nitsum/plan.go): every mix keeps both tiers served, and TP1 prefill is chosen throughout. This reproduction's earlier planner weighted a tier "+
+		"by its unmet req/s, and a 49/21 window gave the strict tier all eight GPUs and the loose tier none; it also rated a move by its own GPUs, so a "+
+		"tier's first prefill carried a whole decode instance and came out at TP2 or TP4.\n\n")
 	return nil
 }
 
