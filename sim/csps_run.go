@@ -122,15 +122,22 @@ func (m *CostModel) DecodeStepParts(cfg *model.Config, c Cluster, gpus, batch, s
 	exch := 0.0
 	if span > 1 {
 		// A request's shards sit on span GPUs in ID order (R15), so up to a
-		// server's worth of them share its NVLink; only a wider request
-		// crosses the network, whatever the pool's size.
-		link := c.Node.Link
-		if span > c.Node.Count {
-			link = c.PairLink(0, c.Node.Count, c.Node.Count)
-		}
+		// server's worth of them share its NVLink, whatever the pool's
+		// size. A wider request exchanges hierarchically, as SP-TP's
+		// all-gather does here (R26) and NCCL's topology-ordered rings do:
+		// Q crosses the network once per other server and fans out over
+		// NVLink; the partial (O, LSE) are gathered inside each server,
+		// then between servers (one sender per server on its NIC). A ring
+		// over all span GPUs at the network's hop latency would charge
+		// every one of its span − 1 steps a network hop.
 		qb := int64(batch) * int64(H*dh) * m.actBytes
 		ob := int64(batch) * (int64(H*dh)*m.actBytes + int64(H)*4)
-		exch = m.Collective(comm.KindBroadcast, qb, span, link) + m.Collective(comm.KindAllGather, ob, span, link)
+		local := min(span, c.Node.Count)
+		exch = m.Collective(comm.KindBroadcast, qb, local, c.Node.Link) + m.Collective(comm.KindAllGather, ob, local, c.Node.Link)
+		if servers := (span + c.Node.Count - 1) / c.Node.Count; servers > 1 {
+			net := c.PairLink(0, c.Node.Count, 1)
+			exch += m.Collective(comm.KindBroadcast, qb, servers, net) + m.Collective(comm.KindAllGather, ob*int64(local), servers, net)
+		}
 	}
 	head := m.GEMM(tok, cfg.Vocab, d, m.wgtDType)
 	l := float64(cfg.Layers)

@@ -308,11 +308,14 @@ func TestDecodeStep(t *testing.T) {
 	if short < floor || short > 2*floor/MemoryEfficiency {
 		t.Errorf("one short request: %g s, weights floor %g s", short, floor)
 	}
-	long := m.DecodeStep(cfg, c, 16, 1, 16, 1<<20)
+	long := m.DecodeStepParts(cfg, c, 16, 1, 16, 1<<20)
 	kv := float64(int64(1<<20)/16*int64(cfg.KVBytesPerToken(2))) / m.Node.GPU.HBMBytesPerS
-	exch := float64(cfg.Layers) * 2 * (15 * NetHopLatency)
-	if long < short+kv+exch {
-		t.Errorf("1M request over 16 GPUs: %g s, want at least %g + KV %g + exchange %g", long, short, kv, exch)
+	// Its exchange is hierarchical: over NVLink inside each of its two
+	// servers (7 steps each way), and one network step each way between
+	// them, not 15 network steps.
+	exch := float64(cfg.Layers) * 2 * (2*KernelLatency + NetHopLatency + 7*NVLinkHopLatency)
+	if long.Seconds() < short+kv+exch || long.Exchange < exch || long.Exchange > 1.2*exch {
+		t.Errorf("1M request over 16 GPUs: %g s (exchange %g s), want at least %g + KV %g + exchange %g", long.Seconds(), long.Exchange, short, kv, exch)
 	}
 	// A request on 4 GPUs sits in one server (R15) even in the 16-GPU
 	// pool: its exchange is a broadcast and an all-gather over NVLink per
