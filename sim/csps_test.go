@@ -378,3 +378,16 @@ func TestCSPSConfigure(t *testing.T) {
 		t.Errorf("1M: %d levels, %g s against dense %g s, pairs %.4f of dense, want %.4f", len(long.Levels), long.Seconds, flat.Seconds, long.Pairs/flat.Pairs, want)
 	}
 }
+
+// BenchmarkCSPSConfigure configures one 1M-token prefill over 16 GPUs:
+// three pricings of the Eq. 7 pipeline (N_v = 1, 2, 3), RunCSPS's cost per
+// request.
+func BenchmarkCSPSConfigure(b *testing.B) {
+	m, c := cspsSetup(b, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	for b.Loop() {
+		if _, err := m.CSPSConfigure(cfg, c, 1<<20, CSPSOptions{Levels: 3, Drop: 0.1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -212,12 +212,13 @@ func reproduceCSPS(w *strings.Builder) error {
 		"**CSPS**: a 48-GPU prefill pool where each request, in arrival order, takes N = ⌈L_in/64K⌉ GPUs (R12), placed on the servers "+
 		"with the most free GPUs and sorted by GPU ID (R15), with App A's architecture (SP-TP only at N = 2) and CSA at N_v ≤ %d, p = %.4f, each request taking the fastest N_v "+
 		"(N_v = 1, no CSA, meets any accuracy constraint, so Eq. 8 never picks a slower layout: sim.CSPSConfigure); "+
-		"its KV then moves over the network to a 16-GPU decode pool (SP decode: Q broadcast and (O, LSE) gather per layer, shards beside other requests'). "+
+		"its KV then moves over the network to a 16-GPU decode pool (SP decode: ⌈L_in/64K⌉ KV shards, each on a GPU of its own while the pool has free ones; "+
+		"Q broadcast and (O, LSE) gather per layer, hierarchical across servers). "+
 		"Workload: %d requests, Poisson at %.0f req/s, lengths from Table 2 (log-normal fitted to median and P99, prompts clamped to [1K, 1M − 4K]).\n\n",
 		cspsChunk, cspsLevels, cspsDrop, cspsRequests, cspsRate)
 	fmt.Fprintf(w, "**Throughput (S10)**: the paper does not define it. Prefill throughput here is each request's L_in ÷ TTFT averaged over "+
 		"requests (Fig. 3's 1K group: 487 tok/s at a 1.6 s TTFT), with the cluster's prompt tokens ÷ the span of the prefills beside it. "+
-		"Decode throughput is not per request: the paper ties it to batch size (§3.1 O1, \"low throughput due to small batch size\"; §4.2, "+
+		"Decode throughput is not per request: the paper ties it to batch size (§3.1 O1, \"low throughput due to small batch size\"; §4.1, "+
 		"\"a larger decode batch for a higher compute throughput\"), and Fig. 3's 204 tok/s at a 0.54 s TBT is a batch of ~110, not one "+
 		"request's 1.9 tok/s (spec S10). So it is the decode tokens a deployment's steps produce over the GPU-seconds of those steps: per GPU "+
 		"while decoding, Sarathi-Serve's 8-GPU replicas (steps read off the token stamps) and CSPS's %d-GPU decode pool on one scale. "+
@@ -285,7 +286,9 @@ func cspsUtilization(w *strings.Builder, runs []*cspsCellRun) {
 		"model: the prompts' causal attention FLOPs (4·d_h·N_h·N_l·L²/2 each, dense) arriving per second, over the dense BF16 peak of all "+
 		"64 A100s. Where it exceeds FlashAttention-2's 50–73%% of peak no dense-attention system can keep up, whatever its parallelism, "+
 		"and CSA's 22%% operating point removes about a third of the pairs on the longest prompts only. A log-normal through "+
-		"Table 2's median and P99 has a much smaller std than Table 2's (which implies a heavy mass near 1M, so even more demand).\n\n", cspsRequests)
+		"Table 2's median and P99 has a much smaller std than Table 2's (which implies a heavy mass near 1M, so even more demand). "+
+		"The realized drop fraction is token-weighted over the requests, those run without CSA counting 0: the paper's 22%% is "+
+		"its configurator's outcome, from which the fixed p is derived for three levels.\n\n", cspsRequests)
 }
 
 func short(id string) string {
@@ -322,8 +325,8 @@ func cspsTable4(w *strings.Builder, runs []*cspsCellRun) {
 	}
 	fmt.Fprintf(w, "\nA CSPS decode step costs about what a Sarathi-Serve step does (full weights per GPU against an eighth per GPU and "+
 		"stage, and little attention on either side), so the ratio is the batch per GPU. A CSPS request's KV shards each take a "+
-		"GPU of their own while the pool has free ones (the placement with the shortest step), so the pool runs near one request "+
-		"per GPU; its batch is set by the flow out of the prefill pool (over capacity on NeedleBench), not by its KV room. Table 4's "+
+		"GPU of their own while the pool has free ones (the placement with the shortest step), so the pool runs one shard per "+
+		"occupied GPU; its batch is set by the flow out of the prefill pool (over capacity on NeedleBench), not by its KV room. Table 4's "+
 		"ratios need the last column's batch on the same GPUs: several requests per decode GPU (short requests packed beside the "+
 		"long ones' shards, as Fig. 12 draws them), which a pool fed at this flow does not reach. The prefill ratio is the mean "+
 		"L_in ÷ TTFT, so it follows the TTFT ratios below: queueing decides it (see the breakdown).\n\n")
