@@ -222,6 +222,7 @@ func reproduceCSPS(w *strings.Builder) error {
 		"\"a larger decode batch for a higher compute throughput\"), and Fig. 3's 204 tok/s at a 0.54 s TBT is a batch of ~110, not one "+
 		"request's 1.9 tok/s (spec S10). So it is the decode tokens a deployment's steps produce over the GPU-seconds of those steps: per GPU "+
 		"while decoding, Sarathi-Serve's 8-GPU replicas (steps read off the token stamps) and CSPS's %d-GPU decode pool on one scale. "+
+		"A Sarathi-Serve step that also carries a prefill chunk counts whole: its decodes wait for the chunk (O1). "+
 		"A per-request decode rate would be the harmonic counterpart of TBT, and Table 4's decode ratios (4.3–5.6) could then not "+
 		"coexist with Fig. 15's TBT ratios (1.6–1.9).\n\n", sim.CSPSDecodeGPUs)
 
@@ -350,9 +351,10 @@ func cspsFig14to16(w *strings.Builder, runs []*cspsCellRun) {
 		"prefill, half of them idle in the pipeline bubble), which is what shortens its queue. (2) On NeedleBench both systems are over "+
 		"capacity at 1 req/s (utilization above), so the averages are queueing-dominated and grow with the run's length. (3) TBT: a CSPS "+
 		"decode GPU streams the full weights every step (SP decode keeps whole models), a TP4×PP2 replica an eighth of them per GPU "+
-		"and stage; Sarathi-Serve's decodes share their steps with the next prompt's first chunks, whose attention is cheap at small "+
-		"context, so its TBT stays near the decode floor where the paper measures 0.5–9.6 s, two orders of magnitude above a "+
-		"roofline for 256-token chunks.\n\n")
+		"and stage, twice in a row; Sarathi-Serve's decodes share their steps with the next prompt's first chunks (FIFO replicas "+
+		"start it as the last one's decode starts), whose attention is cheap at small context. So the two TBTs come out about "+
+		"equal, where the paper measures Sarathi-Serve's at 0.5–9.6 s, two orders of magnitude above a roofline for 256-token "+
+		"chunks, and 1.6–1.9× CSPS's.\n\n")
 }
 
 // cspsLengthGroups is T15's absolutes: the baseline's smallest and largest
