@@ -28,3 +28,13 @@ func TestDecodePerGPU(t *testing.T) {
 		t.Errorf("no decodes: %g", got)
 	}
 }
+
+// TestChange writes cuts as signed changes with a true minus sign.
+func TestChange(t *testing.T) {
+	if got := change(10.74); got != "−10.7%" {
+		t.Errorf("change(10.74) = %q", got)
+	}
+	if got := change(-0.4); got != "+0.4%" {
+		t.Errorf("change(-0.4) = %q", got)
+	}
+}
