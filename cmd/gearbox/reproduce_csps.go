@@ -328,9 +328,11 @@ func cspsTable4(w *strings.Builder, runs []*cspsCellRun) {
 		"stage, and little attention on either side), so the ratio is the batch per GPU. A CSPS request's KV shards each take a "+
 		"GPU of their own while the pool has free ones (the placement with the shortest step), so the pool runs one shard per "+
 		"occupied GPU; its batch is set by the flow out of the prefill pool (over capacity on NeedleBench), not by its KV room. Table 4's "+
-		"ratios need the last column's batch on the same GPUs: several requests per decode GPU (short requests packed beside the "+
-		"long ones' shards, as Fig. 12 draws them), which a pool fed at this flow does not reach. The prefill ratio is the mean "+
-		"L_in ÷ TTFT, so it follows the TTFT ratios below: queueing decides it (see the breakdown).\n\n")
+		"ratios need the last column's batch on the same GPUs and step. Packing short requests beside the long ones' shards on "+
+		"fewer GPUs, as Fig. 12 draws it, would raise the batch per GPU at the price of longer steps (more KV per GPU); the paper "+
+		"gives no placement rule, and this report keeps the one with the shortest step rather than pick a placement to meet the "+
+		"ratio. The prefill ratio is the mean L_in ÷ TTFT, so it follows the TTFT ratios below: queueing decides it (see the "+
+		"breakdown).\n\n")
 }
 
 // cspsFig14to16 is T12.
