@@ -17,8 +17,19 @@ type costOps struct {
 	rs      *rankShape
 	ms      *microShape
 	b       Breakdown
-	times   int // layers one call stands for
-	n, real int // rows of the SP group's all-to-all buffers; this rank's real rows
+	lat     float64 // fixed cost of each kernel (launchLatency)
+	times   int     // layers one call stands for
+	n, real int     // rows of the SP group's all-to-all buffers; this rank's real rows
+}
+
+// launchLatency is the fixed cost of each kernel of micro-batch ms: the
+// graphed floor for a decode-only micro-batch, else the one-by-one launch
+// cost where the device has one.
+func (m *CostModel) launchLatency(ms *microShape) float64 {
+	if ms.prefill.Queries == 0 || m.eff.LaunchLatency == 0 {
+		return m.eff.KernelLatency
+	}
+	return m.eff.LaunchLatency
 }
 
 var _ forward.Uniform = (*costOps)(nil)
@@ -26,7 +37,7 @@ var _ forward.Uniform = (*costOps)(nil)
 func (o *costOps) Repeat(n int) { o.times = n }
 
 func (o *costOps) add(c Component, k kernel) {
-	o.b.add(c, k, o.lc.m.eff.KernelLatency, o.times)
+	o.b.add(c, k, o.lat, o.times)
 }
 
 // stream prices a memory-bound kernel over n activation elements read and
@@ -50,7 +61,7 @@ func (o *costOps) gemm(c Component, rows, n, k int) {
 
 func (o *costOps) Embed() {
 	h := o.lc.cfg.Hidden
-	o.b.add(CompEmbed, o.lc.m.streaming(int64(o.real+o.ms.nl)*int64(h)*o.lc.m.actBytes), o.lc.m.eff.KernelLatency, 1)
+	o.b.add(CompEmbed, o.lc.m.streaming(int64(o.real+o.ms.nl)*int64(h)*o.lc.m.actBytes), o.lat, 1)
 }
 
 func (o *costOps) BeginLayer(context.Context, int) error { return nil }
@@ -124,7 +135,7 @@ func (o *costOps) Logits() {
 	if rows == 0 {
 		return
 	}
-	m, h, lat := o.lc.m, o.lc.cfg.Hidden, o.lc.m.eff.KernelLatency
+	m, h, lat := o.lc.m, o.lc.cfg.Hidden, o.lat
 	o.b.add(CompLMHead, m.streaming(2*int64(rows*h)*m.actBytes), lat, 1)
 	o.b.add(CompLMHead, m.gemm(rows, o.rs.vocab, h, m.actDType), lat, 1)
 	if r := m.eff.LogitsBytesPerS; r > 0 {

@@ -245,3 +245,53 @@ func TestGPUProfileFile(t *testing.T) {
 		t.Error("CPU profile without a link accepted")
 	}
 }
+
+// TestLaunchLatency prices kernels launched one by one where the engine
+// runs without a CUDA graph: a decode-only step keeps the graphed floor,
+// a step with a prefill pays the launch latency for every kernel, so its
+// time grows linearly in it, and 0 means the graphed floor everywhere.
+func TestLaunchLatency(t *testing.T) {
+	cfg := preset(t, "meta-llama/Llama-3.1-8B")
+	stepTimes := func(launch float64) (decode, prefill, mixed float64) {
+		t.Helper()
+		p := gpuProfile()
+		p.LaunchLatencyS = launch
+		node, err := p.Node(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := NewCostModel(node, p.Precision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := layoutCost(t, cm, cfg, "tp=1")
+		step := func(seqs ...Seq) float64 { return lc.Step(&StepShape{Seqs: seqs}).Seconds }
+		return step(Seq{Context: 500, New: 1, Logits: 1}, Seq{Context: 90, New: 1, Logits: 1}),
+			step(Seq{New: 64, Logits: 1}),
+			step(Seq{Context: 500, New: 1, Logits: 1}, Seq{New: 64, Logits: 1})
+	}
+	d0, p0, m0 := stepTimes(0)
+	dg, pg, mg := stepTimes(gpuProfile().KernelLatencyS)
+	if d0 != dg || p0 != pg || m0 != mg {
+		t.Errorf("launch latency 0 and the graphed latency price differently: %g %g %g vs %g %g %g", d0, p0, m0, dg, pg, mg)
+	}
+	d1, p1, m1 := stepTimes(12.5e-6)
+	d2, p2, m2 := stepTimes(22.5e-6)
+	if d1 != d0 || d2 != d0 {
+		t.Errorf("decode-only step %g, %g s with launch latencies; want the graphed %g s", d1, d2, d0)
+	}
+	// 10 µs more per kernel: the same kernel count in both steps, about
+	// ten per layer of the 32.
+	for _, c := range []struct {
+		name            string
+		graphed, lo, hi float64
+	}{{"prefill", p0, p1, p2}, {"mixed", m0, m1, m2}} {
+		kernels := (c.hi - c.lo) / 10e-6
+		if math.Abs(kernels-math.Round(kernels)) > 1e-6 || kernels < 8*32 || kernels > 16*32 {
+			t.Errorf("%s: %.3f kernels per step, want a whole number near 10 per layer", c.name, kernels)
+		}
+		if want := c.graphed + kernels*(12.5e-6-gpuProfile().KernelLatencyS); math.Abs(c.lo/want-1) > 1e-9 {
+			t.Errorf("%s: %g s at 12.5 µs per launch, want %g", c.name, c.lo, want)
+		}
+	}
+}

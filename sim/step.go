@@ -381,7 +381,7 @@ func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
 	start := b.Total
 	rs := &lc.ranks[r]
 	o := &lc.ops
-	*o = costOps{lc: lc, rs: rs, ms: ms, b: *b, times: 1} // b by value, so the caller's stays on its stack
+	*o = costOps{lc: lc, rs: rs, ms: ms, b: *b, lat: lc.m.launchLatency(ms), times: 1} // b by value, so the caller's stays on its stack
 	p := lc.layout.Plan
 	T, nl := ms.tokens, ms.nl
 	o.n = nl * p.SP

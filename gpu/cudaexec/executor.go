@@ -116,8 +116,9 @@ type Executor struct {
 	stepsMu    sync.Mutex  // guards steps: PlanSteps may run beside a step (an engine's Stats, /metrics)
 	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
 	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
-	out        []float32   // [rows, vocab] host logits of the last step
-	part       []float32   // host staging of one rank's logits slice
+	out        []float32   // [rows, vocab] host logits of the last step, in outBuf
+	outBuf     hostFloats  // page-locked on a device
+	partBuf    hostFloats  // host staging of one rank's logits slice
 	tokens     []int       // [rows] argmax of the last greedy step
 	ids        []int32     // host staging of one rank's argmax rows
 	host       []int32     // host staging of the step's int32 tables
@@ -653,6 +654,7 @@ func (e *Executor) Close() error {
 		if e.k != nil {
 			errs = append(errs, e.k.Close())
 		}
+		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx))
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))
 		}
@@ -754,13 +756,18 @@ func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placeme
 	e.tokens = e.tokens[:0]
 	if greedy && p.Plan.TP == 1 {
 		e.tokens = slices.Grow(e.tokens, rows)[:rows]
-	} else {
-		if n := rows * cfg.Vocab; cap(e.out) < n {
-			e.out = make([]float32, n)
-		}
-		e.out = e.out[:rows*cfg.Vocab]
 	}
-	if err := e.do(func() error { return e.step(dl, b, rows, greedy && p.Plan.TP == 1) }); err != nil {
+	argmax := greedy && p.Plan.TP == 1
+	if err := e.do(func() error {
+		if !argmax {
+			out, err := e.outBuf.get(e.ctx, rows*cfg.Vocab)
+			if err != nil {
+				return err
+			}
+			e.out = out
+		}
+		return e.step(dl, b, rows, argmax)
+	}); err != nil {
 		return fmt.Errorf("cudaexec: step under %s: %w", p, err)
 	}
 	if greedy && p.Plan.TP > 1 {

@@ -154,7 +154,7 @@ func measureDevice(ctx context.Context, ordinal int, g gpuGrid, logf func(string
 	if err != nil {
 		return nil, err
 	}
-	p.KernelLatencyS = graphed
+	p.KernelLatencyS, p.LaunchLatencyS = graphed, eager
 	logf("kernel latency: %.2f µs in a CUDA graph, %.2f µs launched one by one", graphed*1e6, eager*1e6)
 	if p.GEMM, err = b.measureGEMM(ctx, g, logf); err != nil {
 		return nil, err
