@@ -53,14 +53,15 @@ type Profile struct {
 	Link AlphaBeta `json:"link,omitzero"`
 
 	KernelLatencyS float64 `json:"kernel_latency_s"` // fixed cost of one kernel call (in a CUDA graph on a GPU)
-	// LaunchLatencyS is the fixed cost of one kernel launched on its own,
+	// LaunchLatencyS is the host's time to launch one kernel on its own,
 	// where the engine launches some steps' kernels one by one (the GPU
-	// executor's prefill and mixed steps); 0 means KernelLatencyS.
+	// executor's prefill and mixed steps, which take at least their
+	// kernel count times this); 0 means no such bound.
 	LaunchLatencyS float64 `json:"launch_latency_s,omitempty"`
 	StepOverheadS  float64 `json:"step_overhead_s"` // engine host time per step
 	// LogitsBytesPerS is the rate at which a step's float32 logits reach
-	// the host for sampling (a GPU: device-to-host copy into pageable
-	// memory, then into the step's output); 0 when they are computed in
+	// the host for sampling (a GPU: device-to-host copy into the
+	// executor's page-locked output buffer); 0 when they are computed in
 	// host memory (the CPU engine).
 	LogitsBytesPerS float64 `json:"logits_bytes_per_s,omitempty"`
 }
