@@ -71,6 +71,11 @@ type RunResult struct {
 	SimDuration time.Duration // virtual time from the first arrival to the last token
 	KVTokens    int64         // KV capacity of one replica, tokens
 	Preemptions int64
+	// Placements is what the steps under each of the policy's placements
+	// did, and Host what the host KV tier and the transitions cost,
+	// summed over replicas (Seesaw's per-phase breakdown).
+	Placements []PlacementStats
+	Host       HostStats
 	// TokensPerSecond[i] is the tokens (prompt and output) the deployment
 	// computed in second i of the run, summed over replicas: the combined
 	// throughput the Shift paper plots.
@@ -273,6 +278,8 @@ func Run(opts RunOptions) (*RunResult, error) {
 	}
 	for _, r := range reps {
 		res.Preemptions += r.eng.Stats().Preemptions
+		res.Placements = addPlacementStats(res.Placements, r.runner.PlacementStats())
+		res.Host.add(r.runner.HostStats())
 		if r.span != nil {
 			res.Timeline = append(res.Timeline, *r.span)
 		}

@@ -41,6 +41,7 @@ type CostRunner struct {
 	host       hostTier // host KV tier and transitions (EnableHostTier)
 	overlap    bool     // steps overlap in the pipeline (OverlapSteps)
 	lastPlace  int      // index of the placement the latest step ran under
+	stats      []PlacementStats
 }
 
 // StepRecord is one step a CostRunner ran.
@@ -65,7 +66,7 @@ func NewCostRunner(cm *CostModel, cfg *model.Config, placements []parallel.Place
 	if blockSize < 1 || numBlocks < 1 {
 		return nil, fmt.Errorf("sim: KV pool of %d blocks of %d tokens", numBlocks, blockSize)
 	}
-	r := &CostRunner{cfg: cfg, clk: clk, placements: placements, costs: make([]*LayoutCost, len(placements)), byPlace: make([]int, len(placements))}
+	r := &CostRunner{cfg: cfg, clk: clk, placements: placements, costs: make([]*LayoutCost, len(placements)), byPlace: make([]int, len(placements)), stats: make([]PlacementStats, len(placements))}
 	for i, p := range placements {
 		lc, err := cm.Layout(cfg, p)
 		if err != nil {
@@ -148,13 +149,15 @@ func (r *CostRunner) run(b *forward.Batch, p parallel.Placement) error {
 	if i < 0 {
 		return fmt.Errorf("sim: the engine chose placement %s, which the cost runner does not hold", p)
 	}
-	r.waitForBlocks(b)
+	ready := r.blocksReady(b)
 	r.shape.Seqs = r.shape.Seqs[:0]
 	tokens := 0
+	decodeOnly := true
 	for j := range b.Seqs {
 		s := &b.Seqs[j]
 		r.shape.Seqs = append(r.shape.Seqs, Seq{Context: s.Pos, New: len(s.Tokens), Logits: s.NumLogits, Replica: s.Replica})
 		tokens += len(s.Tokens)
+		decodeOnly = decodeOnly && len(s.Tokens) == 1 && s.Pos > 0
 	}
 	start := r.clk.Now()
 	if r.overlap && r.steps > 0 {
@@ -165,6 +168,13 @@ func (r *CostRunner) run(b *forward.Batch, p parallel.Placement) error {
 	}
 	cost := r.costs[i].Step(&r.shape)
 	end := start.Add(duration(cost.Seconds))
+	r.note(i, len(b.Seqs), tokens, cost.Seconds, decodeOnly)
+	if wait := ready.Sub(end); wait > 0 { // a copy the step's compute does not hide
+		r.host.stats.WaitSeconds += wait.Seconds()
+		r.costs[i].Idle(wait.Seconds())
+		end = ready
+		cost.Seconds += wait.Seconds()
+	}
 	r.clk.Set(end)
 	r.steps++
 	r.byPlace[i]++

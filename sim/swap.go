@@ -13,8 +13,18 @@ import (
 // and device memory (Seesaw): every rank has a copy engine, apart from its
 // compute, that runs swaps one after another; a device block a swap
 // writes (swap-in) or frees (swap-out) is usable only once the swap has
-// landed, and a step that reads such a block starts no earlier (the
-// prefetcher's completion notice); other steps overlap the copies.
+// landed, and a step that reads such a block ends no earlier. The copies
+// overlap compute, the decodes of the sequences already on the device
+// included: Seesaw's prefetcher moves a sequence's KV in the background
+// while the others decode, and the sequence joins the batch once its copy
+// lands (paper 004, §5.2). The engine hands the runner a swapped-in
+// sequence in the very step that follows the swap, so the runner lets
+// that step's compute overlap the copy and ends it at the later of the
+// two: the same device time as the prefetcher's, the sequence's first
+// token up to one step earlier. A step waits only for copies slower than
+// its compute (the device filling at a decode phase's start, or very
+// short outputs: the paper's "as long as the output length is not too
+// short").
 // Transitions re-shard every rank's weights from host memory and block
 // the ranks (the Seesaw paper does not say they overlap anything).
 type hostTier struct {
@@ -23,7 +33,9 @@ type hostTier struct {
 	ready    map[int]time.Time // device block → when its swap lands
 	moved    parallel.TransitionStats
 	swapped  int64
-	current  int // index of the placement the KV cache is under
+	current  int             // index of the placement the KV cache is under
+	copyBusy []time.Duration // by rank: time its copy engine spent moving KV
+	stats    HostStats
 }
 
 // HostBlocks is the host KV tier's size in blocks (0: none).
@@ -35,12 +47,16 @@ func (r *CostRunner) InlineSwaps() bool { return true }
 
 // SwapOut prices parking the swaps' blocks on the host tier.
 func (r *CostRunner) SwapOut(_ context.Context, swaps []forward.Swap) (int64, error) {
-	return r.swap(swaps)
+	n, err := r.swap(swaps)
+	r.host.stats.SwapOutBytes += n
+	return n, err
 }
 
 // SwapIn prices bringing the swaps' blocks back.
 func (r *CostRunner) SwapIn(_ context.Context, swaps []forward.Swap) (int64, error) {
-	return r.swap(swaps)
+	n, err := r.swap(swaps)
+	r.host.stats.SwapInBytes += n
+	return n, err
 }
 
 // swap queues the swaps on every rank's copy engine (each moves its KV
@@ -74,6 +90,7 @@ func (r *CostRunner) swap(swaps []forward.Swap) (int64, error) {
 		}
 		end := start.Add(duration(t))
 		r.host.copyFree[rank] = end
+		r.host.copyBusy[rank] += duration(t)
 		if end.After(landed) {
 			landed = end
 		}
@@ -111,6 +128,8 @@ func (r *CostRunner) Transition(_ context.Context, to parallel.Placement) (paral
 		st.Moves++
 	}
 	r.clk.Advance(duration(slowest))
+	r.host.stats.Transitions++
+	r.host.stats.TransitionSeconds += slowest
 	r.host.current = i
 	r.host.moved.WeightBytes += st.WeightBytes
 	r.host.moved.Moves += st.Moves
@@ -128,6 +147,7 @@ func (r *CostRunner) SwapBytes() int64 { return r.host.swapped }
 func (r *CostRunner) EnableHostTier(blocks int) {
 	r.host.blocks = blocks
 	r.host.copyFree = make([]time.Time, len(r.placements[0].Coords))
+	r.host.copyBusy = make([]time.Duration, len(r.placements[0].Coords))
 	r.host.ready = map[int]time.Time{}
 }
 
@@ -141,10 +161,13 @@ func (r *CostRunner) index(p parallel.Placement) int {
 	return -1
 }
 
-// waitForBlocks moves the clock to when every block b reads has landed.
-func (r *CostRunner) waitForBlocks(b *forward.Batch) {
+// blocksReady is when every block b reads has landed (the zero time when
+// none is in flight): the step that reads them cannot end before. It
+// forgets the swaps that have landed by now.
+func (r *CostRunner) blocksReady(b *forward.Batch) time.Time {
+	var ready time.Time
 	if len(r.host.ready) == 0 {
-		return
+		return ready
 	}
 	now := r.clk.Now()
 	if len(r.host.ready) > 1<<12 { // forget swaps that landed long ago
@@ -154,13 +177,12 @@ func (r *CostRunner) waitForBlocks(b *forward.Batch) {
 			}
 		}
 	}
-	start := now
 	for i := range b.Seqs {
 		s := &b.Seqs[i]
 		for _, blk := range s.Blocks[:r.kv.BlocksFor(s.Pos+len(s.Tokens))] {
 			if t, ok := r.host.ready[blk]; ok {
-				if t.After(start) {
-					start = t
+				if t.After(ready) {
+					ready = t
 				}
 				if !t.After(now) {
 					delete(r.host.ready, blk)
@@ -168,5 +190,5 @@ func (r *CostRunner) waitForBlocks(b *forward.Batch) {
 			}
 		}
 	}
-	r.clk.Set(start)
+	return ready
 }

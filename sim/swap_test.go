@@ -86,6 +86,26 @@ func TestSeesawSimulated(t *testing.T) {
 	if gaps == 0 {
 		t.Fatal("no transition between spans")
 	}
+	// The per-phase breakdown accounts for every step, token and
+	// transition of the run.
+	steps, tokens := 0, int64(0)
+	for _, p := range res.Placements {
+		steps += p.Steps
+		tokens += p.Tokens
+	}
+	if want := int64(200 * (1500 + 60 - 1)); steps != res.Steps || tokens != want {
+		t.Fatalf("placement stats count %d steps and %d tokens, the run %d steps and %d tokens", steps, tokens, res.Steps, want)
+	}
+	if pp := res.Placements[0]; pp.Plan != "pp=4" || pp.DecodeSteps != 0 {
+		t.Fatalf("prefill placement stats %+v: want pp=4 with no decode-only step", pp)
+	}
+	if tp := res.Placements[1]; tp.Plan != "tp=4" || tp.DecodeSteps != int64(tp.Steps) || tp.Decodes != int64(200*59) {
+		t.Fatalf("decode placement stats %+v: want tp=4, decode-only steps, %d decodes", tp, 200*59)
+	}
+	h := res.Host
+	if h.Transitions != gaps || h.TransitionSeconds <= 0 || h.SwapOutBytes <= 0 || h.SwapInBytes != h.SwapOutBytes || h.CopySeconds <= 0 {
+		t.Fatalf("host stats %+v: want %d transitions and every parked byte brought back", h, gaps)
+	}
 	if again := run(); !reflect.DeepEqual(again.Report, res.Report) || !reflect.DeepEqual(again.Timeline, res.Timeline) {
 		t.Fatal("two runs differ")
 	}
