@@ -11,10 +11,11 @@ type PlacementStats struct {
 	Seconds float64 `json:"seconds"` // the steps' predicted durations, waits for copies (HostStats.WaitSeconds) not included
 	Tokens  int64   `json:"tokens"`  // batched tokens
 	Seqs    int64   `json:"seqs"`    // sequences in the steps
-	// Decodes and DecodeSteps count the decode-only steps: their
-	// sequences (one token each) and their number, for the mean decode
-	// batch.
+	// Decodes, DecodeSteps and DecodeSeconds are the decode-only steps'
+	// sequences (one token each), number and durations: the mean decode
+	// batch, and the time a static plan spends without prefill work.
 	Decodes, DecodeSteps int64
+	DecodeSeconds        float64
 	MaxSeqs              int // the largest step
 }
 
@@ -29,11 +30,11 @@ type HostStats struct {
 	WaitSeconds float64 `json:"wait_s"`
 	// CopySeconds is the busiest copy engine's time moving KV, hidden or
 	// not.
-	CopySeconds   float64 `json:"copy_s"`
-	SwapOutBytes  int64   `json:"swap_out_bytes"`
-	SwapInBytes   int64   `json:"swap_in_bytes"`
-	HostKVTokens  int64   `json:"host_kv_tokens"` // the tier's capacity, one replica
-	DeviceKVToken int64   `json:"device_kv_tokens"`
+	CopySeconds    float64 `json:"copy_s"`
+	SwapOutBytes   int64   `json:"swap_out_bytes"`
+	SwapInBytes    int64   `json:"swap_in_bytes"`
+	HostKVTokens   int64   `json:"host_kv_tokens"` // the tier's capacity, one replica
+	DeviceKVTokens int64   `json:"device_kv_tokens"`
 }
 
 // note adds a step of seqs sequences, tokens tokens and the given
@@ -48,6 +49,7 @@ func (r *CostRunner) note(i int, seqs, tokens int, seconds float64, decodeOnly b
 	if decodeOnly {
 		s.DecodeSteps++
 		s.Decodes += int64(seqs)
+		s.DecodeSeconds += seconds
 	}
 }
 
@@ -67,7 +69,7 @@ func (r *CostRunner) HostStats() HostStats {
 	h := r.host.stats
 	h.WeightBytes = r.host.moved.WeightBytes
 	h.HostKVTokens = int64(r.host.blocks) * int64(r.kv.BlockSize)
-	h.DeviceKVToken = int64(r.kv.NumBlocks) * int64(r.kv.BlockSize)
+	h.DeviceKVTokens = int64(r.kv.NumBlocks) * int64(r.kv.BlockSize)
 	var busiest time.Duration
 	for _, d := range r.host.copyBusy {
 		busiest = max(busiest, d)
@@ -76,7 +78,7 @@ func (r *CostRunner) HostStats() HostStats {
 	return h
 }
 
-// add sums o into s (placements by position).
+// addPlacementStats sums o into s (placements by position).
 func addPlacementStats(s, o []PlacementStats) []PlacementStats {
 	if s == nil {
 		return append([]PlacementStats(nil), o...)
@@ -89,11 +91,13 @@ func addPlacementStats(s, o []PlacementStats) []PlacementStats {
 		a.Seqs += o[i].Seqs
 		a.Decodes += o[i].Decodes
 		a.DecodeSteps += o[i].DecodeSteps
+		a.DecodeSeconds += o[i].DecodeSeconds
 		a.MaxSeqs = max(a.MaxSeqs, o[i].MaxSeqs)
 	}
 	return s
 }
 
+// add sums a replica's statistics into h.
 func (h *HostStats) add(o HostStats) {
 	h.Transitions += o.Transitions
 	h.TransitionSeconds += o.TransitionSeconds
@@ -103,5 +107,5 @@ func (h *HostStats) add(o HostStats) {
 	h.SwapOutBytes += o.SwapOutBytes
 	h.SwapInBytes += o.SwapInBytes
 	h.HostKVTokens = o.HostKVTokens
-	h.DeviceKVToken = o.DeviceKVToken
+	h.DeviceKVTokens = o.DeviceKVTokens
 }

@@ -122,7 +122,7 @@ func TestSwapInOverlapsDecode(t *testing.T) {
 		t.Fatalf("waited %.6f s, want the copy less the compute, %.6f s", w, all-compute)
 	}
 	st := r.PlacementStats()[0]
-	if st.Steps != 1 || st.DecodeSteps != 1 || st.Decodes != 8 || math.Abs(st.Seconds-compute) > 1e-9 {
+	if st.Steps != 1 || st.DecodeSteps != 1 || st.Decodes != 8 || math.Abs(st.Seconds-compute) > 1e-9 || st.DecodeSeconds != st.Seconds {
 		t.Fatalf("placement stats %+v: want one decode step of 8 sequences and %.6f s of compute", st, compute)
 	}
 }

@@ -28,9 +28,10 @@ import (
 // Transitions re-shard every rank's weights from host memory and block
 // the ranks (the Seesaw paper does not say they overlap anything).
 type hostTier struct {
-	blocks   int               // host KV blocks per replica
-	copyFree []time.Time       // by rank: when its copy engine is free
-	ready    map[int]time.Time // device block → when its swap lands
+	blocks   int         // host KV blocks per replica
+	copyFree []time.Time // by rank: when its copy engine is free
+	ready    []time.Time // by device block: when its latest swap lands
+	latest   time.Time   // when the latest swap of all lands
 	moved    parallel.TransitionStats
 	swapped  int64
 	current  int             // index of the placement the KV cache is under
@@ -97,8 +98,14 @@ func (r *CostRunner) swap(swaps []forward.Swap) (int64, error) {
 	}
 	for _, s := range swaps {
 		for _, b := range s.Device {
+			if b < 0 || b >= len(r.host.ready) {
+				return 0, fmt.Errorf("sim: swap of device block %d outside the pool's %d", b, len(r.host.ready))
+			}
 			r.host.ready[b] = landed
 		}
+	}
+	if landed.After(r.host.latest) {
+		r.host.latest = landed
 	}
 	n := tokens * int64(r.cfg.KVBytesPerToken(int(cost.kvBytes)))
 	r.host.swapped += n
@@ -148,7 +155,7 @@ func (r *CostRunner) EnableHostTier(blocks int) {
 	r.host.blocks = blocks
 	r.host.copyFree = make([]time.Time, len(r.placements[0].Coords))
 	r.host.copyBusy = make([]time.Duration, len(r.placements[0].Coords))
-	r.host.ready = map[int]time.Time{}
+	r.host.ready = make([]time.Time, r.kv.NumBlocks)
 }
 
 // index is the position of placement p among the runner's, or -1.
@@ -162,31 +169,17 @@ func (r *CostRunner) index(p parallel.Placement) int {
 }
 
 // blocksReady is when every block b reads has landed (the zero time when
-// none is in flight): the step that reads them cannot end before. It
-// forgets the swaps that have landed by now.
+// none is in flight): the step that reads them cannot end before.
 func (r *CostRunner) blocksReady(b *forward.Batch) time.Time {
 	var ready time.Time
-	if len(r.host.ready) == 0 {
-		return ready
-	}
-	now := r.clk.Now()
-	if len(r.host.ready) > 1<<12 { // forget swaps that landed long ago
-		for blk, t := range r.host.ready {
-			if !t.After(now) {
-				delete(r.host.ready, blk)
-			}
-		}
+	if !r.host.latest.After(r.clk.Now()) {
+		return ready // every copy has landed
 	}
 	for i := range b.Seqs {
 		s := &b.Seqs[i]
 		for _, blk := range s.Blocks[:r.kv.BlocksFor(s.Pos+len(s.Tokens))] {
-			if t, ok := r.host.ready[blk]; ok {
-				if t.After(ready) {
-					ready = t
-				}
-				if !t.After(now) {
-					delete(r.host.ready, blk)
-				}
+			if t := r.host.ready[blk]; t.After(ready) {
+				ready = t
 			}
 		}
 	}
