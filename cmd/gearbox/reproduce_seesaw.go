@@ -37,11 +37,20 @@ const (
 	// seesawSigma is the log-normal spread (σ of the log) we assume: wide
 	// for chat turns, narrower for papers and abstracts.
 	shareGPTSigma, arxivInSigma, arxivOutSigma = 1.0, 0.5, 0.4
+	// shareGPTNarrowSigma is the sensitivity row's ShareGPT spread: half
+	// the assumed one, fewer very long chats.
+	shareGPTNarrowSigma = 0.5
 )
 
 // seesawWorkload draws n requests of dataset ("sharegpt" or "arxiv") for
 // a model of context maxLen, all arriving at once.
 func seesawWorkload(dataset string, n, maxLen int, seed uint64) []bench.Request {
+	return seesawWorkloadSigma(dataset, n, maxLen, seed, shareGPTSigma)
+}
+
+// seesawWorkloadSigma is seesawWorkload with ShareGPT's spread sigma (the
+// sensitivity rows).
+func seesawWorkloadSigma(dataset string, n, maxLen int, seed uint64, sigma float64) []bench.Request {
 	rng := rand.New(rand.NewPCG(seed, 4))
 	// lognormal draws with the given mean (exp(μ+σ²/2) = mean).
 	draw := func(mean, sigma float64) int {
@@ -54,7 +63,7 @@ func seesawWorkload(dataset string, n, maxLen int, seed uint64) []bench.Request 
 		switch dataset {
 		case "sharegpt":
 			for {
-				in, out = draw(shareGPTIn, shareGPTSigma), draw(shareGPTOut, shareGPTSigma)
+				in, out = draw(shareGPTIn, sigma), draw(shareGPTOut, sigma)
 				if in >= 4 && out >= 4 && in <= 1024 && in+out <= min(2048, maxLen) {
 					break
 				}
@@ -114,6 +123,7 @@ type seesawBench struct {
 	model, node string
 	linkScale   float64 // multiplies the GPUs' peer link bandwidth (Fig. 14); 0 means 1
 	context     int     // the model's context as the paper ran it, if shorter than the preset's
+	sigma       float64 // ShareGPT's log-normal spread; 0 means shareGPTSigma
 }
 
 // setup builds the simulator for b: the paper's BF16 weights and KV, the
@@ -146,6 +156,9 @@ func (b seesawBench) setup() (*simSetup, error) {
 type seesawResult struct {
 	cfg        seesawConfig
 	throughput float64 // requests per second
+	seconds    float64 // the run's duration
+	phases     []sim.PlacementStats
+	host       sim.HostStats
 	err        error
 }
 
@@ -193,7 +206,7 @@ func (s *simSetup) runSeesaw(c seesawConfig, reqs []bench.Request) seesawResult 
 	if res.Report.Completed != len(reqs) {
 		return seesawResult{cfg: c, err: fmt.Errorf("%d of %d requests completed", res.Report.Completed, len(reqs))}
 	}
-	return seesawResult{cfg: c, throughput: res.Report.RequestThroughput}
+	return seesawResult{cfg: c, throughput: res.Report.RequestThroughput, seconds: res.SimDuration.Seconds(), phases: res.Placements, host: res.Host}
 }
 
 // layouts are the TP×PP plans of n GPUs, and with dp the TP×PP×DP ones.
@@ -276,7 +289,7 @@ func (b seesawBench) speedup(dataset string, n int) (vllm, seesaw seesawResult, 
 	if err != nil {
 		return vllm, seesaw, err
 	}
-	reqs := seesawWorkload(dataset, n, cmp.Or(b.context, s.cfg.MaxPositions), 1)
+	reqs := seesawWorkloadSigma(dataset, n, cmp.Or(b.context, s.cfg.MaxPositions), 1, cmp.Or(b.sigma, shareGPTSigma))
 	var ok bool
 	if vllm, ok = best(s.sweep(staticConfigs(s.node.Count, true), reqs)); !ok {
 		return vllm, seesaw, fmt.Errorf("%s on %s: no static configuration runs", b.model, b.node)
@@ -304,7 +317,11 @@ func reproduceSeesaw(w *strings.Builder) error {
 		"(ShareGPT %d prompt / %d output tokens as vLLM samples it; arXiv %d / %d, Cohan et al.'s word counts ×1.3, prompts cut to the context). "+
 		"The spreads (σ %.1f; %.1f and %.1f) are our assumption.\n\n", shareGPTIn, shareGPTOut, arxivIn, arxivOut, shareGPTSigma, arxivInSigma, arxivOutSigma)
 
-	if err := seesawFig10(w); err != nil {
+	f10, err := seesawFig10(w)
+	if err != nil {
+		return err
+	}
+	if err := seesawBreakdown(w, f10); err != nil {
 		return err
 	}
 	if err := seesawFig11(w); err != nil {
@@ -320,12 +337,12 @@ func reproduceSeesaw(w *strings.Builder) error {
 		return err
 	}
 	fmt.Fprintf(w, "## What this does not reproduce yet\n\n"+
-		"- The A10 geomean falls short of the paper's (the L4, overall and maximum rows land): the ShareGPT rows give 1.1–1.2× where the arXiv rows give 1.3–1.6×. "+
-		"Taking Table 1's 125-TFLOPS A10 instead of the g5's 70-TFLOPS A10G brings the geomean to the edge of the tolerance, not inside it. "+
-		"The workloads' lengths are stand-ins (Figure 9 unreadable), and the per-figure bar values the spec's B7 asks for are not in our copy of the paper, "+
-		"so we cannot tell which cases carry the gap.\n"+
-		"- Figure 11: Seesaw on the x8 PCIe A100 box keeps about 0.6 of its NVLink throughput where the paper reports 0.82–0.89; both of its phases "+
-		"cross the x8 links here (the paper does not say how its A100 PCIe box was wired).\n"+
+		"- The A10 geomean: outside, for the reason given under the breakdown above (the ShareGPT cases; the A10G's compute). "+
+		"The per-figure bar values the spec's B7 asks for are not in our copy of the paper, so which of its A10 cases carry its 1.45× is unknown, "+
+		"and the workloads' lengths are stand-ins (Figure 9 unreadable).\n"+
+		"- Figure 11's PCIe-to-SXM ratios are reported, not checked (the table under Figure 11, read as the paper's sentence reads: the PCIe box "+
+		"against vLLM on the SXM box). Seesaw on the PCIe box against Seesaw on the SXM box is lower, since its decode there runs "+
+		"over the x8 links (the paper does not say how its A100 PCIe box was wired).\n"+
 		"- Gearbox's own executors fill and drain the pipeline each step; the overlapped pipeline here, with the engine limits applying per "+
 		"virtual engine, is vLLM's (the paper's systems), a simulator option.\n\n")
 	fmt.Fprintf(w, "_Simulated in %.0f s._\n", time.Since(start).Seconds())
@@ -343,11 +360,28 @@ var fig10Models = []struct {
 	{"meta-llama/Llama-2-70b-hf", 8},
 }
 
-func seesawFig10(w *strings.Builder) error {
+// fig10Case is one bar of Figure 10: its setup, workload and the best
+// static and Seesaw runs.
+type fig10Case struct {
+	bench   seesawBench
+	dataset string
+	n       int
+	vllm    seesawResult
+	seesaw  seesawResult
+}
+
+// fig10Result is Figure 10's cases and its A10 sensitivity geomeans.
+type fig10Result struct {
+	cases               []fig10Case
+	a10Table1, a10Sigma float64 // A10 geomean with Table 1's A10; with ShareGPT's narrow spread
+}
+
+func seesawFig10(w *strings.Builder) (fig10Result, error) {
 	fmt.Fprintf(w, "## Figure 10: throughput on PCIe boxes (Seesaw / best vLLM)\n\n")
 	fmt.Fprintf(w, "| GPU | model | dataset | vLLM best (req/s) | Seesaw best (req/s) | speedup |\n|---|---|---|---|---|---|\n")
 	byGPU := map[string][]float64{}
 	var all []float64
+	var cases []fig10Case
 	for _, gpu := range []string{"A10G", "L4"} {
 		for _, m := range fig10Models {
 			for _, ds := range []struct {
@@ -357,8 +391,9 @@ func seesawFig10(w *strings.Builder) error {
 				b := seesawBench{model: m.model, node: fmt.Sprintf("%dx%s@pcie4x8", m.gpus, gpu)}
 				v, s, err := b.speedup(ds.name, ds.n)
 				if err != nil {
-					return err
+					return fig10Result{}, err
 				}
+				cases = append(cases, fig10Case{bench: b, dataset: ds.name, n: ds.n, vllm: v, seesaw: s})
 				r := s.throughput / v.throughput
 				byGPU[gpu] = append(byGPU[gpu], r)
 				all = append(all, r)
@@ -386,19 +421,50 @@ func seesawFig10(w *strings.Builder) error {
 		}{{"sharegpt", 2000}, {"arxiv", 500}} {
 			v, s, err := seesawBench{model: m.model, node: fmt.Sprintf("%dxA10@pcie4x8", m.gpus)}.speedup(ds.name, ds.n)
 			if err != nil {
-				return err
+				return fig10Result{}, err
 			}
 			a10 = append(a10, s.throughput/v.throughput)
 		}
 	}
 	fmt.Fprintf(w, "| A10 geomean, GPUs as Table 1's A10 (125 TFLOPS) | 1.45× | %.2f× | sensitivity | max %.2f× |\n", geomean(a10), slices.Max(a10))
+	// Sensitivity: ShareGPT's spread is our assumption; a narrower one
+	// (fewer very long chats) on the A10G cases, arXiv's kept.
+	var narrow, shareNarrow []float64
+	for _, c := range cases {
+		if !strings.Contains(c.bench.node, "A10G") {
+			continue
+		}
+		r := c.seesaw.throughput / c.vllm.throughput
+		if c.dataset == "sharegpt" {
+			b := c.bench
+			b.sigma = shareGPTNarrowSigma
+			v, s, err := b.speedup(c.dataset, c.n)
+			if err != nil {
+				return fig10Result{}, err
+			}
+			r = s.throughput / v.throughput
+			shareNarrow = append(shareNarrow, r)
+		}
+		narrow = append(narrow, r)
+	}
+	fmt.Fprintf(w, "| A10 geomean, ShareGPT lengths with σ %.1f | 1.45× | %.2f× | sensitivity | ShareGPT cases %s |\n",
+		shareGPTNarrowSigma, geomean(narrow), ratios(shareNarrow))
 	minimum := slices.Min(all)
 	res := "every case ≥ 1.0×"
 	if minimum < 1 {
 		res = "**a case below 1.0×**"
 	}
 	fmt.Fprintf(w, "| min (every case ≥ 1.0×) | 1.06× | %.2f× | ≥ 1.0× | %s |\n\n", minimum, res)
-	return nil
+	return fig10Result{cases: cases, a10Table1: geomean(a10), a10Sigma: geomean(narrow)}, nil
+}
+
+// ratios writes speedups as "1.10×, 1.17×".
+func ratios(xs []float64) string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = fmt.Sprintf("%.2f×", x)
+	}
+	return strings.Join(out, ", ")
 }
 
 func seesawFig11(w *strings.Builder) error {
@@ -425,9 +491,27 @@ func seesawFig11(w *strings.Builder) error {
 		fmt.Fprintf(w, "| %s | %s | %.2f (%s) | %.2f (%s) | %.2f× | %.2f× | ±20%% | %s |\n", c.node, c.dataset,
 			v.throughput, v.cfg, s.throughput, s.cfg, r, c.paper, check(r, c.paper, 0.2, true))
 	}
+	// The paper's PCIe-to-SXM ratios need vLLM's arXiv run on the SXM box.
+	b := seesawBench{model: "meta-llama/Llama-3.3-70B-Instruct", node: "8xA100-40GB", context: 8192}
+	s, err := b.setup()
+	if err != nil {
+		return err
+	}
+	sxmArxiv, ok := best(s.sweep(staticConfigs(s.node.Count, true), seesawWorkload("arxiv", 500, b.context, 1)))
+	if !ok {
+		return fmt.Errorf("no static configuration runs arxiv on %s", b.node)
+	}
 	sxm, pcie := runs["8xA100-40GBsharegpt"], runs["8xA100-40GB-PCIe@pcie4x8sharegpt"]
-	fmt.Fprintf(w, "\nvLLM PCIe / SXM on sharegpt: %.2f (paper ≈ 0.60); Seesaw PCIe / SXM: %.2f (paper 0.82–0.89).\n\n",
-		pcie.v.throughput/sxm.v.throughput, pcie.s.throughput/sxm.s.throughput)
+	pcieArxiv := runs["8xA100-40GB-PCIe@pcie4x8arxiv"]
+	fmt.Fprintf(w, "\n§6.4: \"vLLM gets roughly 60%% throughput on A100 PCIe compared with A100 SXM, while Seesaw boosts it up to 82%% – 89%%\". "+
+		"\"It\" is the PCIe box's throughput against the SXM box's vLLM (the spec's reading: 0.6 × 1.30 ≈ 0.78 and 0.6 × 1.46 ≈ 0.88, "+
+		"so 82%% on ShareGPT and 89%% on arXiv with vLLM's ratio at 0.61–0.63). vLLM's arXiv run on the SXM box: %.2f req/s (%s, %d). Reported, not checked.\n\n", sxmArxiv.throughput, sxmArxiv.cfg, sxmArxiv.cfg.budget)
+	fmt.Fprintf(w, "| ratio | dataset | paper | simulated |\n|---|---|---|---|\n")
+	fmt.Fprintf(w, "| vLLM on PCIe / vLLM on SXM | sharegpt | ≈ 0.60 | %.2f |\n", pcie.v.throughput/sxm.v.throughput)
+	fmt.Fprintf(w, "| vLLM on PCIe / vLLM on SXM | arxiv | ≈ 0.60 | %.2f |\n", pcieArxiv.v.throughput/sxmArxiv.throughput)
+	fmt.Fprintf(w, "| Seesaw on PCIe / vLLM on SXM | sharegpt | 0.82 | %.2f |\n", pcie.s.throughput/sxm.v.throughput)
+	fmt.Fprintf(w, "| Seesaw on PCIe / vLLM on SXM | arxiv | 0.89 | %.2f |\n", pcieArxiv.s.throughput/sxmArxiv.throughput)
+	fmt.Fprintf(w, "| Seesaw on PCIe / Seesaw on SXM (the other reading) | sharegpt | 0.82–0.89 | %.2f |\n\n", pcie.s.throughput/sxm.s.throughput)
 	return nil
 }
 
@@ -626,6 +710,181 @@ func seesawFig14(w *strings.Builder) error {
 	order(w, fmt.Sprintf("best fixed layout at 0.1× is pipeline-parallel (%s)", bests[0]), bests[0] == "PP8")
 	order(w, fmt.Sprintf("best fixed layout at 50× is tensor-parallel (%s)", bests[len(bests)-1]), strings.HasPrefix(bests[len(bests)-1], "TP") && !strings.Contains(bests[len(bests)-1], "PP4") && !strings.Contains(bests[len(bests)-1], "PP8"))
 	order(w, "Seesaw ≥ every fixed layout at every bandwidth (1% slack)", always)
+	fmt.Fprintln(w)
+	return nil
+}
+
+// phaseSplit is a run's step time carrying prefill work (Seesaw's prefill
+// phase, a static plan's prefill and mixed steps) and its decode-only step
+// time, and its mean decode-only batch.
+func phaseSplit(r seesawResult) (prefill, decode, batch float64) {
+	var decodes, steps int64
+	for _, p := range r.phases {
+		prefill += p.Seconds - p.DecodeSeconds
+		decode += p.DecodeSeconds
+		decodes += p.Decodes
+		steps += p.DecodeSteps
+	}
+	if steps > 0 {
+		batch = float64(decodes) / float64(steps)
+	}
+	return prefill, decode, batch
+}
+
+// seesawBreakdown writes where the time of the first A10G ShareGPT and
+// arXiv cases of Figure 10 goes, for the best vLLM and the best Seesaw
+// configuration, and on ShareGPT also for Seesaw with the paper's decode
+// layout for a small model on four GPUs (TP4, §6.3).
+func seesawBreakdown(w *strings.Builder, f10 fig10Result) error {
+	cases := f10.cases
+	if len(cases) < 2 {
+		return fmt.Errorf("seesaw breakdown: %d Figure 10 cases, want the A10G 15B pair", len(cases))
+	}
+	share, arxiv := cases[0], cases[1]
+	fmt.Fprintf(w, "## Where the time goes (%s, %s)\n\n", share.bench.model, share.bench.node)
+	fmt.Fprintf(w, "The first two bars of Figure 10, run again with the simulator's per-phase accounting. Prefill steps are Seesaw's prefill phase "+
+		"or a static plan's steps that carry prompt tokens (mixed with decodes under chunked prefill); decode steps are decode-only steps. "+
+		"Waits are the time steps were held past their compute for a KV copy to land (the copies the compute does not hide); "+
+		"the copy engine's busy time is the busiest GPU's, hidden or not. Transitions re-shard the weights from the host copy over each GPU's PCIe 4.0 x8 link "+
+		"and block the GPUs. This is the paper's split (§5.2): the KV swaps overlap compute (swap-out behind the prefill, swap-in by the prefetcher "+
+		"while the others decode), while of the weight reload it says only that its cost is \"constant relative to batch size, allowing it to be amortized\".\n\n")
+	s, err := share.bench.setup()
+	if err != nil {
+		return err
+	}
+	reqs := seesawWorkload(share.dataset, share.n, cmp.Or(share.bench.context, s.cfg.MaxPositions), 1)
+	n := s.node.Count
+	var tp []seesawConfig
+	for _, b := range seesawBudgets {
+		tp = append(tp, seesawConfig{prefill: parallel.Plan{DP: 1, TP: 1, PP: n, SP: 1}, decode: parallel.Plan{DP: 1, TP: n, PP: 1, SP: 1}, budget: b})
+	}
+	paperDecode, ok := best(s.sweep(tp, reqs))
+	if !ok {
+		return fmt.Errorf("seesaw breakdown: PP%d → TP%d does not run", n, n)
+	}
+	rows := []struct {
+		dataset, who string
+		r            seesawResult
+	}{
+		{share.dataset, "vLLM best", share.vllm},
+		{share.dataset, "Seesaw best", share.seesaw},
+		{share.dataset, "Seesaw, TP decode", paperDecode},
+		{arxiv.dataset, "vLLM best", arxiv.vllm},
+		{arxiv.dataset, "Seesaw best", arxiv.seesaw},
+	}
+	fmt.Fprintf(w, "| dataset | system | configuration | req/s | run s | prefill steps s | decode steps s | mean decode batch | transitions (s) | weights re-sharded GiB | KV out / in GiB | copy engine busy s | waits s | device KV tokens | host KV tokens |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	gib := func(b int64) float64 { return float64(b) / (1 << 30) }
+	for _, row := range rows {
+		r := row.r
+		pre, dec, batch := phaseSplit(r)
+		h := r.host
+		host := "—"
+		if h.HostKVTokens > 0 {
+			host = fmt.Sprint(h.HostKVTokens)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s, %d | %.2f | %.0f | %.0f | %.0f | %.0f | %d (%.1f) | %.0f | %.0f / %.0f | %.1f | %.1f | %d | %s |\n",
+			row.dataset, row.who, r.cfg, r.cfg.budget, r.throughput, r.seconds, pre, dec, batch, h.Transitions, h.TransitionSeconds,
+			gib(h.WeightBytes), gib(h.SwapOutBytes), gib(h.SwapInBytes), h.CopySeconds, h.WaitSeconds, h.DeviceKVTokens, host)
+	}
+	_, vDec, _ := phaseSplit(share.vllm)
+	sPre, sDec, _ := phaseSplit(share.seesaw)
+	_, tDec, _ := phaseSplit(paperDecode)
+	fmt.Fprintf(w, "\nOn ShareGPT Seesaw's decode phase alone takes %.0f s against vLLM's whole run of %.0f s: with a prefill phase of no time at all "+
+		"its speedup would be %.2f×. Its decode runs the layout vLLM runs (%s), whose decode-only steps take %.0f s; decoding under TP%d instead takes %.0f s, "+
+		"because at the decode batches reached here a decode step is bound by compute and the all-reduces more than by weight streaming (see below). "+
+		"The gain is the prefill: %.0f s under %s against the vLLM run's %.0f s of steps carrying prompt tokens.\n\n",
+		sDec, share.vllm.seconds, share.vllm.seconds/sDec, planLabel(share.seesaw.cfg.decode), vDec, n, tDec,
+		sPre, planLabel(share.seesaw.cfg.prefill), share.vllm.seconds-vDec)
+	_, _, batch := phaseSplit(share.seesaw)
+	in, out := 0, 0
+	for _, r := range reqs {
+		in, out = in+r.InputTokens, out+r.OutputTokens
+	}
+	ctx := (in + out/2) / len(reqs)
+	fmt.Fprintf(w, "A decode step of Seesaw's mean decode batch on ShareGPT (%.0f sequences) at the workload's mean prompt plus half its mean output (%d tokens of context), "+
+		"rank 0's busy time by part:\n\n", batch, ctx)
+	plans := []parallel.Plan{{DP: 1, TP: n, PP: 1, SP: 1}}
+	for t := n / 2; t >= 1; t /= 2 {
+		plans = append(plans, parallel.Plan{DP: 1, TP: t, PP: n / t, SP: 1})
+	}
+	if err := decodeStepTable(w, s, plans, int(math.Round(batch)), ctx); err != nil {
+		return err
+	}
+	overhead := 0.0 // transitions and waits for copies, the largest share of a Seesaw run above
+	for _, r := range []seesawResult{share.seesaw, paperDecode, arxiv.seesaw} {
+		overhead = max(overhead, (r.host.TransitionSeconds+r.host.WaitSeconds)/r.seconds)
+	}
+	seesawA10Gap(w, f10, share.vllm.seconds/sDec, overhead)
+	return nil
+}
+
+// seesawA10Gap writes why the A10 geomean misses: what the model's
+// ShareGPT and arXiv cases give, what the ShareGPT cases would need for
+// the paper's geomean, and the sensitivity rows.
+func seesawA10Gap(w *strings.Builder, f10 fig10Result, bound, overhead float64) {
+	var share, arxiv []float64
+	for _, c := range f10.cases {
+		if !strings.Contains(c.bench.node, "A10G") {
+			continue
+		}
+		r := c.seesaw.throughput / c.vllm.throughput
+		if c.dataset == "sharegpt" {
+			share = append(share, r)
+		} else {
+			arxiv = append(arxiv, r)
+		}
+	}
+	gs, ga := geomean(share), geomean(arxiv)
+	edge := 1.45 * 0.9
+	fmt.Fprintf(w, "**Why the A10 geomean misses.** On the A10G the model's arXiv cases give a geomean of %.2f× (%s) and its ShareGPT cases %.2f× (%s), "+
+		"%.2f× together. The tolerance's edge (%.3f×) needs the ShareGPT geomean at %.2f× with these arXiv cases, the paper's %.2f× at %.2f×. "+
+		"The breakdown above says why ShareGPT stays near 1.1×: the prompts are a third of the tokens, the decode phase is most of Seesaw's run, "+
+		"and it runs the layout vLLM's best runs, so even a prefill of no time would give %.2f× on the 15B case. "+
+		"Seesaw's premise for the decode phase (§3.1: decode is bound by weight streaming, which TP divides) does not hold on this GPU at these batches: "+
+		"the A10G's 70 dense TFLOPS against 600 GB/s (about 117 FLOPs a byte, so about 117 tokens a weight read at BF16) make a decode step of a "+
+		"few hundred sequences compute-bound, and the TP all-reduces over PCIe 4.0 x8 cost more than the weight streaming TP saves. "+
+		"The transitions (one on ShareGPT, where the host store holds every prompt's KV) and the waits for KV copies (the rest of the swaps hidden "+
+		"behind compute, as the paper's asynchronous pipeline hides them) take at most %.1f%% of a Seesaw run above. "+
+		"What would have to be true: for the tolerance, ShareGPT speedups %.0f%% above the model's; for the paper's 1.45×, %.0f%% above, "+
+		"past what a free prefill would give on the 15B case, so a decode phase faster than vLLM's under the same layout — a GPU whose decode at these batches is bound by weight streaming. "+
+		"With Table 1's A10 (125 TFLOPS, the same memory) the A10 geomean is %.2f×; with a narrower ShareGPT spread (σ %.1f) %.2f× — "+
+		"the workload's spread is not what separates the model from the paper, the A10G's compute is. The paper's own reason for the A10's larger "+
+		"gains (§6.2: \"A10 has better single GPU performance than L4, while they have similar PCIe inter-connection bandwidth\") fits Table 1's A10 "+
+		"(125 against the L4's 121 TFLOPS, 600 against 300 GB/s), not the A10G, whose 70 TFLOPS are below the L4's. We keep the A10G's sourced "+
+		"70 TFLOPS (the g5's GPU, docs/simulator.md): choosing the GPU by the row it lands would be fitting; the row stays outside.\n\n",
+		ga, ratios(arxiv), gs, ratios(share), geomean(append(slices.Clone(share), arxiv...)), edge, edge*edge/ga, 1.45, 1.45*1.45/ga,
+		bound, 100*overhead, 100*(edge*edge/ga/gs-1), 100*(1.45*1.45/ga/gs-1), f10.a10Table1, shareGPTNarrowSigma, f10.a10Sigma)
+}
+
+// decodeStepTable writes the cost model's decode step of batch sequences
+// at context tokens under each of plans, rank 0's busy time by part: the
+// linear layers (and at which roof), decode attention, the TP
+// collectives, the rest; and the decode rate it sustains when the
+// pipeline stays full (batch over rank 0's busy time).
+func decodeStepTable(w *strings.Builder, s *simSetup, plans []parallel.Plan, batch, context int) error {
+	fmt.Fprintf(w, "| decode layout | step busy ms | linear layers ms (compute roof / memory roof) | attention ms | all-reduce + all-gather ms | rest ms | decode tok/s |\n|---|---|---|---|---|---|---|\n")
+	var sh sim.StepShape
+	for range batch {
+		sh.Seqs = append(sh.Seqs, sim.Seq{Context: context, New: 1, Logits: 1})
+	}
+	for _, p := range plans {
+		lc, err := s.cost.Layout(s.cfg, parallel.Standard(p))
+		if err != nil {
+			return err
+		}
+		b := lc.StepTime(0, &sh)
+		var lin, linC, linM float64
+		for _, c := range []sim.Component{sim.CompQKV, sim.CompOut, sim.CompMLPUp, sim.CompMLPDown, sim.CompLMHead} {
+			lin += b.Parts[c].Time
+			linC += b.Parts[c].Compute
+			linM += b.Parts[c].Memory
+		}
+		attn := b.Parts[sim.CompAttnDecode].Time
+		coll := b.Parts[sim.CompAllReduce].Time + b.Parts[sim.CompAllGather].Time
+		fmt.Fprintf(w, "| %s | %.1f | %.1f (%.1f / %.1f) | %.1f | %.1f | %.1f | %.0f |\n", planLabel(p), 1e3*b.Total, 1e3*lin, 1e3*linC, 1e3*linM,
+			1e3*attn, 1e3*coll, 1e3*(b.Total-lin-attn-coll), float64(batch)/b.Total)
+	}
 	fmt.Fprintln(w)
 	return nil
 }
