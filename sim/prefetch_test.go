@@ -126,3 +126,46 @@ func TestSwapInOverlapsDecode(t *testing.T) {
 		t.Fatalf("placement stats %+v: want one decode step of 8 sequences and %.6f s of compute", st, compute)
 	}
 }
+
+// BenchmarkBlocksReady is the runner's per-step check of a decode step of
+// 256 sequences of 32 blocks each against swaps still in flight (the
+// Seesaw decode phase's common case).
+func BenchmarkBlocksReady(b *testing.B) {
+	cfg := preset(b, "codellama/CodeLlama-34b-hf")
+	node, err := ParseNode("4xA10G@pcie4x8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	prec, err := VLLMPrecision(cfg, "float16", "", "auto")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cm, err := NewCostModel(node, prec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp4 := parallel.Standard(parallel.Plan{DP: 1, TP: 4, PP: 1, SP: 1})
+	const seqs, per = 256, 32
+	r, err := NewCostRunner(cm, cfg, []parallel.Placement{tp4}, 16, seqs*per, clock.NewFake(time.Unix(0, 0)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.EnableHostTier(seqs * per)
+	batch := &forward.Batch{}
+	for i := range seqs {
+		blocks := make([]int, per)
+		for j := range blocks {
+			blocks[j] = i*per + j
+		}
+		batch.Seqs = append(batch.Seqs, forward.SeqBatch{Tokens: []int{1}, Pos: per*16 - 1, Blocks: blocks, NumLogits: 1})
+	}
+	if _, err := r.SwapIn(context.Background(), []forward.Swap{{Device: batch.Seqs[seqs-1].Blocks, Host: batch.Seqs[seqs-1].Blocks}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.blocksReady(batch).IsZero() {
+			b.Fatal("no block in flight")
+		}
+	}
+}
