@@ -345,6 +345,11 @@ func BenchmarkSiDPIteration(b *testing.B) {
 			}
 		})
 	}
+	b.Run("ReplicaWaS", func(b *testing.B) { // RunSiDP's step in WaS: one replica on its own
+		for b.Loop() {
+			sc.ReplicaWaS(3, reps[3], false, 8)
+		}
+	})
 }
 
 // TestRunSiDP runs a small offline job of Qwen3-32B on SiDP DP=8 over the
