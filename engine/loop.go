@@ -220,6 +220,7 @@ type Engine struct {
 	batch   forward.Batch
 	sampled []int
 	results []sample.Result
+	jobs    []sampleJob
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -783,6 +784,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	row := 0
 	now := e.clk.Now()
 	generated := 0
+	jobs := e.jobs[:0]
 	for i, s := range step.Seqs {
 		sampled[i] = -1
 		if !s.Sample {
@@ -797,10 +799,18 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 			results[i] = sample.Result{Token: tokens[row-1]}
 			l.sampler.Accept(tokens[row-1])
 		} else {
-			results[i] = l.sampler.Sample(logits[(row-1)*vocab : row*vocab])
+			jobs = append(jobs, sampleJob{sampler: l.sampler, logits: logits[(row-1)*vocab : row*vocab], out: &results[i]})
 		}
-		sampled[i] = results[i].Token
+		sampled[i] = 0 // results[i].Token, once sampled
 		generated++
+	}
+	sampleRows(jobs)
+	clear(jobs) // drop the logits and samplers
+	e.jobs = jobs
+	for i, t := range sampled {
+		if t >= 0 {
+			sampled[i] = results[i].Token
+		}
 	}
 	if err := e.sched.Update(step, sampled); err != nil {
 		return fmt.Errorf("engine: scheduler update: %w", err)

@@ -7,7 +7,9 @@
 //     arrival rate over the last window (Meter, rate.go) and an offline
 //     capacity Profile, a Plan that gives every tier prefill and decode
 //     instances of chosen TP degrees in aligned power-of-two GPU blocks,
-//     by goodput efficiency weighted by unmet demand.
+//     by goodput efficiency weighted by unmet demand. Plan.KeepPlaces
+//     (keep.go) then keeps the instances that carry on from the last
+//     window's plan in their GPUs.
 //   - Dispatcher (dispatch.go), per request: the global scheduler. It
 //     keeps each prefill instance's SLO-compliant bandwidth (profiled
 //     capacity minus assigned, unfinished requests), sends a feasible

@@ -14,9 +14,10 @@ const numClasses = 3
 // batch from it. It is safe for concurrent use: the dispatcher's callers
 // push, the instance's engine loop takes.
 type Local struct {
-	mu    sync.Mutex
-	batch int
-	q     [numClasses]fifo
+	mu     sync.Mutex
+	batch  int
+	newest bool // best-effort requests leave newest first
+	q      [numClasses]fifo
 }
 
 // NewLocal returns empty queues for an instance whose batches hold at
@@ -41,10 +42,25 @@ func (l *Local) Push(r Request, c Class) error {
 	return nil
 }
 
+// BestEffortNewestFirst makes best-effort requests leave their queue
+// newest first. The paper fills the slots feasible requests leave with
+// best-effort ones without saying in which order (§3.3.2, L4); first come,
+// first served (the default) gives them to the requests that have waited
+// longest, which under overload have already missed their TTFT and can
+// add throughput but not goodput. Newest first gives them to the ones
+// that can still make it: the goodput-aware batch composition the
+// ablation credits Nitsum's scheduler with (§4.2.1). Feasible and
+// background requests stay first come, first served.
+func (l *Local) BestEffortNewestFirst() {
+	l.mu.Lock()
+	l.newest = true
+	l.mu.Unlock()
+}
+
 // NextBatch removes the requests of the next iteration from the queues
 // and appends them to dst: feasible requests first, then best-effort,
-// then background, each in arrival order, at most min(room, batch cap)
-// in all. room is what the engine can still add this iteration (the cap
+// then background, each in arrival order (best effort newest first after
+// BestEffortNewestFirst), at most min(room, batch cap) in all. room is what the engine can still add this iteration (the cap
 // minus requests already running, say); a room of 0 or less takes
 // nothing.
 func (l *Local) NextBatch(dst []Request, room int) []Request {
@@ -53,7 +69,11 @@ func (l *Local) NextBatch(dst []Request, room int) []Request {
 	n := min(room, l.batch)
 	for c := range l.q {
 		for n > 0 && l.q[c].len() > 0 {
-			dst = append(dst, l.q[c].pop())
+			if l.newest && Class(c) == BestEffort {
+				dst = append(dst, l.q[c].popNewest())
+			} else {
+				dst = append(dst, l.q[c].pop())
+			}
 			n--
 		}
 	}
@@ -89,6 +109,18 @@ func (f *fifo) push(r Request) {
 		f.buf, f.head = f.buf[:n], 0
 	}
 	f.buf = append(f.buf, r)
+}
+
+// popNewest removes the last request pushed.
+func (f *fifo) popNewest() Request {
+	last := len(f.buf) - 1
+	r := f.buf[last]
+	f.buf[last] = Request{}
+	f.buf = f.buf[:last]
+	if f.head == len(f.buf) {
+		f.buf, f.head = f.buf[:0], 0
+	}
+	return r
 }
 
 func (f *fifo) pop() Request {

@@ -147,3 +147,58 @@ func BenchmarkLocal(b *testing.B) {
 		}
 	}
 }
+
+// After BestEffortNewestFirst, best-effort requests leave newest first,
+// still behind every feasible one and ahead of background work; feasible
+// and background order is unchanged; the queue's space is reused across
+// mixed pops from both ends.
+func TestLocalBestEffortNewestFirst(t *testing.T) {
+	l, err := NewLocal(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.BestEffortNewestFirst()
+	for _, p := range []struct {
+		id string
+		c  Class
+	}{
+		{"be1", BestEffort}, {"bg1", Background}, {"f1", Feasible}, {"be2", BestEffort},
+		{"f2", Feasible}, {"be3", BestEffort}, {"bg2", Background}, {"be4", BestEffort},
+	} {
+		if err := l.Push(Request{ID: p.id}, p.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"f1 f2 be4", "be3 be2 be1", "bg1 bg2", ""} {
+		if got := ids(l.NextBatch(nil, 10)); got != want {
+			t.Errorf("NextBatch = %q, want %q", got, want)
+		}
+	}
+	// Many pushes and pops: every request leaves once.
+	seen := map[string]bool{}
+	for k := range 200 {
+		for j := range 3 {
+			id := fmt.Sprint("r", k, "-", j)
+			if err := l.Push(Request{ID: id}, BestEffort); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, r := range l.NextBatch(nil, 2) {
+			if seen[r.ID] {
+				t.Fatalf("%s left twice", r.ID)
+			}
+			seen[r.ID] = true
+		}
+	}
+	for l.Len(BestEffort) > 0 {
+		for _, r := range l.NextBatch(nil, 3) {
+			if seen[r.ID] {
+				t.Fatalf("%s left twice", r.ID)
+			}
+			seen[r.ID] = true
+		}
+	}
+	if len(seen) != 600 {
+		t.Errorf("%d of 600 requests left", len(seen))
+	}
+}

@@ -157,6 +157,10 @@ type option struct {
 	tp    int     // GPUs
 	x     float64 // req/s per instance
 	batch int
+	// ge is a prefill option's goodput efficiency as a configuration:
+	// req/s per GPU of the instance with its balanced share of decode at
+	// the tier's most efficient decode degree, 1/(tp/x + 1/max(X^D/t)).
+	ge float64
 }
 
 // cover is a decode allocation: n1 instances of option o1 and n2 of o2.
@@ -226,6 +230,16 @@ func NewPlanner(tiers *slo.Set, prof Profile, gpus int, opt Options) (*Planner, 
 			}
 		}
 		pl.count[s] = make([]int, len(pl.pre[s]))
+		perGPU := 0.0 // the tier's best decode req/s per GPU
+		for _, d := range pl.dec[s] {
+			perGPU = max(perGPU, d.x/float64(d.tp))
+		}
+		for o := range pl.pre[s] {
+			if perGPU > 0 {
+				po := &pl.pre[s][o]
+				po.ge = 1 / (float64(po.tp)/po.x + 1/perGPU)
+			}
+		}
 	}
 	return pl, nil
 }
@@ -279,30 +293,47 @@ func checkProfile(tiers *slo.Set, prof Profile, nodeGPUs int) error {
 // Stage 1 enumerates, per tier, its configurations: a prefill TP degree
 // t_P and the decode instances that balance it. The decode side is always
 // re-chosen as the fewest GPUs whose decode capacity covers the tier's
-// planned goodput L_s = min(prefill capacity, λ_s) (pitfalls 4, 5: decode
-// is sized to the capped rate, so P and D stay balanced, n^P·X^P ≈
-// n^D·X^D, and a tier below one instance's capacity gets only what it
-// needs); it is a bulk of one degree plus a remainder of one degree,
-// searched over |T|² pairs. Stage 2 is the weighted greedy: each move adds
-// one prefill instance of degree t_P to tier s with the decode GPUs its
-// new goodput needs, and the move taken is the one with the highest score
+// prefill capacity P_s (§3.3.1: P and D are balanced so that n^P·X^P =
+// n^D·X^D, pitfall 5; the rate cap then applies to the goodput, not to
+// the decode side, because a prefill instance runs at its capacity
+// whenever it has work, best-effort requests included, and decode sized
+// below that would queue them); it is a bulk of one degree plus a
+// remainder of one degree, searched over |T|² pairs. Each prefill degree
+// is rated as a configuration: its goodput efficiency GE_{s,t_P} is the
+// req/s per GPU of the instance together with its balanced share of
+// decode at the tier's most efficient decode degree,
+// 1/(t_P/X^P + 1/max_t(X^D_{s,t}/t)). Stage 2 is the weighted greedy: each
+// move adds one prefill instance of degree t_P to tier s with the decode
+// GPUs its new capacity needs, and the move taken is the one that fits
+// with the highest score
 //
-//	score(s, t_P) = gain / ΔGPUs × unmet_s
+//	score(s, t_P) = GE_{s,t_P} × gain / X^P_{s,t_P} × unmet_s / λ_s
 //	gain   = min(P_s + X^P_{s,t_P}, λ_s) − min(P_s, λ_s)   (req/s)
-//	ΔGPUs  = t_P + decodeGPUs_s(after) − decodeGPUs_s(before)
 //	unmet_s = λ_s − min(P_s, λ_s)                         (req/s, before the move)
 //
-// that is, the marginal goodput efficiency (goodput per GPU, decode GPUs
-// included) weighted by the tier's unmet demand (Options.Plain drops the
-// weight). Moves that need more GPUs than are left are skipped; the loop
-// stops when no move fits or no demand is unmet. Ties go to the lower
-// tier index (higher priority), then the lower degree. The weight
-// mitigates starvation: a tier k times less efficient than another gets
-// GPUs once the other's unmet demand is below k times its own, where the
-// plain greedy first meets the other tier in full. The candidates per
-// move are |tiers|·|T| (each with a |T|² decode cover), and there are at
-// most N moves, so the cost does not grow with the configurations of the
-// whole pool (pitfall 9).
+// that is, the marginal goodput efficiency (goodput per GPU, decode
+// included, pitfall 4: the configuration's GE times the part of the new
+// instance's capacity the rate can use) weighted by the share of the
+// tier's demand still unmet (Options.Plain drops the weight). Rating the
+// configuration rather than the move's own GPUs matters for a tier's first
+// move, which must bring a whole decode instance: charged to that move,
+// it made large prefill degrees look best (on R3's pool at 30 and 30 req/s
+// a TP4 strict prefill, 45 req/s served, where TP1 serves 55;
+// TestPlanRatesConfigurations). The paper's weight is stripped from the
+// text; it "prioritizes tiers with higher unmet demand" so that tiers of
+// low efficiency are not starved (§3.3.1). The share is this package's
+// reading: weighted by the unmet req/s themselves, a tier whose window
+// count is a few times another's takes the whole of an overloaded pool (at
+// 16 and 57 req/s on eight H100s the 16 req/s tier got no GPU), while the
+// share gives every tier with no GPU yet the same weight, 1, and then falls
+// as its demand is met. Moves that need more GPUs than are left are
+// skipped; the loop stops when no move fits or no demand is unmet. Ties go
+// to the lower tier index (higher priority), then the lower degree. A tier
+// k times less efficient than another gets GPUs once the other's unmet
+// share is below 1/k of its own, where the plain greedy first meets the
+// other tier in full. The candidates per move are |tiers|·|T| (each with a
+// |T|² decode cover), and there are at most N moves, so the cost does not
+// grow with the configurations of the whole pool (pitfall 9).
 //
 // GPUs are then laid out in aligned power-of-two blocks: instances in
 // descending TP order from GPU 0, so each starts at a multiple of its
@@ -348,7 +379,7 @@ func (pl *Planner) bestMove(rates []float64, left int) (bestS, bestO int, bestC 
 		if len(pl.dec[s]) == 0 || unmet <= 1e-9*max(1, lambda) {
 			continue
 		}
-		weight := unmet
+		weight := unmet / lambda
 		if pl.opt.Plain {
 			weight = 1
 		}
@@ -357,12 +388,17 @@ func (pl *Planner) bestMove(rates []float64, left int) (bestS, bestO int, bestC 
 				continue
 			}
 			target := min(pl.p[s]+po.x, lambda)
-			c := pl.cover(s, target)
+			c := pl.cover(s, pl.p[s]+po.x)
 			cost := po.tp + c.gpus - pl.decode[s].gpus
+			if cost > left && target < pl.p[s]+po.x {
+				// Balanced does not fit: decode for the capped goodput.
+				c = pl.cover(s, target)
+				cost = po.tp + c.gpus - pl.decode[s].gpus
+			}
 			if cost > left {
 				continue
 			}
-			score := (target - pl.served[s]) / float64(cost) * weight
+			score := po.ge * (target - pl.served[s]) / po.x * weight
 			if score > bestScore {
 				bestS, bestO, bestC, bestCost, bestScore = s, o, c, cost, score
 			}

@@ -177,34 +177,41 @@ func TestPlanBalancesPrefillAndDecode(t *testing.T) {
 	}
 }
 
-// C8(b): goodput efficiency is capped at the arrival rate, so a tier
-// below one instance's capacity gets no more GPUs than it needs, and the
-// planner does not buy raw throughput it cannot use (pitfall 4).
+// C8(b): goodput efficiency is capped at the arrival rate, so the planner
+// does not buy raw throughput it cannot use (pitfall 4); the decode side
+// is balanced to the prefill capacity (n^P·X^P = n^D·X^D, §3.3.1), and
+// only when that does not fit the pool is it sized to the capped rate.
 func TestPlanCapsAtArrivalRate(t *testing.T) {
 	tiers := tierSet(t, 1)
 	prof := Profile{TP: []int{1}, Cap: [][]Capacity{caps([]float64{20}, []float64{10})}}
 	for _, c := range []struct {
+		gpus       int
 		rate       float64
 		wantGPUs   int
 		wantGroups []Group
 	}{
-		// One prefill (20 req/s) and one decode (10 req/s) cover 5 req/s:
-		// GE = 5/2, not min(20, 10)/2.
-		{5, 2, []Group{{Prefill, 1, 1}, {Decode, 1, 1}}},
-		{10, 2, []Group{{Prefill, 1, 1}, {Decode, 1, 1}}},
-		// 25 req/s: 2 prefills (40) but only 3 decodes (30), not 4.
-		{25, 5, []Group{{Prefill, 1, 2}, {Decode, 1, 3}}},
+		// One prefill (20 req/s) balanced by two decodes (2×10): GE =
+		// 5/3, not min(20, 20)/3.
+		{16, 5, 3, []Group{{Prefill, 1, 1}, {Decode, 1, 2}}},
+		{16, 10, 3, []Group{{Prefill, 1, 1}, {Decode, 1, 2}}},
+		// 25 req/s: 2 prefills (40) and 4 decodes (40), not 3 more.
+		{16, 25, 6, []Group{{Prefill, 1, 2}, {Decode, 1, 4}}},
+		// Two GPUs cannot balance a prefill: one decode covers the 5 req/s.
+		{2, 5, 2, []Group{{Prefill, 1, 1}, {Decode, 1, 1}}},
+		// Five: two balanced moves do not fit; the second prefill gets the
+		// decode its capped 25 req/s need, 3 in all.
+		{5, 25, 5, []Group{{Prefill, 1, 2}, {Decode, 1, 3}}},
 	} {
-		p := planFor(t, tiers, prof, 16, Options{}, c.rate)
+		p := planFor(t, tiers, prof, c.gpus, Options{}, c.rate)
 		tp := p.Tiers[0]
 		if tp.GPUs != c.wantGPUs || !reflect.DeepEqual(tp.Groups, c.wantGroups) {
-			t.Errorf("%v req/s: %d GPUs %+v, want %d %+v", c.rate, tp.GPUs, tp.Groups, c.wantGPUs, c.wantGroups)
+			t.Errorf("%d GPUs, %v req/s: %d GPUs %+v, want %d %+v", c.gpus, c.rate, tp.GPUs, tp.Groups, c.wantGPUs, c.wantGroups)
 		}
 		if !near(tp.Served, c.rate) || !near(tp.Efficiency(), c.rate/float64(c.wantGPUs)) {
-			t.Errorf("%v req/s: served %v at GE %v, want %v at %v", c.rate, tp.Served, tp.Efficiency(), c.rate, c.rate/float64(c.wantGPUs))
+			t.Errorf("%d GPUs, %v req/s: served %v at GE %v, want %v at %v", c.gpus, c.rate, tp.Served, tp.Efficiency(), c.rate, c.rate/float64(c.wantGPUs))
 		}
-		if spare := p.GPUs - p.Used(); spare != 16-c.wantGPUs {
-			t.Errorf("%v req/s: %d spare GPUs, want %d", c.rate, spare, 16-c.wantGPUs)
+		if spare := p.GPUs - p.Used(); spare != c.gpus-c.wantGPUs {
+			t.Errorf("%d GPUs, %v req/s: %d spare GPUs, want %d", c.gpus, c.rate, spare, c.gpus-c.wantGPUs)
 		}
 	}
 
@@ -242,13 +249,29 @@ func TestPlanWeightingServesInefficientTier(t *testing.T) {
 			plain.Tiers[0].GPUs, plain.Tiers[1].GPUs, plain.Served())
 	}
 
-	// Weighted: score = GE × unmet. Tier 0 scores 10·(205−20k) after k
-	// moves, tier 1 5·(107−10m): eight tier-0 moves (450 < 535), then two
-	// tier-1 moves (485, then 435 < 450) fill the pool.
+	// Weighted: score = GE × unmet/λ, every move 2 GPUs. Tier 0 scores
+	// 10·(205−20k)/205 after k moves, tier 1 5·(107−10m)/107: six tier-0
+	// moves (the sixth at 5.12 > 5), then tier 1 at 5 and 4.53 (above
+	// tier 0's 4.15), tier 0 at 4.15 (above 4.07), tier 1 at 4.07: 14
+	// and 6 GPUs.
 	w := planFor(t, tiers, prof, 20, Options{}, rates...)
-	if w.Tiers[0].GPUs != 16 || w.Tiers[1].GPUs != 4 || !near(w.Tiers[0].Served, 160) || !near(w.Tiers[1].Served, 20) {
-		t.Errorf("weighted greedy: tier GPUs %d, %d serving %v, %v; want 16, 4 serving 160, 20",
+	if w.Tiers[0].GPUs != 14 || w.Tiers[1].GPUs != 6 || !near(w.Tiers[0].Served, 140) || !near(w.Tiers[1].Served, 30) {
+		t.Errorf("weighted greedy: tier GPUs %d, %d serving %v, %v; want 14, 6 serving 140, 30",
 			w.Tiers[0].GPUs, w.Tiers[1].GPUs, w.Tiers[0].Served, w.Tiers[1].Served)
+	}
+	// R1's pool (the profile of Qwen-14B on eight H100s under Table 1's
+	// 200/10 and 200/15 ms, rounded, TP1 and TP2): at 16 and 57 req/s,
+	// weighted by unmet req/s the loose tier scores 9.1·57 against the
+	// strict tier's 5.1·16 and takes the pool until three GPUs are left,
+	// too few for a strict prefill and decode, so the strict tier gets
+	// none; weighted by the unmet share it gets a prefill and a decode.
+	r1 := Profile{TP: []int{1, 2}, Cap: [][]Capacity{
+		caps([]float64{12.3, 20.4}, []float64{0, 64.6}),
+		caps([]float64{22.4, 36.3}, []float64{7.9, 39.6}),
+	}}
+	small := planFor(t, tiers, r1, 8, Options{}, 16, 57)
+	if small.Tiers[0].GPUs == 0 || small.Tiers[1].GPUs == 0 {
+		t.Errorf("16 and 57 req/s on 8 GPUs: tier GPUs %d, %d; want both served", small.Tiers[0].GPUs, small.Tiers[1].GPUs)
 	}
 	if !(w.Tiers[1].Efficiency() < w.Tiers[0].Efficiency()) {
 		t.Errorf("tier 1 should be the less efficient: GE %v vs %v", w.Tiers[1].Efficiency(), w.Tiers[0].Efficiency())
@@ -481,6 +504,35 @@ func BenchmarkPlan(b *testing.B) {
 	for b.Loop() {
 		if _, err := pl.Plan(rates); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Stage 1 rates a prefill degree as a configuration, with its balanced
+// share of decode (§3.3.1). Charging a tier's first prefill instance a
+// whole decode instance instead made the first move favour large degrees:
+// on R3's pool (Llama-8B on eight A100s under 500/15 and 500/30 ms,
+// rounded) at 30 and 30 req/s the strict tier got a TP4 prefill and the
+// plan served 45 req/s, where prefill at TP1 alone serves 55.
+func TestPlanRatesConfigurations(t *testing.T) {
+	tiers := tierSet(t, 2)
+	prof := Profile{TP: []int{1, 2, 4, 8}, Cap: [][]Capacity{
+		caps([]float64{8.4, 15.0, 25.2, 38.1}, []float64{57.3, 214.4, 433.8, 784.9}),
+		caps([]float64{15.2, 27.1, 45.5, 68.4}, []float64{24.5, 49.0, 90.7, 141.4}),
+	}}
+	tp1 := Profile{TP: prof.TP, Cap: [][]Capacity{
+		caps([]float64{8.4, 0, 0, 0}, []float64{57.3, 0, 0, 0}),
+		caps([]float64{15.2, 0, 0, 0}, []float64{24.5, 0, 0, 0}),
+	}}
+	p := planFor(t, tiers, prof, 8, Options{}, 30, 30)
+	only := planFor(t, tiers, tp1, 8, Options{}, 30, 30)
+	t.Logf("all degrees: %v req/s on %d GPUs %+v %+v; TP1 only: %v", p.Served(), p.Used(), p.Tiers[0].Groups, p.Tiers[1].Groups, only.Served())
+	if p.Served() < only.Served()-1e-9 {
+		t.Errorf("all degrees serve %v req/s, TP1 alone %v", p.Served(), only.Served())
+	}
+	for _, g := range p.Tiers[0].Groups {
+		if g.Role == Prefill && g.TP != 1 {
+			t.Errorf("strict prefill at TP%d; TP1 is its most efficient configuration (7.3 req/s per GPU against 6.6 at TP2, 5.7 at TP4)", g.TP)
 		}
 	}
 }

@@ -216,6 +216,34 @@ func (m *CostModel) CSPSPrefillCost(cfg *model.Config, c Cluster, lInput int, op
 	return out, nil
 }
 
+// CSPSConfigure is the configuring step (§3.2.6, R39) reduced to what the
+// simulator can judge. Eq. 8 minimizes TTFT subject to F_Ad ≤ C_Ad; the
+// simulator has no F_Ad, so it takes the drop ratio opts.Drop as given
+// (the paper's operating point at C_Ad = 0, §5.3) and searches only the
+// level count, N_v = 1 … opts.Levels (App B enumerates N_v too, R43):
+// N_v = 1 is attention without CSA, which meets any accuracy constraint,
+// so CSPS never runs a CSA layout slower than dense attention. That
+// matters: with overlapping levels a CSA layer computes each level's
+// pairs again (G1), and for a request inside one server at N = 2 … 4 the
+// levels at p = 0.107 cost 5–30% more attention than N_v = 1 (level 1
+// adds 1/N of the dense pairs, level 2 keeps (1 − p)² = 0.80 of them).
+// Ties go to fewer levels. Degree, architecture and M are as in opts.
+func (m *CostModel) CSPSConfigure(cfg *model.Config, c Cluster, lInput int, opts CSPSOptions) (CSPSPrefill, error) {
+	var best CSPSPrefill
+	for nv := 1; nv <= max(1, opts.Levels); nv++ {
+		o := opts
+		o.Levels = nv
+		p, err := m.CSPSPrefillCost(cfg, c, lInput, o)
+		if err != nil {
+			return CSPSPrefill{}, err
+		}
+		if nv == 1 || p.Seconds < best.Seconds {
+			best = p
+		}
+	}
+	return best, nil
+}
+
 // task is one node of a layer's pipeline DAG.
 type task struct {
 	res   int // resource: resCompute, resNVLink, resNIC

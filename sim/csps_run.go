@@ -61,6 +61,19 @@ type CSPSRunResult struct {
 	PrefillBusy  float64 // GPU-seconds the prefill pool computed
 	PrefillGPUs  int
 	DecodeKVToks int64 // KV capacity of the decode pool, tokens
+	DecodeGPUs   int
+	// DecodeTokens is the tokens the decode pool's steps produced (the
+	// sum of their batch sizes) and DecodeBusy the seconds those steps
+	// took: DecodeTokens / DecodeBusy is the pool's decode throughput
+	// while it decodes.
+	DecodeTokens int64
+	DecodeBusy   float64
+	DecodeParts  DecodeParts // DecodeBusy by kind
+	// DecodeGPUBusy is the GPU-seconds of the decode steps: each step's
+	// seconds times the GPUs its batch occupies (one per KV shard, at most
+	// the pool). DecodeTokens / DecodeGPUBusy is the decode throughput
+	// per GPU while decoding.
+	DecodeGPUBusy float64
 }
 
 // DecodeStep prices one SP decode step (R33–R36, S8) on a pool of gpus
@@ -71,10 +84,31 @@ type CSPSRunResult struct {
 // split across GPUs a broadcast of Q to the other shards and a gather of
 // the partial (O, LSE) (latency-bound: Table 3's ~1 ms per layer across
 // 8 GPUs is the paper's measure of it); then the LM head and the engine's
-// step overhead.
+// step overhead. DecodeStepParts splits it.
 func (m *CostModel) DecodeStep(cfg *model.Config, c Cluster, gpus, batch, span int, kvTokens int64) float64 {
+	return m.DecodeStepParts(cfg, c, gpus, batch, span, kvTokens).Seconds()
+}
+
+// DecodeParts are one SP decode step's seconds by kind, all layers.
+type DecodeParts struct {
+	Linear    float64 // projections and MLP against the full weights
+	Attention float64 // attention over the GPU's KV share
+	Exchange  float64 // Q broadcast and (O, LSE) gather of split requests
+	Fixed     float64 // LM head and the engine's step overhead
+}
+
+// Seconds is the step's duration.
+func (p DecodeParts) Seconds() float64 { return p.Linear + p.Attention + p.Exchange + p.Fixed }
+
+// Add returns p + o.
+func (p DecodeParts) Add(o DecodeParts) DecodeParts {
+	return DecodeParts{p.Linear + o.Linear, p.Attention + o.Attention, p.Exchange + o.Exchange, p.Fixed + o.Fixed}
+}
+
+// DecodeStepParts is DecodeStep by kind.
+func (m *CostModel) DecodeStepParts(cfg *model.Config, c Cluster, gpus, batch, span int, kvTokens int64) DecodeParts {
 	if batch <= 0 {
-		return 0
+		return DecodeParts{}
 	}
 	d, dh, H, Hkv := cfg.Hidden, cfg.HeadDim, cfg.Heads, cfg.KVHeads
 	tok := (batch + gpus - 1) / gpus
@@ -87,16 +121,27 @@ func (m *CostModel) DecodeStep(cfg *model.Config, c Cluster, gpus, batch, span i
 	attn := m.Attention(AttentionWork{Queries: int64(batch), Pairs: kv, KVReads: kv}, H, Hkv, dh, true)
 	exch := 0.0
 	if span > 1 {
-		link := c.Node.Link
-		if span > c.Node.Count || gpus > c.Node.Count {
-			link = c.PairLink(0, c.Node.Count, c.Node.Count)
-		}
+		// A request's shards sit on span GPUs in ID order (R15), so up to a
+		// server's worth of them share its NVLink, whatever the pool's
+		// size. A wider request exchanges hierarchically, as SP-TP's
+		// all-gather does here (R26) and NCCL's topology-ordered rings do:
+		// Q crosses the network once per other server and fans out over
+		// NVLink; the partial (O, LSE) are gathered inside each server,
+		// then between servers (one sender per server on its NIC). A ring
+		// over all span GPUs at the network's hop latency would charge
+		// every one of its span − 1 steps a network hop.
 		qb := int64(batch) * int64(H*dh) * m.actBytes
 		ob := int64(batch) * (int64(H*dh)*m.actBytes + int64(H)*4)
-		exch = m.Collective(comm.KindBroadcast, qb, span, link) + m.Collective(comm.KindAllGather, ob, span, link)
+		local := min(span, c.Node.Count)
+		exch = m.Collective(comm.KindBroadcast, qb, local, c.Node.Link) + m.Collective(comm.KindAllGather, ob, local, c.Node.Link)
+		if servers := (span + c.Node.Count - 1) / c.Node.Count; servers > 1 {
+			net := c.PairLink(0, c.Node.Count, 1)
+			exch += m.Collective(comm.KindBroadcast, qb, servers, net) + m.Collective(comm.KindAllGather, ob*int64(local), servers, net)
+		}
 	}
 	head := m.GEMM(tok, cfg.Vocab, d, m.wgtDType)
-	return float64(cfg.Layers)*(lin+attn+exch) + head + m.eff.StepOverhead
+	l := float64(cfg.Layers)
+	return DecodeParts{Linear: l * lin, Attention: l * attn, Exchange: l * exch, Fixed: head + m.eff.StepOverhead}
 }
 
 // QKVMoveTimes are Table 3's two ways to serve one layer of a request of
@@ -124,11 +169,12 @@ func (m *CostModel) decodeKVCapacity(cfg *model.Config, gpus int) int64 {
 // RunCSPS simulates a CSPS deployment serving opts.Requests: a prefill pool
 // (the cluster's first GPUs) where each request in arrival order waits for
 // its N GPUs (R12), placed on the servers with the most free GPUs and
-// sorted by ID (R15), and runs its SP prefill (CSPSPrefillCost); its first
-// token comes out of the prefill. Its KV then moves to the decode pool
-// over the network (KV bytes ÷ the senders' and receivers' NICs), waiting
-// for room there, and the pool decodes every admitted request in lockstep
-// steps (DecodeStep) until each has its output tokens.
+// sorted by ID (R15), and runs its SP prefill at the fastest level count
+// opts.Prefill allows (CSPSConfigure); its first token comes out of the
+// prefill. Its KV then moves to the decode pool over the network (KV bytes
+// ÷ the senders' and receivers' NICs), waiting for room there, and the
+// pool decodes every admitted request in lockstep steps (DecodeStep) on
+// the GPUs their KV shards occupy until each has its output tokens.
 func RunCSPS(opts CSPSRunOptions) (*CSPSRunResult, error) {
 	if opts.Model == nil || opts.Cost == nil {
 		return nil, errors.New("sim: a model and a cost model are required")
@@ -163,7 +209,7 @@ func RunCSPS(opts CSPSRunOptions) (*CSPSRunResult, error) {
 		gpus := placeGPUs(c, free, start, n)
 		po := opts.Prefill
 		po.GPUs, po.N = gpus, n
-		p, err := m.CSPSPrefillCost(cfg, c, r.InputTokens, po)
+		p, err := m.CSPSConfigure(cfg, c, r.InputTokens, po)
 		if err != nil {
 			return nil, err
 		}
@@ -174,7 +220,9 @@ func RunCSPS(opts CSPSRunOptions) (*CSPSRunResult, error) {
 		out[i] = CSPSRequest{Index: r.Index, Input: r.InputTokens, Output: r.OutputTokens, Arch: p.Arch, N: n, GPUs: gpus,
 			Arrival: arr, Start: start, First: start + p.Seconds, Prefill: p}
 	}
-	res.DecodeSteps = decodePool(m, cfg, c, pre, dec, capTok, perTok, out)
+	res.DecodeGPUs = dec
+	res.DecodeSteps, res.DecodeTokens, res.DecodeParts, res.DecodeGPUBusy = decodePool(m, cfg, c, pre, dec, capTok, perTok, out)
+	res.DecodeBusy = res.DecodeParts.Seconds()
 	res.Requests = out
 	results := make([]bench.RequestResult, len(out))
 	var first, last float64
@@ -235,8 +283,9 @@ func placeGPUs(c Cluster, free []float64, t float64, n int) []int {
 // decodePool runs the decode pool over the requests' prefill results:
 // each request's KV migrates after its prefill (to the pool, in order of
 // readiness, when it has room), then decodes one token per pool step. It
-// fills DecodeStart and Last and returns the number of steps.
-func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok, perTok int64, reqs []CSPSRequest) int {
+// fills DecodeStart and Last and returns the number of steps, the tokens
+// they produced and the seconds they took.
+func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok, perTok int64, reqs []CSPSRequest) (steps int, tokens int64, busy DecodeParts, gpuSecs float64) {
 	order := make([]int, len(reqs))
 	for i := range order {
 		order[i] = i
@@ -255,7 +304,7 @@ func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok
 	}
 	var run []active
 	var used int64
-	t, next, steps := 0.0, 0, 0
+	t, next := 0.0, 0
 	pending := []int{} // migrated or migrating, waiting for room, in readiness order
 	for next < len(order) || len(pending) > 0 || len(run) > 0 {
 		// Admit what has arrived by t and fits.
@@ -283,14 +332,20 @@ func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok
 		// Requests whose KV has landed step together.
 		var batch []int
 		var kv int64
-		span := 1
+		span, shards := 1, 0
 		for j, a := range run {
 			if reqs[a.i].DecodeStart <= t {
 				batch = append(batch, j)
 				kv += int64(reqs[a.i].Input + reqs[a.i].Output - a.left)
-				span = max(span, min(dec, (reqs[a.i].Input+CSPSSPTMaxNTP-1)/CSPSSPTMaxNTP))
+				sp := min(dec, (reqs[a.i].Input+CSPSSPTMaxNTP-1)/CSPSSPTMaxNTP)
+				span = max(span, sp)
+				shards += sp
 			}
 		}
+		// The batch occupies one GPU per KV shard while the pool has free
+		// ones (a long request's shards apart, R34–R35); a GPU holding no
+		// shard has no token and no Q to attend, so it does not step.
+		occ := min(dec, shards)
 		if len(batch) == 0 {
 			// Idle until the next landing or prefill finish.
 			nt := math.Inf(1)
@@ -306,8 +361,12 @@ func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok
 			t = max(t, nt)
 			continue
 		}
-		t += m.DecodeStep(cfg, c, dec, len(batch), span, kv)
+		d := m.DecodeStepParts(cfg, c, occ, len(batch), span, kv)
+		t += d.Seconds()
 		steps++
+		tokens += int64(len(batch))
+		busy = busy.Add(d)
+		gpuSecs += float64(occ) * d.Seconds()
 		keep := run[:0]
 		for j, a := range run {
 			if slices.Contains(batch, j) {
@@ -322,5 +381,5 @@ func decodePool(m *CostModel, cfg *model.Config, c Cluster, pre, dec int, capTok
 		}
 		run = keep
 	}
-	return steps
+	return steps, tokens, busy, gpuSecs
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/bench"
+	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/policy"
 )
 
@@ -187,8 +189,27 @@ func TestRunCSPSSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Report.Completed != len(reqs) || r.PrefillGPUs != 48 {
-		t.Fatalf("%d of %d completed, %d prefill GPUs", r.Report.Completed, len(reqs), r.PrefillGPUs)
+	if r.Report.Completed != len(reqs) || r.PrefillGPUs != 48 || r.DecodeGPUs != 16 {
+		t.Fatalf("%d of %d completed, %d prefill and %d decode GPUs", r.Report.Completed, len(reqs), r.PrefillGPUs, r.DecodeGPUs)
+	}
+	// Every output token after the first comes from one decode step.
+	var decoded int64
+	for _, q := range r.Requests {
+		decoded += int64(q.Output - 1)
+	}
+	if r.DecodeTokens != decoded || r.DecodeSteps > int(decoded) || math.Abs(r.DecodeBusy-r.DecodeParts.Seconds()) > 1e-12 || !(r.DecodeParts.Linear > 0) ||
+		r.DecodeGPUBusy < r.DecodeBusy || r.DecodeGPUBusy > 16*r.DecodeBusy {
+		t.Errorf("%d decode tokens in %d steps (want %d tokens), busy %g s (%g GPU-s), parts %+v", r.DecodeTokens, r.DecodeSteps, decoded, r.DecodeBusy, r.DecodeGPUBusy, r.DecodeParts)
+	}
+	// One 200K-token request alone: its KV is 4 shards on 4 GPUs, which
+	// step 9 times over NVLink (one server); the other 12 do not step.
+	one, err := RunCSPS(CSPSRunOptions{Model: cfg, Cost: m, Cluster: c, Requests: []bench.Request{{InputTokens: 200000, OutputTokens: 10}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := m.DecodeStep(cfg, c, 4, 1, 4, 200000+5)
+	if one.DecodeSteps != 9 || math.Abs(one.DecodeGPUBusy-4*one.DecodeBusy) > 1e-9 || math.Abs(one.DecodeBusy/9/step-1) > 0.01 {
+		t.Errorf("%d steps, %g s, %g GPU-s; a step on 4 GPUs is %g s", one.DecodeSteps, one.DecodeBusy, one.DecodeGPUBusy, step)
 	}
 	for i, q := range r.Requests {
 		if i > 0 && q.Start < r.Requests[i-1].Start {
@@ -287,10 +308,86 @@ func TestDecodeStep(t *testing.T) {
 	if short < floor || short > 2*floor/MemoryEfficiency {
 		t.Errorf("one short request: %g s, weights floor %g s", short, floor)
 	}
-	long := m.DecodeStep(cfg, c, 16, 1, 16, 1<<20)
+	long := m.DecodeStepParts(cfg, c, 16, 1, 16, 1<<20)
 	kv := float64(int64(1<<20)/16*int64(cfg.KVBytesPerToken(2))) / m.Node.GPU.HBMBytesPerS
-	exch := float64(cfg.Layers) * 2 * (15 * NetHopLatency)
-	if long < short+kv+exch {
-		t.Errorf("1M request over 16 GPUs: %g s, want at least %g + KV %g + exchange %g", long, short, kv, exch)
+	// Its exchange is hierarchical: over NVLink inside each of its two
+	// servers (7 steps each way), and one network step each way between
+	// them, not 15 network steps.
+	exch := float64(cfg.Layers) * 2 * (2*KernelLatency + NetHopLatency + 7*NVLinkHopLatency)
+	if long.Seconds() < short+kv+exch || long.Exchange < exch || long.Exchange > 1.2*exch {
+		t.Errorf("1M request over 16 GPUs: %g s (exchange %g s), want at least %g + KV %g + exchange %g", long.Seconds(), long.Exchange, short, kv, exch)
+	}
+	// A request on 4 GPUs sits in one server (R15) even in the 16-GPU
+	// pool: its exchange is a broadcast and an all-gather over NVLink per
+	// layer, 3 algorithm steps each, not over the network.
+	parts := m.DecodeStepParts(cfg, c, 16, 1, 4, 256<<10)
+	nv := c.Node.Link
+	qb, ob := int64(32*128*2), int64(32*128*2+32*4)
+	want := float64(cfg.Layers) * (m.Collective(comm.KindBroadcast, qb, 4, nv) + m.Collective(comm.KindAllGather, ob, 4, nv))
+	if math.Abs(parts.Exchange/want-1) > 1e-12 || parts.Exchange > float64(cfg.Layers)*2*NetHopLatency {
+		t.Errorf("4-GPU request's exchange %g s, want %g s over NVLink", parts.Exchange, want)
+	}
+	if s := m.DecodeStep(cfg, c, 16, 1, 4, 256<<10); math.Abs(parts.Seconds()-s) > 1e-15 {
+		t.Errorf("parts add up to %g s, the step is %g s", parts.Seconds(), s)
+	}
+}
+
+// TestCSPSConfigure holds the configuring step to Eq. 8's objective: a
+// 128K prompt on two GPUs of one server (SP-TP) with two CSA levels at
+// p = 0.1067 computes level 1's pairs (1/N of the dense ones) on top of
+// level 2's (1 − p)² = 0.798 of them, 1.298× the dense attention, so the
+// configurator runs it without CSA; a 1M prompt on two servers keeps
+// three levels, whose attention is 0.66 of the dense one.
+func TestCSPSConfigure(t *testing.T) {
+	m, c := cspsSetup(t, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	const p = 0.32 / 3
+	mid := 128 << 10
+	dense, err := m.CSPSPrefillCost(cfg, c, mid, CSPSOptions{Levels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csa, err := m.CSPSPrefillCost(cfg, c, mid, CSPSOptions{Levels: 3, Drop: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dense.Arch != ArchTP || dense.N != 2 || len(csa.Levels) != 2 {
+		t.Fatalf("128K: %s on %d GPUs, %d CSA levels", dense.Arch, dense.N, len(csa.Levels))
+	}
+	if got, want := csa.Pairs/dense.Pairs, 0.5+(1-p)*(1-p); math.Abs(got/want-1) > 1e-3 {
+		t.Errorf("128K: CSA computes %.4f of the dense pairs, want %.4f", got, want)
+	}
+	got, err := m.CSPSConfigure(cfg, c, mid, CSPSOptions{Levels: 3, Drop: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Levels) != 1 || got.Seconds != dense.Seconds || !(csa.Seconds > dense.Seconds) {
+		t.Errorf("128K: configured %d levels in %g s; dense %g s, CSA %g s", len(got.Levels), got.Seconds, dense.Seconds, csa.Seconds)
+	}
+	long, err := m.CSPSConfigure(cfg, c, 1<<20, CSPSOptions{Levels: 3, Drop: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, err := m.CSPSPrefillCost(cfg, c, 1<<20, CSPSOptions{Levels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Levels 1–3 over 16 SPTs in two servers: 1/16 + ½·(1 − p)² + ((1 − p)/2)² of the dense pairs.
+	want := 1.0/16 + 0.5*(1-p)*(1-p) + (1-p)*(1-p)/4
+	if len(long.Levels) != 3 || !(long.Seconds < flat.Seconds) || math.Abs(long.Pairs/flat.Pairs/want-1) > 1e-3 {
+		t.Errorf("1M: %d levels, %g s against dense %g s, pairs %.4f of dense, want %.4f", len(long.Levels), long.Seconds, flat.Seconds, long.Pairs/flat.Pairs, want)
+	}
+}
+
+// BenchmarkCSPSConfigure configures one 1M-token prefill over 16 GPUs:
+// three pricings of the Eq. 7 pipeline (N_v = 1, 2, 3), RunCSPS's cost per
+// request.
+func BenchmarkCSPSConfigure(b *testing.B) {
+	m, c := cspsSetup(b, "THUDM/glm-4-9b-chat-1m")
+	cfg, _ := LookupModel("THUDM/glm-4-9b-chat-1m")
+	for b.Loop() {
+		if _, err := m.CSPSConfigure(cfg, c, 1<<20, CSPSOptions{Levels: 3, Drop: 0.1}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

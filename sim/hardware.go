@@ -52,6 +52,14 @@ type Efficiency struct {
 	// KernelLatency is the floor of one kernel in a captured CUDA graph
 	// (launch gap and ramp), seconds.
 	KernelLatency float64
+	// LaunchLatency is the host's time to launch one kernel on its own,
+	// for the steps an engine runs without a CUDA graph (Gearbox's GPU
+	// executor graphs decode-only steps; prefill and mixed steps launch
+	// each kernel), seconds. Launches are asynchronous: such a step takes
+	// at least its kernel count times this, and more only where the
+	// device is slower. 0: no bound (an engine that graphs every step, as
+	// vLLM's piecewise graphs do, or the CPU).
+	LaunchLatency float64
 	// StepOverhead is the serving engine's host time per step that is not
 	// hidden behind the GPU, seconds.
 	StepOverhead float64

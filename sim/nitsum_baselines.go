@@ -90,10 +90,11 @@ func bestTPBelow(prof nitsum.Profile, s, limit int) int {
 	return prof.TP[best]
 }
 
-// splitInstances gives each tier a group at its best degree: a P/D pair
-// each, then the other GPUs one instance at a time to the tier whose mean
-// rate needs the most GPUs at that degree per GPU it holds (the paper
-// does not give Split's division); P:D balanced within the group.
+// splitInstances gives each tier a group at its best degree (or
+// SplitTP's): a P/D pair each, then the other GPUs one instance at a time
+// to the tier whose mean rate needs the most GPUs at that degree per GPU
+// it holds (the paper does not give Split's division); P:D balanced
+// within the group.
 func (r *nitsumRun) splitInstances() ([]nitsum.Instance, error) {
 	o := r.o
 	n := o.Tiers.Len()
@@ -106,14 +107,28 @@ func (r *nitsumRun) splitInstances() ([]nitsum.Instance, error) {
 	tps := make([]int, n)
 	gpus := make([]int, n)
 	left := r.gpus()
+	if o.SplitTP != nil && len(o.SplitTP) != n {
+		return nil, fmt.Errorf("sim: nitsum run: split: %d degrees for %d tiers", len(o.SplitTP), n)
+	}
 	for s := range n {
-		if t := BestTP(o.Profile, s); t > 0 && rate[s] > 0 {
+		t := BestTP(o.Profile, s)
+		if o.SplitTP != nil && o.SplitTP[s] > 0 {
+			t = o.SplitTP[s]
+			i, ok := r.tpIndex[t]
+			if !ok || o.Profile.Cap[s][i].Prefill <= 0 || o.Profile.Cap[s][i].Decode <= 0 {
+				return nil, fmt.Errorf("sim: nitsum run: split: tier %q cannot meet its targets at TP%d", o.Tiers.At(s).Name, t)
+			}
+		}
+		if t > 0 && rate[s] > 0 {
 			tps[s] = t
 			left -= 2 * t // a P/D pair at least
 		}
 	}
 	// Too few GPUs for a pair of every tier at its best degree: the
 	// tier of the largest degree steps down to its best smaller one.
+	if left < 0 && o.SplitTP != nil {
+		return nil, fmt.Errorf("sim: nitsum run: split: P/D pairs at TP%v need %d GPUs, the pool has %d", o.SplitTP, r.gpus()-left, r.gpus())
+	}
 	for left < 0 {
 		big := 0
 		for s := range n {

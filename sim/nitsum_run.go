@@ -51,9 +51,17 @@ const (
 	// TP degree, with rejection: a request its group cannot take within
 	// the targets is rejected (Split in §4).
 	SystemSplit
+	// SystemTierSplit is SystemSplit's groups with SystemSLOBatch's rule
+	// instead of rejection: a request its group cannot take within the
+	// targets is deferred behind the group's feasible ones (best effort
+	// on a prefill instance of its own group). It is the ablation's
+	// fourth step (§4.2.1), which partitions the cluster by tier on top
+	// of the batch rule that "defers those that cannot" meet their SLO;
+	// the rejecting SystemSplit is §4's Split baseline.
+	SystemTierSplit
 )
 
-var systemNames = [...]string{"nitsum", "nitsum-static", "vanilla", "pd", "slo-batch", "split"}
+var systemNames = [...]string{"nitsum", "nitsum-static", "vanilla", "pd", "slo-batch", "split", "tier-split"}
 
 func (s NitsumSystem) String() string {
 	if int(s) < len(systemNames) {
@@ -133,6 +141,19 @@ type NitsumRunOptions struct {
 	// Plain runs the planner's plain greedy, without the unmet-demand
 	// weight (nitsum.Options.Plain): an ablation.
 	Plain bool
+	// OldestBestEffort serves Nitsum's best-effort requests first come,
+	// first served; by default SystemNitsum and SystemStaticPlan serve
+	// them newest first (nitsum.Local.BestEffortNewestFirst, the
+	// scheduler's goodput-aware batch composition) and the baselines
+	// that defer (SystemSLOBatch, SystemTierSplit) first come, first
+	// served. An ablation.
+	OldestBestEffort bool
+	// SplitTP is the degree of each tier's group under SystemSplit and
+	// SystemTierSplit, one per tier (0: BestTP, the profile's best); nil
+	// means BestTP for every tier. The paper's Split runs each tier at
+	// "the TP level that results in the highest goodput for the entire
+	// trace" (§4, footnote), which a caller finds by trying degrees.
+	SplitTP []int
 	// TP is the static degree of SystemVanilla, SystemPD and
 	// SystemSLOBatch; 0 means 1.
 	TP int
@@ -435,8 +456,8 @@ func (r *nitsumRun) setup() error {
 		if err != nil {
 			return err
 		}
-	case SystemSplit:
-		r.reject = true
+	case SystemSplit, SystemTierSplit:
+		r.reject = o.System == SystemSplit
 		var err error
 		specs, err = r.splitInstances()
 		if err != nil {
@@ -475,6 +496,9 @@ func (r *nitsumRun) install(specs []nitsum.Instance, keep map[int]*instance) err
 		l, err := nitsum.NewLocal(lb)
 		if err != nil {
 			return err
+		}
+		if (r.o.System == SystemNitsum || r.o.System == SystemStaticPlan) && !r.o.OldestBestEffort {
+			l.BestEffortNewestFirst()
 		}
 		in.local = l
 		in.kvCap = int64(sp.TP) * r.freeTP[ti] / r.kvTok
@@ -583,11 +607,40 @@ func (r *nitsumRun) route(i int) error {
 		r.out[i].Rejected = true
 		return nil
 	}
+	if r.o.System == SystemTierSplit && a.Class == nitsum.BestEffort {
+		if a, err = r.deferInGroup(id, tier, a); err != nil {
+			return err
+		}
+	}
 	r.st[i].gen, r.st[i].class = r.gen, a.Class
 	in := r.insts[a.Instance]
 	in.local.Push(nitsum.Request{ID: id, Tier: tier}, a.Class)
 	r.kick(in)
 	return nil
+}
+
+// deferInGroup moves a best-effort request that the Dispatcher spilled
+// to another tier's prefill instance onto one of its own tier's, round
+// robin: SystemTierSplit's groups do not share GPUs.
+func (r *nitsumRun) deferInGroup(id string, tier int, a nitsum.Assignment) (nitsum.Assignment, error) {
+	if r.insts[a.Instance].spec.Tier == tier {
+		return a, nil
+	}
+	var own []int
+	for k, in := range r.insts {
+		if in.spec.Role == nitsum.Prefill && in.spec.Tier == tier {
+			own = append(own, k)
+		}
+	}
+	if len(own) == 0 {
+		return a, nil
+	}
+	if _, err := r.disp.Done(id); err != nil {
+		return a, err
+	}
+	a = nitsum.Assignment{Instance: own[r.rr%len(own)], Class: nitsum.BestEffort}
+	r.rr++
+	return a, r.disp.Place(nitsum.Request{ID: id, Tier: tier}, a)
 }
 
 // kick starts in's next iteration if it is free and has work.
@@ -850,6 +903,9 @@ func (r *nitsumRun) replan() error {
 		return err
 	}
 	r.res.Plans++
+	// Instances that carry on keep their GPUs (nitsum.Plan.KeepPlaces):
+	// the fresh layout would shift every block after a changed one.
+	plan.KeepPlaces(instanceSpecs(r.insts))
 	old := r.insts
 	same := len(old) == len(plan.Instances)
 	for k := 0; same && k < len(old); k++ {
@@ -865,6 +921,9 @@ func (r *nitsumRun) replan() error {
 	if err := r.install(plan.Instances, keep); err != nil {
 		return err
 	}
+	if err := r.placeInFlight(keep); err != nil {
+		return err
+	}
 	recv := r.moveDecodes(mv)
 	r.pause(keep, mv.retired, recv)
 	if err := r.reroute(mv.waiting); err != nil {
@@ -873,6 +932,26 @@ func (r *nitsumRun) replan() error {
 	r.retryPending()
 	for _, in := range r.insts {
 		r.kick(in)
+	}
+	return nil
+}
+
+// placeInFlight registers with the new plan's Dispatcher the prompts of
+// the prefill iteration in progress on each instance that carries on:
+// they are assigned and unfinished, so they hold its bandwidth (G3,
+// pitfall 20) until their iteration ends, as they did under the old one.
+func (r *nitsumRun) placeInFlight(keep map[int]*instance) error {
+	for k, in := range keep {
+		if !in.busy || !in.prefill {
+			continue
+		}
+		for _, i := range in.inFlight {
+			a := nitsum.Assignment{Instance: k, Class: r.st[i].class}
+			if err := r.disp.Place(nitsum.Request{ID: strconv.Itoa(i), Tier: r.reqs[i].Tier}, a); err != nil {
+				return err
+			}
+			r.st[i].gen = r.gen
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -181,7 +182,7 @@ func TestRunNitsum(t *testing.T) {
 		tp  int
 		sw  NitsumSwitch
 	}{{SystemVanilla, 1, FastSwitch}, {SystemPD, 1, FastSwitch}, {SystemSLOBatch, 4, FastSwitch}, {SystemSplit, 0, FastSwitch},
-		{SystemStaticPlan, 0, FastSwitch}, {SystemNitsum, 0, NaiveSwitch}, {SystemNitsum, 0, FastSwitch}} {
+		{SystemTierSplit, 0, FastSwitch}, {SystemStaticPlan, 0, FastSwitch}, {SystemNitsum, 0, NaiveSwitch}, {SystemNitsum, 0, FastSwitch}} {
 		o := opts
 		o.System, o.TP, o.Switch = c.sys, c.tp, c.sw
 		res, err := RunNitsum(o)
@@ -262,6 +263,41 @@ func TestRunNitsum(t *testing.T) {
 	}
 	if g := good["nitsum/fast"]; g <= 0 || g < good["nitsum/naive"] {
 		t.Errorf("nitsum goodput %.1f (naive %.1f)", g, good["nitsum/naive"])
+	}
+}
+
+// TestRunNitsumTierSplit: the ablation's tier split has Split's groups
+// but defers what Split rejects, inside the request's own group.
+func TestRunNitsumTierSplit(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 80, Seconds: 10, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 7}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests = reqs
+	count := func(sys NitsumSystem) (*NitsumResult, int) {
+		o := opts
+		o.System = sys
+		res, err := RunNitsum(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, out := range res.Outcomes {
+			if out.Rejected {
+				n++
+			}
+		}
+		return res, n
+	}
+	split, rejected := count(SystemSplit)
+	tiers, deferredRejected := count(SystemTierSplit)
+	t.Logf("Split: %.1f req/s, %d of %d rejected; tier split: %.1f req/s, %d rejected", split.Goodput, rejected, len(reqs), tiers.Goodput, deferredRejected)
+	if rejected == 0 || deferredRejected != 0 {
+		t.Errorf("rejected: Split %d, tier split %d; want some, none", rejected, deferredRejected)
+	}
+	if !slices.Equal(split.Instances, tiers.Instances) {
+		t.Errorf("instances differ:\n%+v\n%+v", split.Instances, tiers.Instances)
 	}
 }
 
@@ -374,4 +410,63 @@ func TestRunNitsumAtOnce(t *testing.T) {
 		t.Errorf("span %v s (last token %v s), goodput %v req/s for %d good", res.Span, last, res.Goodput, res.Good)
 	}
 	t.Logf("40 requests at once: %d good over %.2f s", res.Good, res.Span)
+}
+
+// TestRunNitsumBestEffortOrder: under overload, Nitsum's local queues
+// serving best effort newest first turn more of it into goodput than first
+// come, first served, which serves requests already past their TTFT.
+func TestRunNitsumBestEffortOrder(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 90, Seconds: 30, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 5}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests, opts.System = reqs, SystemStaticPlan
+	newest, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.OldestBestEffort = true
+	oldest, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("90 req/s on 8 H100s: best effort newest first %.1f req/s good, oldest first %.1f", newest.Goodput, oldest.Goodput)
+	if newest.Goodput <= 1.05*oldest.Goodput {
+		t.Errorf("newest first %.1f req/s, oldest first %.1f: want at least 5%% more", newest.Goodput, oldest.Goodput)
+	}
+	if !slices.Equal(newest.Instances, oldest.Instances) {
+		t.Error("the order of best effort changed the plan")
+	}
+}
+
+// TestRunNitsumSplitTP: SplitTP sets each tier's group degree; a degree
+// at which a tier cannot meet its targets, a wrong count or pairs that do
+// not fit the pool are refused.
+func TestRunNitsumSplitTP(t *testing.T) {
+	opts, lens := nitsumFixture(t)
+	reqs, err := NitsumWorkload{Rate: 30, Seconds: 5, Share: []float64{0.5, 0.5}, Lengths: lens, Seed: 3}.Requests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Requests, opts.System, opts.SplitTP = reqs, SystemSplit, []int{2, 1}
+	res, err := RunNitsum(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deg := map[int]map[int]bool{0: {}, 1: {}}
+	for _, in := range res.Instances {
+		deg[in.Tier][in.TP] = true
+	}
+	if len(deg[0]) != 1 || !deg[0][2] || len(deg[1]) != 1 || !deg[1][1] {
+		t.Errorf("degrees by tier %v, want strict TP2 and loose TP1: %+v", deg, res.Instances)
+	}
+	// The strict tier cannot decode at TP1 within 10 ms; one degree for
+	// two tiers; TP4 and TP2 pairs need 12 of the 8 GPUs.
+	for _, bad := range [][]int{{1, 2}, {4}, {4, 2}} {
+		opts.SplitTP = bad
+		if _, err := RunNitsum(opts); err == nil {
+			t.Errorf("SplitTP %v: no error", bad)
+		}
+	}
 }

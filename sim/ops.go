@@ -17,8 +17,21 @@ type costOps struct {
 	rs      *rankShape
 	ms      *microShape
 	b       Breakdown
+	kernels int // kernels launched for the micro-batch
 	times   int // layers one call stands for
 	n, real int // rows of the SP group's all-to-all buffers; this rank's real rows
+}
+
+// launchBound is the host time of launching kernels one by one beyond
+// gpu, the device's time for them: zero for a decode-only micro-batch
+// (the GPU executor replays it as a CUDA graph) or a device without a
+// measured LaunchLatency. Launches are asynchronous, so the host only
+// adds time when it issues kernels slower than the device runs them.
+func (m *CostModel) launchBound(ms *microShape, kernels int, gpu float64) float64 {
+	if ms.prefill.Queries == 0 || m.eff.LaunchLatency == 0 {
+		return 0
+	}
+	return max(0, float64(kernels)*m.eff.LaunchLatency-gpu)
 }
 
 var _ forward.Uniform = (*costOps)(nil)
@@ -27,6 +40,7 @@ func (o *costOps) Repeat(n int) { o.times = n }
 
 func (o *costOps) add(c Component, k kernel) {
 	o.b.add(c, k, o.lc.m.eff.KernelLatency, o.times)
+	o.kernels += o.times
 }
 
 // stream prices a memory-bound kernel over n activation elements read and
@@ -51,6 +65,7 @@ func (o *costOps) gemm(c Component, rows, n, k int) {
 func (o *costOps) Embed() {
 	h := o.lc.cfg.Hidden
 	o.b.add(CompEmbed, o.lc.m.streaming(int64(o.real+o.ms.nl)*int64(h)*o.lc.m.actBytes), o.lc.m.eff.KernelLatency, 1)
+	o.kernels++
 }
 
 func (o *costOps) BeginLayer(context.Context, int) error { return nil }
@@ -127,6 +142,7 @@ func (o *costOps) Logits() {
 	m, h, lat := o.lc.m, o.lc.cfg.Hidden, o.lc.m.eff.KernelLatency
 	o.b.add(CompLMHead, m.streaming(2*int64(rows*h)*m.actBytes), lat, 1)
 	o.b.add(CompLMHead, m.gemm(rows, o.rs.vocab, h, m.actDType), lat, 1)
+	o.kernels += 2
 	if r := m.eff.LogitsBytesPerS; r > 0 {
 		o.b.add(CompLMHead, kernel{memory: float64(rows) * float64(o.rs.vocab) * 4 / r}, 0, 1)
 	}

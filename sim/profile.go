@@ -52,11 +52,16 @@ type Profile struct {
 	// NVLink or PCIe peers (see GPU).
 	Link AlphaBeta `json:"link,omitzero"`
 
-	KernelLatencyS float64 `json:"kernel_latency_s"` // fixed cost of one kernel call
-	StepOverheadS  float64 `json:"step_overhead_s"`  // engine host time per step
+	KernelLatencyS float64 `json:"kernel_latency_s"` // fixed cost of one kernel call (in a CUDA graph on a GPU)
+	// LaunchLatencyS is the host's time to launch one kernel on its own,
+	// where the engine launches some steps' kernels one by one (the GPU
+	// executor's prefill and mixed steps, which take at least their
+	// kernel count times this); 0 means no such bound.
+	LaunchLatencyS float64 `json:"launch_latency_s,omitempty"`
+	StepOverheadS  float64 `json:"step_overhead_s"` // engine host time per step
 	// LogitsBytesPerS is the rate at which a step's float32 logits reach
-	// the host for sampling (a GPU: device-to-host copy into pageable
-	// memory, then into the step's output); 0 when they are computed in
+	// the host for sampling (a GPU: device-to-host copy into the
+	// executor's page-locked output buffer); 0 when they are computed in
 	// host memory (the CPU engine).
 	LogitsBytesPerS float64 `json:"logits_bytes_per_s,omitempty"`
 }
@@ -112,8 +117,8 @@ func (p *Profile) Validate() error {
 		return errors.New("sim: profile has no GEMM measurements")
 	case !(p.Link.HopS >= 0) || !(p.Link.BytesPerS >= 0) || !gpu && p.Link.BytesPerS == 0:
 		return fmt.Errorf("sim: profile link %+v: hop_s must be ≥ 0 and bytes_per_s positive", p.Link)
-	case !(p.KernelLatencyS >= 0) || !(p.StepOverheadS >= 0):
-		return fmt.Errorf("sim: profile kernel latency %g s and step overhead %g s must not be negative", p.KernelLatencyS, p.StepOverheadS)
+	case !(p.KernelLatencyS >= 0) || !(p.LaunchLatencyS >= 0) || !(p.StepOverheadS >= 0):
+		return fmt.Errorf("sim: profile kernel latency %g s, launch latency %g s and step overhead %g s must not be negative", p.KernelLatencyS, p.LaunchLatencyS, p.StepOverheadS)
 	case !(p.LogitsBytesPerS >= 0) || math.IsInf(p.LogitsBytesPerS, 0):
 		return fmt.Errorf("sim: profile logits_bytes_per_s %g must be finite and not negative", p.LogitsBytesPerS)
 	}
@@ -197,7 +202,8 @@ func (p *Profile) GPU() (GPU, error) {
 	eff := Efficiency{
 		Matmul: 1, GEMMHalf: h, Memory: 1, Attention: p.AttentionGFLOPS * 1e9 / peak,
 		AttentionDecode: p.AttentionDecodeGFLOPS * 1e9 / peak,
-		KernelLatency:   p.KernelLatencyS, StepOverhead: p.StepOverheadS, LogitsBytesPerS: p.LogitsBytesPerS,
+		KernelLatency:   p.KernelLatencyS, LaunchLatency: p.LaunchLatencyS, StepOverhead: p.StepOverheadS,
+		LogitsBytesPerS: p.LogitsBytesPerS,
 	}
 	if !p.IsGPU() {
 		return GPU{

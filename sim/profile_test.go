@@ -245,3 +245,57 @@ func TestGPUProfileFile(t *testing.T) {
 		t.Error("CPU profile without a link accepted")
 	}
 }
+
+// TestLaunchLatency bounds the steps the executor runs without a CUDA
+// graph by the host's launches: a decode-only step never, a step with a
+// prefill only where launching its kernels one by one takes longer than
+// the device runs them, and then by exactly kernels × the launch
+// latency; 0 means no bound.
+func TestLaunchLatency(t *testing.T) {
+	cfg := preset(t, "meta-llama/Llama-3.1-8B")
+	stepTimes := func(launch float64) (decode, prefill, mixed float64) {
+		t.Helper()
+		p := gpuProfile()
+		p.LaunchLatencyS = launch
+		node, err := p.Node(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := NewCostModel(node, p.Precision())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lc := layoutCost(t, cm, cfg, "tp=1")
+		step := func(seqs ...Seq) float64 { return lc.Step(&StepShape{Seqs: seqs}).Seconds }
+		return step(Seq{Context: 500, New: 1, Logits: 1}, Seq{Context: 90, New: 1, Logits: 1}),
+			step(Seq{New: 64, Logits: 1}),
+			step(Seq{Context: 500, New: 1, Logits: 1}, Seq{New: 64, Logits: 1})
+	}
+	d0, p0, m0 := stepTimes(0)
+	d1, p1, m1 := stepTimes(1e-6) // far below the 8B's kernels: hidden
+	if d1 != d0 || p1 != p0 || m1 != m0 {
+		t.Errorf("1 µs launches: %g %g %g s, want %g %g %g (hidden behind the device)", d1, p1, m1, d0, p0, m0)
+	}
+	d2, p2, m2 := stepTimes(1e-3) // host-bound
+	d3, p3, m3 := stepTimes(2e-3)
+	if d2 != d0 || d3 != d0 {
+		t.Errorf("decode-only step %g, %g s with launch latencies; want the graphed %g s", d2, d3, d0)
+	}
+	overhead := gpuProfile().StepOverheadS
+	for _, c := range []struct {
+		name           string
+		graphed, at1ms float64
+		at2ms          float64
+	}{{"prefill", p0, p2, p3}, {"mixed", m0, m2, m3}} {
+		kernels := (c.at1ms - overhead) / 1e-3
+		if math.Abs(kernels-math.Round(kernels)) > 1e-6 || kernels < 8*32 || kernels > 16*32 {
+			t.Errorf("%s: %.3f kernels per step, want a whole number near 10 per layer", c.name, kernels)
+		}
+		if want := overhead + kernels*2e-3; math.Abs(c.at2ms/want-1) > 1e-9 {
+			t.Errorf("%s: %g s at 2 ms per launch, want %g", c.name, c.at2ms, want)
+		}
+		if c.at1ms <= c.graphed {
+			t.Errorf("%s: host-bound %g s not above the device's %g s", c.name, c.at1ms, c.graphed)
+		}
+	}
+}

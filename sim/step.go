@@ -391,6 +391,10 @@ func (lc *LayoutCost) rankMicro(r int, ms *microShape, b *Breakdown) float64 {
 		First: rs.first, Last: rs.last, LayerLo: 0, LayerHi: rs.layers, TP: p.TP, SP: p.SP,
 	})
 	*b = o.b
+	if t := lc.m.launchBound(ms, o.kernels, b.Total-start); t > 0 {
+		b.Parts[CompOverhead].Time += t
+		b.Total += t
+	}
 	return b.Total - start
 }
 
@@ -406,7 +410,7 @@ func (lc *LayoutCost) StepTime(r int, b *StepShape) Breakdown {
 		}
 	}
 	o := lc.m.eff.StepOverhead
-	out.Parts[CompOverhead].Time = o
+	out.Parts[CompOverhead].Time += o // beside any launch-bound host time (rankMicro)
 	out.Total += o
 	return out
 }

@@ -82,7 +82,7 @@ func TestReproduceCSPS(t *testing.T) {
 	if data, _ := os.ReadFile(out); string(data) != stdout {
 		t.Fatal("--out differs from stdout")
 	}
-	for _, want := range []string{"## Table 4", "## Figs. 14–16", "## Fig. 5", "## Table 3", "no constant is fitted to this paper"} {
+	for _, want := range []string{"## Table 4", "## Figs. 14–16", "## Per-phase breakdown", "## Fig. 5", "## Table 3", "no constant is fitted to this paper"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q", want)
 		}

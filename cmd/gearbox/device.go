@@ -311,6 +311,7 @@ func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice C
 		Device: choice.Device.Index, DType: dt, Placements: spec.placements, BlockSize: spec.blockSize, NumBlocks: spec.numBlocks,
 		MemoryUtilization: d.memUtil, MaxNumTokens: spec.maxTokens, MaxNumSeqs: spec.maxSeqs,
 		MaxModelLen: spec.maxModelLen, EnforceEager: d.eager, KernelCache: cache, Logger: logger,
+		HostBlocks: hostBlocks(m.Config, m.Config.ResolveDType(dt).Tensor(), spec.blockSize, spec.hostKVBytes),
 	})
 	if err != nil {
 		return nil, err
@@ -325,5 +326,8 @@ func (d *deviceFlags) newCUDARunner(m *model.Model, dt, kv model.DType, choice C
 	}
 	line := fmt.Sprintf("%s: %s, %s, %.2f GiB weights, KV cache %d tokens", choice.Reason, info.Device, info.DType,
 		float64(info.WeightBytes)/(1<<30), info.KVTokens)
+	if n := x.HostBlocks(); n > 0 {
+		line += fmt.Sprintf(", host KV store %d tokens", n*spec.blockSize)
+	}
 	return &built{runner: x, device: line, close: func() { _ = x.Close(); _ = m.Close() }}, nil
 }

@@ -50,7 +50,9 @@ type driverAPI struct {
 	cuGraphLaunch               func(e GraphExec, s Stream) int32
 	cuGraphDestroy              func(g Graph) int32
 	cuGraphExecDestroy          func(e GraphExec) int32
-	cuGetErrorName              func(code int32, name **byte) int32 // optional
+	cuGetErrorName              func(code int32, name **byte) int32                        // optional
+	cuMemHostAlloc              func(p *unsafe.Pointer, bytes uintptr, flags uint32) int32 // optional
+	cuMemFreeHost               func(p unsafe.Pointer) int32                               // optional
 }
 
 func (d *driverAPI) symbols() []symbol {
@@ -96,6 +98,8 @@ func (d *driverAPI) symbols() []symbol {
 		{fn: &d.cuGraphDestroy, name: "cuGraphDestroy"},
 		{fn: &d.cuGraphExecDestroy, name: "cuGraphExecDestroy"},
 		{fn: &d.cuGetErrorName, name: "cuGetErrorName", optional: true},
+		{fn: &d.cuMemHostAlloc, name: "cuMemHostAlloc", optional: true},
+		{fn: &d.cuMemFreeHost, name: "cuMemFreeHost", optional: true},
 	}
 }
 

@@ -42,6 +42,34 @@ func (c *Context) Free(p DevicePtr) error {
 	return c.check("cuMemFree_v2", c.d.cuMemFree(p))
 }
 
+// HostAlloc allocates bytes of page-locked host memory, which copies to
+// and from the device cross at the link's rate (the driver stages pageable
+// memory through its own page-locked buffers at a fraction of it). It
+// returns nil and no error when the driver lacks cuMemHostAlloc; free the
+// memory with HostFree. Call inside Do.
+func (c *Context) HostAlloc(bytes int64) (unsafe.Pointer, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("cuda: device %d: host alloc %d bytes: size must be positive", c.ordinal, bytes)
+	}
+	if c.d.cuMemHostAlloc == nil || c.d.cuMemFreeHost == nil {
+		return nil, nil
+	}
+	var p unsafe.Pointer
+	if code := c.d.cuMemHostAlloc(&p, uintptr(bytes), 0); code != 0 {
+		return nil, c.fail(fmt.Sprintf("host alloc %d bytes", bytes), "cuMemHostAlloc", code)
+	}
+	return p, nil
+}
+
+// HostFree frees memory from HostAlloc. Freeing nil does nothing. Call
+// inside Do.
+func (c *Context) HostFree(p unsafe.Pointer) error {
+	if p == nil {
+		return nil
+	}
+	return c.check("cuMemFreeHost", c.d.cuMemFreeHost(p))
+}
+
 // size checks a byte or element count passed to the driver.
 func (c *Context) size(what string, n int64) error {
 	if n < 0 {

@@ -26,10 +26,13 @@ import (
 type Options struct {
 	Device int         // CUDA device ordinal
 	DType  model.DType // weights and activations; DTypeAuto resolves with Config.ResolveDType
-	// Placements are the placements whose shards the executor holds, the
-	// KV cache laid out under the first; every other must share its KV
-	// slices (parallel.Placement.SharesKV). Their ranks share the one
-	// device. Empty means Plan's standard placement. DP is not supported.
+	// Placements are the placements the executor runs, the KV cache laid
+	// out under the first, all with the same ranks, which share the one
+	// device. The weights of those sharing the KV cache's slices
+	// (parallel.Placement.SharesKV) are resident; a placement that does
+	// not share them is reached by Transition, which re-shards the weights
+	// from the host copy (Seesaw; see seesaw.go). Empty means Plan's
+	// standard placement. DP is not supported.
 	Placements []parallel.Placement
 	Plan       parallel.Plan // shorthand when Placements is empty; the zero value is one rank
 	BlockSize  int           // KV block size in tokens; default 16
@@ -44,6 +47,9 @@ type Options struct {
 	MaxModelLen       int // longest sequence; default the model's context length
 	// EnforceEager disables CUDA graphs (vLLM's --enforce-eager).
 	EnforceEager bool
+	// HostBlocks is the host KV store (Seesaw's CPU tier, engine.Swapper)
+	// in blocks of the whole model's keys and values; 0 for none.
+	HostBlocks int
 	// KernelCache holds compiled kernels; nil compiles at every start.
 	KernelCache *gpu.KernelCache
 	Logger      *slog.Logger // default slog.Default()
@@ -74,7 +80,8 @@ type Info struct {
 // reduction kernel on one stream, and are counted with the CPU's byte
 // accounting. That makes every plan and Shift switch testable on a single
 // GPU. Every device call runs on the context's pinned worker thread
-// (cuda.Context.Do). An Executor is not safe for concurrent use.
+// (cuda.Context.Do). An Executor is not safe for concurrent use, except
+// that SwapIn and SwapOut may run beside Step (swap.go).
 type Executor struct {
 	cfg  *model.Config
 	opts Options
@@ -88,7 +95,7 @@ type Executor struct {
 	s    cuda.Stream
 
 	base    parallel.Placement    // the KV cache's placement
-	layouts map[string]*devLayout // by placement name
+	layouts map[string]*devLayout // the resident weights, by placement name
 	maxSP   int                   // the largest SP degree of the placements: the metadata's row tables
 	ranks   []*devRank
 	kv      kvcache.Layout // rank 0's; every rank has the same block count
@@ -109,13 +116,15 @@ type Executor struct {
 	stepsMu    sync.Mutex  // guards steps: PlanSteps may run beside a step (an engine's Stats, /metrics)
 	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
 	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
-	out        []float32   // [rows, vocab] host logits of the last step
-	part       []float32   // host staging of one rank's logits slice
+	out        []float32   // [rows, vocab] host logits of the last step, in outBuf
+	outBuf     hostFloats  // page-locked on a device
+	partBuf    hostFloats  // host staging of one rank's logits slice
 	tokens     []int       // [rows] argmax of the last greedy step
 	ids        []int32     // host staging of one rank's argmax rows
 	host       []int32     // host staging of the step's int32 tables
 	allocs     map[cuda.DevicePtr]bool
 	closed     bool
+	seesaw     // host weight copy, host KV store and transitions (seesaw.go)
 }
 
 var _ engine.GreedyRunner = (*Executor)(nil)
@@ -151,26 +160,28 @@ type layerWeights struct {
 // the whole model so any layout's shard fits; their addresses are fixed
 // so CUDA graphs can replay them.
 type devRank struct {
-	id             int
-	kCache, vCache cuda.DevicePtr // [stage layers][blocks, kv heads, block size, head dim]
-	layerKV        int64          // bytes of one layer of kCache
-	x              cuda.DevicePtr // float32 [tokens, hidden] residual stream
-	xn             cuda.DevicePtr // [tokens, hidden] normalised
-	qkv            cuda.DevicePtr // [tokens, q|k|v] projections of this rank's rows
-	recv           cuda.DevicePtr // [tokens, chunk q|k|v] every token's chunk heads (SP); qkv without SP
-	q, attnC       cuda.DevicePtr // [tokens, chunk q] rotated queries, attention output
-	attn           cuda.DevicePtr // [tokens, slice q] this rank's rows' attention (SP); attnC without SP
-	delta          cuda.DevicePtr // [tokens, hidden] o_proj / down_proj output
-	gateUp, mlp    cuda.DevicePtr // [tokens, 2·inter], [tokens, inter]
-	hl             cuda.DevicePtr // [logit rows, hidden]
-	logits         cuda.DevicePtr // float32 [logit rows, vocab]
-	argmax         cuda.DevicePtr // int32 [logit rows]
+	id          int
+	x           cuda.DevicePtr // float32 [tokens, hidden] residual stream
+	xn          cuda.DevicePtr // [tokens, hidden] normalised
+	qkv         cuda.DevicePtr // [tokens, q|k|v] projections of this rank's rows
+	recv        cuda.DevicePtr // [tokens, chunk q|k|v] every token's chunk heads (SP); qkv without SP
+	q, attnC    cuda.DevicePtr // [tokens, chunk q] rotated queries, attention output
+	attn        cuda.DevicePtr // [tokens, slice q] this rank's rows' attention (SP); attnC without SP
+	delta       cuda.DevicePtr // [tokens, hidden] o_proj / down_proj output
+	gateUp, mlp cuda.DevicePtr // [tokens, 2·inter], [tokens, inter]
+	hl          cuda.DevicePtr // [logit rows, hidden]
+	logits      cuda.DevicePtr // float32 [logit rows, vocab]
+	argmax      cuda.DevicePtr // int32 [logit rows]
+
+	// kLayers and vLayers are the keys and values of each local layer,
+	// one allocation each of [blocks, kv heads, block size, head dim], so
+	// that a transition can re-lay the cache out a layer at a time.
+	kLayers, vLayers []cuda.DevicePtr
 }
 
 // layerCache is the start of local layer li's keys and values.
 func (rk *devRank) layerCache(li int) (k, v cuda.DevicePtr) {
-	off := cuda.DevicePtr(int64(li) * rk.layerKV)
-	return rk.kCache + off, rk.vCache + off
+	return rk.kLayers[li], rk.vLayers[li]
 }
 
 // capacity is what the step buffers hold.
@@ -216,12 +227,15 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	if !opts.EnforceEager {
 		e.buckets = VLLMBuckets(min(2*opts.MaxNumSeqs, DefaultMaxGraphBatch, opts.MaxNumTokens))
 	}
+	if err := e.initHost(w); err != nil {
+		return nil, errors.Join(err, dctx.Close())
+	}
 	if err := dctx.Do(func() error { return e.load(w, nv) }); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
 	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "placements", fmt.Sprint(opts.Placements),
 		"weights_gib", float64(e.info.WeightBytes)/(1<<30), "kv_blocks", e.info.KVBlocks,
-		"kv_tokens", e.info.KVTokens, "graph_buckets", len(e.buckets))
+		"kv_tokens", e.info.KVTokens, "host_kv_blocks", opts.HostBlocks, "graph_buckets", len(e.buckets))
 	return e, nil
 }
 
@@ -244,8 +258,8 @@ func fillDefaults(cfg *model.Config, o *Options) error {
 			return fmt.Errorf("cudaexec: two placements are named %q", p.Name)
 		}
 		names[p.Name] = true
-		if first := o.Placements[0]; p.Name != first.Name && !p.SharesKV(cfg, first) {
-			return fmt.Errorf("cudaexec: placement %s does not share the KV slices of %s; KV transitions are not supported on the GPU yet", p, first)
+		if first := o.Placements[0]; len(p.Coords) != len(first.Coords) {
+			return fmt.Errorf("cudaexec: placement %s: every placement must run the %d ranks of %s", p, len(first.Coords), first)
 		}
 	}
 	if o.BlockSize == 0 {
@@ -272,6 +286,9 @@ func fillDefaults(cfg *model.Config, o *Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.HostBlocks < 0 {
+		return fmt.Errorf("cudaexec: %d host KV blocks", o.HostBlocks)
+	}
 	if cfg.HeadDim%2 != 0 || cfg.HeadDim > 256 {
 		return fmt.Errorf("cudaexec: head_dim %d unsupported (want even, at most 256)", cfg.HeadDim)
 	}
@@ -280,7 +297,7 @@ func fillDefaults(cfg *model.Config, o *Options) error {
 
 // load runs on the device thread.
 func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
-	c, cfg := e.ctx, e.cfg
+	c := e.ctx
 	var err error
 	if e.s, err = c.NewStream(); err != nil {
 		return err
@@ -326,18 +343,16 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 	if err != nil {
 		return err
 	}
-	elem := int64(e.dt.Size())
-	var perBlock int64 // bytes of one block over every rank and layer, K and V
-	base := e.layouts[e.base.Name]
-	for r := range e.ranks {
-		sh := base.shards[r].spans
-		perBlock += 2 * int64(sh.Stage.Len()) * int64(sh.Chunk.KVHi-sh.Chunk.KVLo) * int64(e.opts.BlockSize) * int64(cfg.HeadDim) * elem
-	}
+	perBlock := e.kvBlockBytes(e.base) // bytes of one block over every rank and layer, K and V
 	blocks := e.opts.NumBlocks
 	if blocks == 0 {
 		const reserve = 512 << 20
 		budget := int64(e.opts.MemoryUtilization*float64(total)) - (total - free) - reserve
-		blocks = int(budget / perBlock)
+		// Room for a transition: the largest weights and KV pool of any
+		// placement, and one layer's new KV beside the old (seesaw.go).
+		extra, most := e.transitionRoom(up.bytes)
+		budget -= extra
+		blocks = int(budget / most)
 		if need := ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize); blocks < need {
 			return fmt.Errorf("cudaexec: %.2f GiB left for the KV cache under --gpu-memory-utilization %g holds %d blocks of %d tokens, fewer than one %d-token sequence needs (%d); raise the utilization or lower --max-model-len",
 				float64(max(budget, 0))/(1<<30), e.opts.MemoryUtilization, max(blocks, 0), e.opts.BlockSize, e.opts.MaxModelLen, need)
@@ -359,12 +374,15 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 func (e *Executor) loadShards(w *model.Weights, put func(parts ...[]float32) cuda.DevicePtr) error {
 	cfg := e.cfg
 	for _, l := range e.opts.Placements {
+		e.maxSP = max(e.maxSP, l.Plan.SP)
+		if !e.resident(l) {
+			continue // uploaded by a transition to it
+		}
 		dl := &devLayout{layout: l}
 		for r := range l.Coords {
 			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(cfg, w, l, r), cfg.HeadDim, put))
 		}
 		e.layouts[l.Name] = dl
-		e.maxSP = max(e.maxSP, l.Plan.SP)
 	}
 	return nil
 }
@@ -381,23 +399,18 @@ func (e *Executor) prepare() error {
 		maxBlocks: ceilDiv(e.opts.MaxModelLen, e.opts.BlockSize)})
 }
 
-// allocKV allocates every rank's KV cache of blocks blocks.
+// allocKV allocates every rank's KV cache of blocks blocks, one
+// allocation per local layer for the keys and one for the values.
 func (e *Executor) allocKV(blocks int) error {
-	cfg, elem := e.cfg, int64(e.dt.Size())
-	base := e.layouts[e.base.Name]
-	var err error
+	e.kv = e.rankLayout(e.base, 0, blocks)
 	for r, rk := range e.ranks {
-		sh := base.shards[r].spans
-		kvHeads := sh.Chunk.KVHi - sh.Chunk.KVLo
-		rk.layerKV = int64(blocks) * int64(kvHeads) * int64(e.opts.BlockSize) * int64(cfg.HeadDim) * elem
-		if rk.kCache, err = e.alloc(rk.layerKV * int64(sh.Stage.Len())); err != nil {
-			return fmt.Errorf("cudaexec: KV cache of %d blocks: %w", blocks, err)
-		}
-		if rk.vCache, err = e.alloc(rk.layerKV * int64(sh.Stage.Len())); err != nil {
-			return fmt.Errorf("cudaexec: KV cache of %d blocks: %w", blocks, err)
-		}
-		if r == 0 {
-			e.kv = kvcache.Layout{Layers: sh.Stage.Len(), KVHeads: kvHeads, HeadDim: cfg.HeadDim, BlockSize: e.opts.BlockSize, NumBlocks: blocks, DType: e.dt.Tensor()}
+		s := e.base.KVSlice(e.cfg, r)
+		for range s.Layers.Len() {
+			k, v, err := e.allocLayerKV(s, blocks)
+			if err != nil {
+				return err
+			}
+			rk.kLayers, rk.vLayers = append(rk.kLayers, k), append(rk.vLayers, v)
 		}
 	}
 	return nil
@@ -641,6 +654,7 @@ func (e *Executor) Close() error {
 		if e.k != nil {
 			errs = append(errs, e.k.Close())
 		}
+		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx))
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))
 		}
@@ -659,9 +673,17 @@ func (e *Executor) Info() Info { return e.info }
 // Config implements engine.Runner.
 func (e *Executor) Config() *model.Config { return e.cfg }
 
-// Placements implements engine.Runner: the placements held, the KV
-// cache's first.
-func (e *Executor) Placements() []parallel.Placement { return slices.Clone(e.opts.Placements) }
+// Placements implements engine.Runner: the executor's placements, the KV
+// cache's current one first.
+func (e *Executor) Placements() []parallel.Placement {
+	out := []parallel.Placement{e.base}
+	for _, p := range e.opts.Placements {
+		if p.Name != e.base.Name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // KVLayout implements engine.Runner. Its DType is the dtype the model
 // runs in, which the device's KV cache stores.
@@ -716,9 +738,12 @@ func (e *Executor) StepGreedy(ctx context.Context, b *forward.Batch, p parallel.
 // run validates b and runs it on the device thread; greedy fills e.tokens
 // instead of e.out.
 func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placement, greedy bool) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	dl, ok := e.layouts[p.Name]
 	if !ok {
-		return fmt.Errorf("cudaexec: placement %s is not held (this executor holds %v)", p, e.opts.Placements)
+		return fmt.Errorf("cudaexec: placement %s is not held (this executor holds %v; the KV cache is under %s)", p, slices.Collect(maps.Keys(e.layouts)), e.base)
 	}
 	cfg := e.cfg
 	if err := b.Validate(cfg.Vocab, e.opts.MaxModelLen, e.kv.BlockSize, e.kv.NumBlocks, 1); err != nil {
@@ -731,13 +756,18 @@ func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placeme
 	e.tokens = e.tokens[:0]
 	if greedy && p.Plan.TP == 1 {
 		e.tokens = slices.Grow(e.tokens, rows)[:rows]
-	} else {
-		if n := rows * cfg.Vocab; cap(e.out) < n {
-			e.out = make([]float32, n)
-		}
-		e.out = e.out[:rows*cfg.Vocab]
 	}
-	if err := e.do(func() error { return e.step(dl, b, rows, greedy && p.Plan.TP == 1) }); err != nil {
+	argmax := greedy && p.Plan.TP == 1
+	if err := e.do(func() error {
+		if !argmax {
+			out, err := e.outBuf.get(e.ctx, rows*cfg.Vocab)
+			if err != nil {
+				return err
+			}
+			e.out = out
+		}
+		return e.step(dl, b, rows, argmax)
+	}); err != nil {
 		return fmt.Errorf("cudaexec: step under %s: %w", p, err)
 	}
 	if greedy && p.Plan.TP > 1 {
@@ -757,6 +787,8 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // device and runs it directly.
 func (e *Executor) do(f func() error) error {
 	if e.ctx == nil {
+		e.hostMu.Lock()
+		defer e.hostMu.Unlock()
 		return f()
 	}
 	return e.ctx.Do(f)

@@ -248,16 +248,26 @@ func hostKernels(h *hostMemory) *Kernels {
 // with blocks KV blocks of 4 tokens.
 func newHostExecutor(t *testing.T, cfg *model.Config, w *model.Weights, placements []parallel.Placement, blocks int) *Executor {
 	t.Helper()
+	return newHostExecutorOpts(t, cfg, w, Options{Placements: placements, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true}, blocks)
+}
+
+// newHostExecutorOpts builds an executor of opts over the emulated device,
+// in float32, with blocks KV blocks.
+func newHostExecutorOpts(t *testing.T, cfg *model.Config, w *model.Weights, opts Options, blocks int) *Executor {
+	t.Helper()
 	h := &hostMemory{}
 	k := hostKernels(h)
 	e := &Executor{
 		cfg: cfg, dt: model.Float32, k: k, k32: k, ops: hostOps{h},
-		opts:    Options{Placements: placements, BlockSize: 4, MaxNumTokens: 64, MaxNumSeqs: 8, EnforceEager: true},
-		base:    placements[0],
+		opts:    opts,
+		base:    opts.Placements[0],
 		layouts: map[string]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
 		replayed: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
 	}
 	if err := fillDefaults(cfg, &e.opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.initHost(w); err != nil {
 		t.Fatal(err)
 	}
 	put := func(parts ...[]float32) cuda.DevicePtr {

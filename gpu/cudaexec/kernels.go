@@ -19,7 +19,7 @@ var kernelFS embed.FS
 
 // kernelFiles is the order in which KernelSource concatenates the embedded
 // files: common.cu defines what the others use.
-var kernelFiles = []string{"common.cu", "elementwise.cu", "norm.cu", "attention.cu"}
+var kernelFiles = []string{"common.cu", "elementwise.cu", "norm.cu", "attention.cu", "attention_mma.cu"}
 
 var kernelSource = sync.OnceValue(func() string {
 	var b strings.Builder
@@ -82,6 +82,23 @@ func (k *Kernels) typedFuncs() []namedFunc {
 	}
 }
 
+// halfFuncs are the kernels instantiated for the 16-bit types only, as
+// <name>_f16 and <name>_bf16.
+func (k *Kernels) halfFuncs() []namedFunc {
+	return []namedFunc{{"attn_prefill_mma_d64", &k.prefillMMA[0]}, {"attn_prefill_mma_d128", &k.prefillMMA[1]}}
+}
+
+// funcs are the kernels of k's dtype in entryPoints's order: typed, then
+// 16-bit only (when dt is 16-bit), then untyped; typed says how many of
+// them carry the dtype suffix.
+func (k *Kernels) funcs() (fs []namedFunc, typed int) {
+	fs = k.typedFuncs()
+	if k.dt.Size() == 2 {
+		fs = append(fs, k.halfFuncs()...)
+	}
+	return append(fs, k.untypedFuncs()...), len(fs)
+}
+
 // rowsIndex maps the vector width W (2, 4, 8) and heads per block GB (1,
 // 4, 8) of an attn_decode_w<W>g<GB> kernel to its place in decodeRows.
 func rowsIndex(w, gb int) (wi, gi int) {
@@ -125,13 +142,14 @@ func entryPoints(dt model.DType) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var k Kernels
-	var names []string
-	for _, f := range k.typedFuncs() {
-		names = append(names, f.name+"_"+sfx)
-	}
-	for _, f := range k.untypedFuncs() {
-		names = append(names, f.name)
+	k := Kernels{dt: dt}
+	fs, typed := k.funcs()
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.name
+		if i < typed {
+			names[i] += "_" + sfx
+		}
 	}
 	return names, nil
 }
@@ -154,11 +172,15 @@ type Kernels struct {
 	decode, decodeNarrow, merge      cuda.Function
 	decodeRows                       [3][3]cuda.Function // [W 2, 4, 8][GB 1, 4, 8]; no W 8 GB 8
 	prefill128, prefill256           cuda.Function
+	prefillMMA                       [2]cuda.Function // head_dim 64, 128; 16-bit dtypes only
 	argmax                           cuda.Function
 
 	// decodeGeneric makes decode use the general kernel for every shape
 	// (tests).
 	decodeGeneric bool
+	// prefillSIMT makes prefill use the SIMT kernels for the 16-bit types
+	// too (tests, benchmarks).
+	prefillSIMT bool
 	// launchHook, when set, receives the launches instead of the device
 	// (tests).
 	launchHook func(f cuda.Function, grid, block cuda.Dim3, shared int, a *launchArgs) error
@@ -205,7 +227,7 @@ func loadKernelImage(ctx *cuda.Context, image []byte, dt model.DType) (*Kernels,
 	fail := func(err error) (*Kernels, error) {
 		return nil, errors.Join(err, ctx.UnloadModule(mod))
 	}
-	funcs := append(k.typedFuncs(), k.untypedFuncs()...)
+	funcs, _ := k.funcs()
 	for i, f := range funcs {
 		if *f.fn, err = ctx.Function(mod, names[i]); err != nil {
 			return fail(fmt.Errorf("cudaexec: %w", err))
@@ -213,6 +235,11 @@ func loadKernelImage(ctx *cuda.Context, image []byte, dt model.DType) (*Kernels,
 	}
 	if err := ctx.SetMaxDynamicShared(k.prefill128, prefillShared(128, 64)); err != nil {
 		return fail(fmt.Errorf("cudaexec: prefill attention: %w", err))
+	}
+	if k.size == 2 {
+		if err := ctx.SetMaxDynamicShared(k.prefillMMA[1], prefillMMAShared(128)); err != nil {
+			return fail(fmt.Errorf("cudaexec: prefill attention: %w", err))
+		}
 	}
 	if err := ctx.SetMaxDynamicShared(k.prefill256, prefillShared(256, 32)); err != nil {
 		k.prefill256Err = fmt.Errorf("cudaexec: prefill attention with head_dim > 128 needs %d bytes of shared memory per block: %w", prefillShared(256, 32), err)
@@ -565,6 +592,11 @@ func prefillShared(d, bk int) int {
 	return 4*(64*ks+bk*ks+64*(bk+4)) + 8*bk
 }
 
+// prefillMMAShared is the dynamic shared memory of the tensor-core prefill
+// kernel for head dimension d: query, key and value tiles of 64 rows of
+// d+8 16-bit elements.
+func prefillMMAShared(d int) int { return 3 * 64 * (d + 8) * 2 }
+
 // Attention computes causal paged attention for every query row: the
 // split-K decode kernels and a merge when MaxQLen == 1, else the tiled
 // prefill kernel (after the decode kernels for the first DecodeSeqs
@@ -664,6 +696,18 @@ func (k *Kernels) prefillAttention(s cuda.Stream, a AttnArgs, group int, scaleLo
 	gb := min(group, 64)
 	groups := divUp(group, gb)
 	bq := 64 / gb
+	if a.KVHeads*groups > gridYMax {
+		return fmt.Errorf("cudaexec: attention: %d kv heads: too many", a.KVHeads)
+	}
+	grid := cuda.Dim3{X: uint32(divUp(a.MaxQLen, bq)), Y: uint32(a.NumSeqs), Z: uint32(a.KVHeads * groups)}
+	if k.size == 2 && !k.prefillSIMT && (a.HeadDim == 64 || a.HeadDim == 128) &&
+		ptrAlignment(a.Q, a.KCache, a.VCache) == 16 && ptrAligned(a.Out, 4) {
+		f := k.prefillMMA[a.HeadDim/128]
+		p := newLaunchArgs().ptr(a.Out).ptr(a.Q).ptr(a.KCache).ptr(a.VCache).ptr(a.BlockTables).ptr(a.QStart).ptr(a.SeqPos).
+			i32(a.MaxBlocks).i32(a.Heads).i32(a.KVHeads).i32(a.BlockSize).i32(a.Window).f32(scaleLog2).
+			i32(gb).i32(bq)
+		return k.launch("attention prefill", f, grid, cuda.Dim3{X: 128, Y: 1, Z: 1}, prefillMMAShared(a.HeadDim), s, p)
+	}
 	f, bk := k.prefill128, 64
 	if a.HeadDim > 128 {
 		if k.prefill256Err != nil {
@@ -671,13 +715,9 @@ func (k *Kernels) prefillAttention(s cuda.Stream, a AttnArgs, group int, scaleLo
 		}
 		f, bk = k.prefill256, 32
 	}
-	if a.KVHeads*groups > gridYMax {
-		return fmt.Errorf("cudaexec: attention: %d kv heads: too many", a.KVHeads)
-	}
 	p := newLaunchArgs().ptr(a.Out).ptr(a.Q).ptr(a.KCache).ptr(a.VCache).ptr(a.BlockTables).ptr(a.QStart).ptr(a.SeqPos).
 		i32(a.MaxBlocks).i32(a.Heads).i32(a.KVHeads).i32(a.HeadDim).i32(a.BlockSize).i32(a.Window).f32(scaleLog2).
 		i32(gb).i32(bq)
-	grid := cuda.Dim3{X: uint32(divUp(a.MaxQLen, bq)), Y: uint32(a.NumSeqs), Z: uint32(a.KVHeads * groups)}
 	return k.launch("attention prefill", f, grid, cuda.Dim3{X: 16, Y: 16, Z: 1}, prefillShared(a.HeadDim, bk), s, p)
 }
 

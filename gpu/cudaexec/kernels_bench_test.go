@@ -232,16 +232,28 @@ func BenchmarkAttentionDecode(b *testing.B) {
 }
 
 // BenchmarkAttentionPrefill: one 4,096-token prompt, 32 query heads on 8
-// KV heads, d 128, bf16; TFLOP/s counts 4·heads·d flops per (query, key)
-// pair of the causal triangle.
+// KV heads, d 128 (Llama-3.1-8B) and 64 (Llama-3.2-1B), bf16, on the
+// tensor-core kernel and on the SIMT one; TFLOP/s counts 4·heads·d flops
+// per (query, key) pair of the causal triangle.
 func BenchmarkAttentionPrefill(b *testing.B) {
-	e := newKBench(b, model.BFloat16)
-	const n, heads, kvHeads, d, bs = 4096, 32, 8, 128, 16
-	a := e.pagedBatch(1, n, n, heads, kvHeads, d, bs)
-	per := e.time(func(s cuda.Stream) error { return e.k.Attention(s, a) })
-	flops := 4 * float64(heads*d) * float64(n) * float64(n+1) / 2
-	b.ReportMetric(flops/per.Seconds()/1e12, "TFLOP/s")
-	b.ReportMetric(float64(per.Microseconds()), "us/launch")
+	for _, d := range []int{128, 64} {
+		for _, simt := range []bool{false, true} {
+			kernel := "mma"
+			if simt {
+				kernel = "simt"
+			}
+			b.Run(fmt.Sprintf("d%d/%s", d, kernel), func(b *testing.B) {
+				e := newKBench(b, model.BFloat16)
+				e.k.prefillSIMT = simt
+				const n, heads, kvHeads, bs = 4096, 32, 8, 16
+				a := e.pagedBatch(1, n, n, heads, kvHeads, d, bs)
+				per := e.time(func(s cuda.Stream) error { return e.k.Attention(s, a) })
+				flops := 4 * float64(heads*d) * float64(n) * float64(n+1) / 2
+				b.ReportMetric(flops/per.Seconds()/1e12, "TFLOP/s")
+				b.ReportMetric(float64(per.Microseconds()), "us/launch")
+			})
+		}
+	}
 }
 
 // BenchmarkAddRMSNorm: 4,096 rows of 2,048, bf16, residual add with bias;

@@ -344,7 +344,8 @@ func TestLaunchSignatures(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := &Kernels{dt: dt, size: dt.Size(), sms: 132}
-			for i, f := range append(k.typedFuncs(), k.untypedFuncs()...) {
+			fs, _ := k.funcs()
+			for i, f := range fs {
 				*f.fn = cuda.Function(i + 1)
 			}
 			launched := map[string]int{}
@@ -413,7 +414,12 @@ func TestLaunchSignatures(t *testing.T) {
 			k.decodeGeneric = true
 			attn(8, 2, 128, 1, 0, p)
 			k.decodeGeneric = false
+			attn(8, 2, 128, 70, 0, p) // tensor cores for the 16-bit types
+			attn(8, 2, 64, 70, 0, p)
+			attn(8, 2, 98, 70, 0, p) // SIMT for every type
+			k.prefillSIMT = true
 			attn(8, 2, 128, 70, 0, p)
+			k.prefillSIMT = false
 			attn(8, 2, 256, 70, 0, p)
 			attn(64, 1, 128, 70, 3, p) // mixed: decode then prefill
 			for _, n := range names {

@@ -818,6 +818,7 @@ var attnCases = []attnCase{
 	{name: "d64-mha", heads: 4, kvHeads: 4, d: 64, bs: 16},
 	{name: "d128-group6", heads: 12, kvHeads: 2, d: 128, bs: 16},
 	{name: "d128-group16", heads: 32, kvHeads: 2, d: 128, bs: 16},
+	{name: "d128-bs4-window70", heads: 8, kvHeads: 2, d: 128, bs: 4, window: 70},
 }
 
 func TestKernelAttentionPrefill(t *testing.T) {
@@ -828,14 +829,28 @@ func TestKernelAttentionPrefill(t *testing.T) {
 		// Single-query sequences first, then chunks: DecodeSeqs = 3 sends
 		// the first three through the decode kernels.
 		mixed := []attnSeq{{40, 1}, {2999, 1}, {0, 1}, {0, 37}, {130, 70}, {21, 5}}
-		for _, c := range attnCases {
-			b := e.newAttnBatch(c, seqs)
-			e.attention(c.name, b, b.maxQLen, 0)
-			if c.name == "d64" {
-				e.attention(c.name+" padded maxQLen", b, b.maxQLen+20, 0)
+		// The 16-bit types take the tensor-core kernel for head_dim 64 and
+		// 128; they run the SIMT kernels too.
+		paths := []bool{false}
+		if e.size() == 2 {
+			paths = append(paths, true)
+		}
+		defer func() { e.k.prefillSIMT = false }()
+		for _, simt := range paths {
+			e.k.prefillSIMT = simt
+			for _, c := range attnCases {
+				name := c.name
+				if simt {
+					name += " simt"
+				}
+				b := e.newAttnBatch(c, seqs)
+				e.attention(name, b, b.maxQLen, 0)
+				if c.name == "d64" {
+					e.attention(name+" padded maxQLen", b, b.maxQLen+20, 0)
+				}
+				m := e.newAttnBatch(c, mixed)
+				e.attention(name+" mixed", m, m.maxQLen, 3)
 			}
-			m := e.newAttnBatch(c, mixed)
-			e.attention(c.name+" mixed", m, m.maxQLen, 3)
 		}
 	})
 }

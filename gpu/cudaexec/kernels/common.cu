@@ -78,6 +78,18 @@ struct BF16 {
 #define GB_INSTANTIATE(M) M(f32, F32) M(f16, F16) M(bf16, BF16)
 #endif
 
+// GB_INSTANTIATE_HALF(M) is GB_INSTANTIATE for the kernels that exist for
+// the 16-bit types only (the tensor-core ones).
+#if defined(GB_ONLY_F32)
+#define GB_INSTANTIATE_HALF(M)
+#elif defined(GB_ONLY_F16)
+#define GB_INSTANTIATE_HALF(M) M(f16, F16)
+#elif defined(GB_ONLY_BF16)
+#define GB_INSTANTIATE_HALF(M) M(bf16, BF16)
+#else
+#define GB_INSTANTIATE_HALF(M) M(f16, F16) M(bf16, BF16)
+#endif
+
 __device__ __forceinline__ int gb_min(int a, int b) { return a < b ? a : b; }
 
 // Dynamic shared memory of every kernel that uses it.

@@ -154,7 +154,7 @@ func measureDevice(ctx context.Context, ordinal int, g gpuGrid, logf func(string
 	if err != nil {
 		return nil, err
 	}
-	p.KernelLatencyS = graphed
+	p.KernelLatencyS, p.LaunchLatencyS = graphed, eager
 	logf("kernel latency: %.2f µs in a CUDA graph, %.2f µs launched one by one", graphed*1e6, eager*1e6)
 	if p.GEMM, err = b.measureGEMM(ctx, g, logf); err != nil {
 		return nil, err
@@ -500,23 +500,37 @@ func (b *gpuBench) measureGEMM(ctx context.Context, g gpuGrid, logf func(string,
 // brings float32 logits to the host: g.logitsRows rows of logitsVocab
 // copied from the device into Go memory, then into the step's output, as
 // its readLogits does, timed on the host.
-func (b *gpuBench) measureLogits(ctx context.Context, g gpuGrid) (float64, error) {
+func (b *gpuBench) measureLogits(ctx context.Context, g gpuGrid) (rate float64, err error) {
 	n := g.logitsRows * logitsVocab
 	bytes := 4 * int64(n)
-	part, out := make([]float32, n), make([]float32, n)
+	// As the executor reads a single rank's logits: straight into its
+	// page-locked output buffer, or Go memory where the driver has no
+	// cuMemHostAlloc.
 	var src cuda.DevicePtr
-	if err := b.do(ctx, func() (err error) { src, err = b.allocRandom(bytes); return err }); err != nil {
+	var pinned unsafe.Pointer
+	if err := b.do(ctx, func() (err error) {
+		if src, err = b.allocRandom(bytes); err != nil {
+			return err
+		}
+		pinned, err = b.dev.HostAlloc(bytes)
+		return err
+	}); err != nil {
 		return 0, err
 	}
+	defer func() {
+		err = errors.Join(err, b.do(context.Background(), func() error { return b.dev.HostFree(pinned) }))
+	}()
+	var out []float32
+	if pinned != nil {
+		out = unsafe.Slice((*float32)(pinned), n)
+	} else {
+		out = make([]float32, n)
+	}
 	read := func() error {
-		if err := b.dev.CopyDtoHAsync(unsafe.Pointer(&part[0]), src, bytes, b.s); err != nil {
+		if err := b.dev.CopyDtoHAsync(unsafe.Pointer(&out[0]), src, bytes, b.s); err != nil {
 			return err
 		}
-		if err := b.dev.SyncStream(b.s); err != nil {
-			return err
-		}
-		copy(out, part)
-		return nil
+		return b.dev.SyncStream(b.s)
 	}
 	t, err := rounds(ctx, 2*g.rounds+1, 1, func(int) (t float64, err error) { // the median leaves out the first round, which faults the pages in
 		err = b.do(ctx, func() error {

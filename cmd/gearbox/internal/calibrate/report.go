@@ -50,7 +50,11 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 		row("attention", "%.1f GFLOP/s", p.AttentionGFLOPS)
 		row("collectives (2 ranks)", "%.2f µs per step + bytes at %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
 	}
-	row("kernel latency", "%.2f µs", p.KernelLatencyS*1e6)
+	if p.LaunchLatencyS > 0 {
+		row("kernel latency", "%.2f µs in a CUDA graph, %.2f µs launched one by one", p.KernelLatencyS*1e6, p.LaunchLatencyS*1e6)
+	} else {
+		row("kernel latency", "%.2f µs", p.KernelLatencyS*1e6)
+	}
 	row("engine step overhead", "%.1f µs", p.StepOverheadS*1e6)
 
 	var ms []int

@@ -1,0 +1,38 @@
+// Package cudaexec runs a Llama-family model on one CUDA device: the
+// Executor (executor.go) holds the weights in the run's dtype, a paged KV
+// cache and the step buffers; forward.go runs a step's rank program for
+// every rank of a placement on the one device, collectives as device
+// copies counted as the CPU executor counts them; kernels.go wraps the
+// CUDA C kernels of kernels/ and graphs.go picks the CUDA graph buckets.
+// Read executor.go, then forward.go, then seesaw.go.
+//
+// Seesaw (paper 004; seesaw.go, swap.go). The executor is an
+// engine.Transitioner and an engine.Swapper, so `--policy seesaw` runs on
+// the GPU. Choices the spec leaves open, stated:
+//
+//   - Weights: only the placements sharing the KV cache's current slices
+//     are resident. A transition to a placement that does not share them
+//     frees those shards and uploads the new ones from the host copy of
+//     the weights (model.Weights, kept by the executor), never keeping
+//     both placements' weights on the device even when memory would allow
+//     it: Seesaw re-shards because device memory is better spent on KV,
+//     and one rule keeps the KV pool's size independent of the model's.
+//     The pool is sized at start for the larger placement's weights and
+//     KV layout plus one layer of transition headroom.
+//   - KV on a transition: the whole device pool moves (policy.Seesaw keeps
+//     requests still decoding on the device across a phase change), device
+//     to device, one global layer at a time: each rank's keys and values
+//     are one allocation per layer, so the new layer is allocated, filled
+//     by strided copies from the old ranks' buffers as parallel.Transition
+//     plans them, and the old layer freed.
+//   - Host KV store: Options.HostBlocks blocks of a kvcache.HostStore (HND
+//     per layer) in pageable Go memory, not pinned. A swap moves each
+//     rank's slice through a device and a host staging buffer (at most 64
+//     MiB each), one host↔device copy per chunk: out, a gather kernel per
+//     layer collects the blocks; in, one device copy per run of
+//     consecutive device blocks places them. Swaps run on the device
+//     thread, so the engine's background swap-in is ordered with steps
+//     rather than overlapped with them.
+//   - A transition that fails half-way (out of memory, a device error)
+//     leaves the executor unusable: every later call returns its error.
+package cudaexec

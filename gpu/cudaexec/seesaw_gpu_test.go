@@ -1,0 +1,130 @@
+package cudaexec
+
+import (
+	"context"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+)
+
+// TestSeesawSwapGPU runs seesawSwap on the device — pp=2 ↔ tp=2 and pp=4
+// ↔ tp=4, float32 (foundation tolerance and the oracle's greedy tokens)
+// and bfloat16 (relative L2 ≤ 8u, teacher-forced) — with CUDA graphs on:
+// captured at start under the prefill placement, dropped by every
+// transition and captured again by the first decode under the new one.
+// The KV must come through swaps and transitions byte for byte in both
+// dtypes.
+func TestSeesawSwapGPU(t *testing.T) {
+	requireGPU(t)
+	m, ref := loadFixture(t, seesawSpec(160))
+	for _, dt := range []model.DType{model.Float32, model.BFloat16} {
+		for _, pair := range seesawPairs {
+			t.Run(dt.String()+"/"+pair[0]+"→"+pair[1], func(t *testing.T) {
+				pol := seesawPlacements(t, pair)
+				x := newExec(t, m.Config, m.Weights, Options{Placements: pol.Placements(), DType: dt, BlockSize: 4,
+					NumBlocks: seesawDevBlocks, HostBlocks: seesawHostBlocks, MaxNumSeqs: 4})
+				if err := x.CaptureGraphs(); err != nil {
+					t.Fatal(err)
+				}
+				c := &checker{t: t, dt: dt}
+				seesawSwap(t, x, ref, pol.Prefill, pol.Decode, c)
+				// The last decode (3 sequences, bucket 4) ran under the prefill
+				// placement after the transition back: its graph was captured
+				// then, and the decode placement's graphs are gone.
+				_, back := x.graphs[graphKey{placement: pol.Prefill.Name, bucket: 4}]
+				_, stale := x.graphs[graphKey{placement: pol.Decode.Name, bucket: 4}]
+				if !back || stale {
+					t.Fatalf("graphs after the transitions: %d (prefill placement's bucket 4 %v, decode placement's %v)", len(x.graphs), back, stale)
+				}
+				t.Logf("%d logits rows checked, worst relative L2 error %.3g", c.checks, c.worst)
+			})
+		}
+	}
+}
+
+// TestSeesawEngineGPU serves through the engine under the Seesaw policy on
+// the device in float32 with CUDA graphs, pp=2 → tp=2 and pp=4 → tp=4
+// (seesawEngine: one rank's and the oracle's greedy tokens, several phase
+// cycles, every swapped byte back).
+func TestSeesawEngineGPU(t *testing.T) {
+	requireGPU(t)
+	m, ref := loadFixture(t, seesawSpec(170))
+	single := newExec(t, m.Config, m.Weights, Options{DType: model.Float32, BlockSize: 4, NumBlocks: 64, MaxNumSeqs: 16, MaxNumTokens: 512})
+	for _, pair := range seesawPairs {
+		t.Run(pair[0]+"→"+pair[1], func(t *testing.T) {
+			pol := seesawPlacements(t, pair)
+			x := newExec(t, m.Config, m.Weights, Options{Placements: pol.Placements(), DType: model.Float32, BlockSize: 4,
+				NumBlocks: 16, HostBlocks: 8, MaxNumSeqs: 16, MaxNumTokens: 512})
+			if err := x.CaptureGraphs(); err != nil {
+				t.Fatal(err)
+			}
+			seesawEngine(t, x, single, m, ref, pol)
+		})
+	}
+}
+
+// seesawBench is the 1B model (GEARBOX_BENCH_MODEL_1B) in bfloat16 under
+// pp=2 and tp=2, with a KV pool and host store of 1024 blocks of 16 tokens.
+func seesawBench(b *testing.B) (*Executor, []parallel.Placement) {
+	m := benchModel(b, "GEARBOX_BENCH_MODEL_1B")
+	pl := []parallel.Placement{parallel.Standard(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}), parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})}
+	return newExec(b, m.Config, m.Weights, Options{Placements: pl, DType: model.BFloat16, NumBlocks: 1024, HostBlocks: 1024,
+		MaxNumSeqs: 8, EnforceEager: true}), pl
+}
+
+// BenchmarkSeesawSwap swaps 512 blocks (8192 tokens) out under pp=2 and
+// back in under tp=2 per op; it reports host↔device GB/s (bytes both ways
+// over the time).
+func BenchmarkSeesawSwap(b *testing.B) {
+	x, pl := seesawBench(b)
+	ctx := context.Background()
+	dev, host := make([]int, 512), make([]int, 512)
+	for i := range dev {
+		dev[i], host[i] = i, 1023-i
+	}
+	swaps := []forward.Swap{{Device: dev, Host: host}}
+	var n int64
+	for b.Loop() {
+		b.StopTimer() // only the swaps are timed
+		if _, err := x.Transition(ctx, pl[0]); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		out, err := x.SwapOut(ctx, swaps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if _, err := x.Transition(ctx, pl[1]); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		in, err := x.SwapIn(ctx, swaps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += out + in
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkSeesawTransition is one transition per op, alternating pp=2
+// and tp=2: the weights re-sharded from the host copy and the 1024-block
+// KV pool re-laid out. It reports the weight bytes uploaded per second.
+func BenchmarkSeesawTransition(b *testing.B) {
+	x, pl := seesawBench(b)
+	ctx := context.Background()
+	var w int64
+	i := 0
+	for b.Loop() {
+		i++
+		st, err := x.Transition(ctx, pl[i%2])
+		if err != nil {
+			b.Fatal(err)
+		}
+		w += st.WeightBytes
+	}
+	b.ReportMetric(float64(w)/b.Elapsed().Seconds()/1e9, "weightGB/s")
+}
