@@ -141,10 +141,7 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 		}
 	}
 	e.transitions++
-	e.moved.KVBytes += st.KVBytes
-	e.moved.WeightBytes += st.WeightBytes
-	e.moved.LocalBytes += st.LocalBytes
-	e.moved.Moves += st.Moves
+	e.moved = e.moved.Add(st)
 	return st, nil
 }
 

@@ -337,3 +337,8 @@ type TransitionStats struct {
 	LocalBytes  int64 // bytes copied within a rank (re-laid out, not moved)
 	Moves       int   // pieces moved between ranks or from the host
 }
+
+// Add returns s + o, field by field: the totals over transitions.
+func (s TransitionStats) Add(o TransitionStats) TransitionStats {
+	return TransitionStats{s.KVBytes + o.KVBytes, s.WeightBytes + o.WeightBytes, s.LocalBytes + o.LocalBytes, s.Moves + o.Moves}
+}

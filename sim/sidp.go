@@ -28,9 +28,11 @@ import (
 //   - FSDP, the paper's Figure 14 baseline: every replica all-gathers every
 //     FFN layer each iteration with a ring collective.
 //
-// The replicas run in lockstep: every iteration all N run, an idle one a
-// dummy iteration of one token, and the iteration ends when the slowest
-// is done (sidp_run.go).
+// In WaS the replicas are independent, each stepping on its own clock
+// (the paper keeps DP independence in WaS, §4.2); in CaS and FSDP they
+// run in lockstep: every iteration all N run, an idle one a dummy
+// iteration of one token, and the iteration ends when the slowest is done
+// (sidp_run.go).
 
 // SiDPMode is how a replica reaches the FFN layers it does not own.
 type SiDPMode uint8

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gearboxlm/gearbox/bench"
@@ -80,19 +81,32 @@ type SiDPSwitch struct {
 // SiDPRunResult is what a SiDP job produced.
 type SiDPRunResult struct {
 	RunResult
-	Threshold   int          // B_th in use
-	Switches    []SiDPSwitch // in order
-	Iterations  [3]int       // lockstep iterations by mode (index by SiDPMode)
-	ModeSeconds [3]float64   // job time by mode
-	Stall       float64      // the slowest replica's waiting summed over the iterations
+	Threshold int          // B_th in use
+	Switches  []SiDPSwitch // in order
+	// Iterations is the replicas' steps with work by mode (index by
+	// SiDPMode): in WaS each replica's own, in CaS and FSDP every busy
+	// replica's share of a lockstep iteration (dummies not counted).
+	Iterations  [3]int
+	Tokens      [3]int64   // tokens those steps ran, by mode
+	Busy        [3]float64 // replica-seconds of those steps, by mode
+	ModeSeconds [3]float64 // job time by mode
+	// Stall is the time beyond compute and the engine's overhead: in WaS
+	// each replica's wait for its copies, summed over its steps; in CaS and
+	// FSDP the slowest replica's communication and barriers, summed over
+	// the lockstep iterations.
+	Stall float64
 }
 
 // RunSiDP simulates a job on a SiDP group: N engines (engine.Engine with
-// its scheduler, each over its own KV pool sized by SiDPMemory) step in
-// lockstep. Every iteration each engine with work schedules its batch,
-// idle ones run a dummy iteration, the orchestrator picks the mode, the
-// group's SiDPCost prices the iteration, and every engine's clock moves to
-// its end.
+// its scheduler, each over its own KV pool sized by SiDPMemory). In WaS
+// they are independent: the engine furthest behind schedules its next
+// batch, SiDPCost.ReplicaWaS prices it and only its clock moves, and the
+// orchestrator watches the busiest engine's latest batch. When the
+// orchestrator moves the group to CaS, the group waits for the last
+// engine's step to end and then steps in lockstep: every engine with work
+// schedules its batch, idle ones run a dummy iteration, the group's
+// SiDPCost.Iteration prices it, and every engine's clock moves to its end;
+// back in WaS each engine continues on its own clock.
 func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 	if opts.Model == nil || opts.Cost == nil {
 		return nil, errors.New("sim: a model and a cost model are required")
@@ -157,38 +171,121 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 
 	ctx := context.Background()
 	seqs := make([][]Seq, s.Replicas)
+	// In WaS every replica steps on its own clock (SiDPCost.ReplicaWaS);
+	// CaS and FSDP run the group in lockstep from now.
+	clocks := make([]time.Duration, s.Replicas)
+	last := make([]int, s.Replicas)  // tokens of each replica's latest WaS step
+	idle := make([]bool, s.Replicas) // no work and nothing left to arrive
+	cold := make([]bool, s.Replicas) // its WaS slots are empty
+	for i := range cold {
+		cold[i] = true
+	}
+	admit := func(i int, now time.Duration) {
+		for len(pending[i]) > 0 && pending[i][0].arrival <= now {
+			t := pending[i][0]
+			pending[i] = pending[i][1:]
+			if err := reps[i].submit(t, opts.Model.Vocab); err != nil {
+				t.failed = failure(err)
+			}
+		}
+	}
+	step := func(i int, now time.Duration) (int, error) {
+		r, lr := reps[i], runners[i]
+		r.clk.Set(epoch.Add(now))
+		lr.seqs = lr.seqs[:0]
+		if _, err := r.eng.Iterate(ctx); err != nil {
+			return 0, fmt.Errorf("sim: %w", err)
+		}
+		seqs[i] = lr.seqs
+		n := 0
+		for _, q := range lr.seqs {
+			n += q.New
+		}
+		return n, nil
+	}
+	note := func(mode SiDPMode, start, end time.Duration, tokens, steps int, st SiDPStep) {
+		res.Steps += steps
+		res.Iterations[mode] += steps
+		res.Tokens[mode] += int64(tokens)
+		res.Busy[mode] += float64(steps) * (end - start).Seconds()
+		res.noteMode(mode, start.Seconds(), end.Seconds())
+		res.Stall += st.Stall
+		res.addTokens(start.Seconds(), end.Seconds(), tokens)
+	}
 	var now time.Duration
 	for {
+		if orch.mode == WaS {
+			// The replica furthest behind takes its next step.
+			i := -1
+			for j := range reps {
+				if !idle[j] && (i < 0 || clocks[j] < clocks[i]) {
+					i = j
+				}
+			}
+			if i < 0 {
+				break
+			}
+			t0 := clocks[i]
+			admit(i, t0)
+			n, err := step(i, t0)
+			if err != nil {
+				return nil, err
+			}
+			if n == 0 {
+				last[i] = 0
+				if len(pending[i]) > 0 {
+					clocks[i] = max(t0, pending[i][0].arrival)
+				} else {
+					idle[i] = true
+				}
+				continue
+			}
+			last[i] = n
+			active := 0
+			for j := range reps {
+				if !idle[j] {
+					active++
+				}
+			}
+			orch.decide(t0.Seconds(), slices.Max(last))
+			st := sc.ReplicaWaS(i, seqs[i], cold[i], active)
+			cold[i] = false
+			end := t0 + duration(st.Seconds)
+			reps[i].clk.Set(epoch.Add(end))
+			reps[i].collect(t0, end)
+			note(WaS, t0, end, n, 1, st)
+			clocks[i] = end
+			if sw, ok := orch.switched(); ok {
+				// The directive reaches every replica at the end of its
+				// step; the group then runs in lockstep.
+				res.Switches = append(res.Switches, sw)
+				log.Info("sidp mode switch", "at_s", sw.At, "to", sw.To.String(), "batch", sw.Batch, "threshold", res.Threshold)
+				now = slices.Max(clocks)
+			}
+			continue
+		}
+
 		// Arrivals up to now; the earliest pending one if every engine idles.
 		busy := false
 		next := time.Duration(math.MaxInt64)
-		for i, r := range reps {
-			for len(pending[i]) > 0 && pending[i][0].arrival <= now {
-				t := pending[i][0]
-				pending[i] = pending[i][1:]
-				if err := r.submit(t, opts.Model.Vocab); err != nil {
-					t.failed = failure(err)
-				}
-			}
+		for i := range reps {
+			admit(i, now)
 			if len(pending[i]) > 0 {
 				next = min(next, pending[i][0].arrival)
 			}
 		}
-		tokens, batch := 0, 0
-		for i, r := range reps {
-			r.clk.Set(epoch.Add(now))
-			lr := runners[i]
-			lr.seqs = lr.seqs[:0]
-			if _, err := r.eng.Iterate(ctx); err != nil {
-				return nil, fmt.Errorf("sim: %w", err)
+		tokens, batch, working := 0, 0, 0
+		for i := range reps {
+			n, err := step(i, now)
+			if err != nil {
+				return nil, err
 			}
-			seqs[i] = lr.seqs
-			n := 0
-			for _, q := range lr.seqs {
-				n += q.New
-			}
+			last[i] = n
 			tokens += n
 			batch = max(batch, n)
+			if n > 0 {
+				working++
+			}
 			busy = busy || n > 0
 		}
 		if !busy {
@@ -212,13 +309,20 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 			r.clk.Set(epoch.Add(end))
 			r.collect(now, end)
 		}
-		res.Steps++
-		res.noteMode(mode, now.Seconds(), end.Seconds())
-		res.Iterations[mode]++
-		res.ModeSeconds[mode] += (end - now).Seconds()
-		res.Stall += st.Stall
-		res.addTokens(now.Seconds(), end.Seconds(), tokens)
+		note(mode, now, end, tokens, working, st)
 		now = end
+		if mode == WaS { // back from CaS: every replica on its own clock again
+			for i := range reps {
+				clocks[i], idle[i], cold[i] = now, false, false
+			}
+		}
+	}
+	for _, span := range res.Timeline {
+		for m := range res.ModeSeconds {
+			if span.Plan == SiDPMode(m).String() {
+				res.ModeSeconds[m] += span.End - span.Start
+			}
+		}
 	}
 	for _, r := range reps {
 		res.Preemptions += r.eng.Stats().Preemptions
@@ -232,7 +336,7 @@ func RunSiDP(opts SiDPRunOptions) (*SiDPRunResult, error) {
 // (Replica 0 stands for every replica).
 func (r *SiDPRunResult) noteMode(mode SiDPMode, start, end float64) {
 	if n := len(r.Timeline); n > 0 && r.Timeline[n-1].Plan == mode.String() {
-		r.Timeline[n-1].End = end
+		r.Timeline[n-1].End = max(r.Timeline[n-1].End, end)
 		r.Timeline[n-1].Steps++
 		return
 	}

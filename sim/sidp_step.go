@@ -133,26 +133,65 @@ func (sc *SiDPCost) prepare(reps [][]Seq) error {
 	if len(reps) != sc.s.Replicas {
 		return fmt.Errorf("sim: SiDP iteration for %d replicas, the group has %d", len(reps), sc.s.Replicas)
 	}
-	L := float64(sc.cfg.Layers)
 	for r, seqs := range reps {
-		w := &sc.reps[r]
-		*w = replicaWork{dummy: len(seqs) == 0}
-		sc.shape.Seqs = sc.shape.Seqs[:0]
-		for _, s := range seqs {
-			s.Replica = 0
-			sc.shape.Seqs = append(sc.shape.Seqs, s)
-			w.tokens += s.New
-		}
-		if w.dummy {
-			sc.shape.Seqs = append(sc.shape.Seqs, Seq{New: 1, Logits: 1})
-			w.tokens = 1
-		}
-		bd := sc.lc.StepTime(0, &sc.shape)
-		w.compute = bd.Total - bd.Parts[CompOverhead].Time
-		w.ffn = sc.FFNTime(w.tokens)
-		w.attn = max(0, w.compute/L-w.ffn)
+		sc.reps[r] = sc.work(seqs)
 	}
 	return nil
+}
+
+// work is one replica's share of an iteration running seqs.
+func (sc *SiDPCost) work(seqs []Seq) replicaWork {
+	w := replicaWork{dummy: len(seqs) == 0}
+	sc.shape.Seqs = sc.shape.Seqs[:0]
+	for _, s := range seqs {
+		s.Replica = 0
+		sc.shape.Seqs = append(sc.shape.Seqs, s)
+		w.tokens += s.New
+	}
+	if w.dummy {
+		sc.shape.Seqs = append(sc.shape.Seqs, Seq{New: 1, Logits: 1})
+		w.tokens = 1
+	}
+	bd := sc.lc.StepTime(0, &sc.shape)
+	w.compute = bd.Total - bd.Parts[CompOverhead].Time
+	w.ffn = sc.FFNTime(w.tokens)
+	w.attn = max(0, w.compute/float64(sc.cfg.Layers)-w.ffn)
+	return w
+}
+
+// ReplicaWaS prices one WaS iteration of replica r on its own, as RunSiDP
+// runs WaS: the paper's WaS keeps each replica's DP independence (§4.2,
+// R5: one-sided reads, the owner oblivious; §4.3: the bulk of the job
+// "runs purely in WaS and preserves full DP independence"), so a replica
+// steps on its own clock and waits for no other. Its copy stream reads
+// the L − owned(r) layers it does not own back to back, one cycle ahead
+// of its compute and across iterations, so in steady state the iteration
+// takes the longer of its compute (plus the engine's overhead, during
+// which copies go on) and its copies, as the group model (Iteration) gives
+// for equal batches. With peak shifting a copy has the owner's link to
+// itself (§4.2: different ranks read different owners); without it the
+// active replicas, progressing at similar speeds, read each layer
+// together and each of the active−1 readers gets that share of the
+// owner's egress (R9's incast). cold is an empty cache (the job's start,
+// a switch from CaS): the first cycle's N−1 copies precede the compute.
+// LinkBytes holds r's bytes only.
+func (sc *SiDPCost) ReplicaWaS(r int, seqs []Seq, cold bool, active int) SiDPStep {
+	w := sc.work(seqs)
+	rate := sc.bw
+	if sc.s.NoPeakShift {
+		rate /= float64(max(1, active-1))
+	}
+	n := sc.cfg.Layers - sc.s.OwnedLayers(r, sc.cfg.Layers)
+	fetch := float64(n) * sc.layer / rate
+	over := sc.cm.eff.StepOverhead
+	out := SiDPStep{Mode: WaS, Compute: w.compute, LinkBytes: make([]int64, sc.s.Replicas)}
+	out.Seconds = max(w.compute+over, fetch)
+	if cold {
+		out.Seconds = max(w.compute+float64(min(n, sc.s.Replicas-1))*sc.layer/rate, fetch) + over
+	}
+	out.Stall = out.Seconds - w.compute - over
+	out.LinkBytes[r] = int64(n) * int64(sc.layer)
+	return out
 }
 
 // Iteration prices one lockstep iteration in mode: reps[r] is replica r's

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/bench"
 	"github.com/gearboxlm/gearbox/sched"
 )
 
@@ -344,6 +345,11 @@ func BenchmarkSiDPIteration(b *testing.B) {
 			}
 		})
 	}
+	b.Run("ReplicaWaS", func(b *testing.B) { // RunSiDP's step in WaS: one replica on its own
+		for b.Loop() {
+			sc.ReplicaWaS(3, reps[3], false, 8)
+		}
+	})
 }
 
 // TestRunSiDP runs a small offline job of Qwen3-32B on SiDP DP=8 over the
@@ -444,5 +450,90 @@ func TestOrchestrator(t *testing.T) {
 		if f.decide(float64(i), 1000) != CaS {
 			t.Fatal("OnlyCaS ran another mode")
 		}
+	}
+}
+
+// TestReplicaWaS: a replica's own WaS iteration is the longer of its
+// compute (with the engine's overhead) and its copies of the layers it
+// does not own, and for equal batches it agrees with the group's fluid
+// model in steady state (within 2%); a cold cache adds the first cycle's
+// copies to a compute-bound step; without peak shifting eight active
+// replicas read each layer seven at a time.
+func TestReplicaWaS(t *testing.T) {
+	c := sidpCost(t, "8xH20-141GB")
+	cfg, _ := LookupModel("Qwen/Qwen3-32B")
+	sc, err := c.NewSiDPCost(cfg, SiDP{Replicas: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := 56 * sc.FetchTime() // 64 layers, 8 owned
+	for _, b := range []int{1, 64, 128, 256, 512} {
+		reps := make([][]Seq, 8)
+		for i := range reps {
+			reps[i] = decodeSeqs(b, 2048)
+		}
+		var group SiDPStep
+		for range 5 {
+			if group, err = sc.Iteration(WaS, reps); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own := sc.ReplicaWaS(3, reps[3], false, 8)
+		if want := max(own.Compute+VLLMStepOverhead, fetch); math.Abs(own.Seconds-want) > 1e-12 {
+			t.Errorf("B=%d: %.3f ms, want max(compute %.3f + overhead, fetch %.3f)", b, own.Seconds*1e3, own.Compute*1e3, fetch*1e3)
+		}
+		if math.Abs(own.Seconds/group.Seconds-1) > 0.02 {
+			t.Errorf("B=%d: replica alone %.2f ms, group steady state %.2f ms", b, own.Seconds*1e3, group.Seconds*1e3)
+		}
+		if own.LinkBytes[3] != 56*c.FFNLayerBytes(cfg, 1, 0) || own.LinkBytes[2] != 0 {
+			t.Errorf("B=%d: link bytes %v", b, own.LinkBytes)
+		}
+		cold := sc.ReplicaWaS(3, reps[3], true, 8)
+		if want := max(own.Compute+7*sc.FetchTime(), fetch) + VLLMStepOverhead; math.Abs(cold.Seconds-want) > 1e-12 {
+			t.Errorf("B=%d cold: %.3f ms, want %.3f", b, cold.Seconds*1e3, want*1e3)
+		}
+	}
+	off, err := c.NewSiDPCost(cfg, SiDP{Replicas: 8, NoPeakShift: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := decodeSeqs(1, 2048)
+	if got, want := off.ReplicaWaS(0, one, false, 8).Seconds, 7*fetch; math.Abs(got/want-1) > 1e-12 {
+		t.Errorf("no peak shifting, 8 active: %.2f ms, want %.2f", got*1e3, want*1e3)
+	}
+	if got := off.ReplicaWaS(0, one, false, 2).Seconds; math.Abs(got/fetch-1) > 1e-12 {
+		t.Errorf("no peak shifting, 2 active: %.2f ms, want %.2f", got*1e3, fetch*1e3)
+	}
+}
+
+// TestRunSiDPIndependent: in WaS no replica waits for another (R5). A job
+// of one long prompt on replica 0 and short decodes on replicas 1–7 ends
+// when the slower of the two parts would end alone, not after both as a
+// lockstep group would.
+func TestRunSiDPIndependent(t *testing.T) {
+	c := sidpCost(t, "8xH20-141GB")
+	cfg, _ := LookupModel("Qwen/Qwen3-32B")
+	long := bench.Request{InputTokens: 16000, OutputTokens: 1}
+	short := bench.Request{InputTokens: 16, OutputTokens: 40}
+	run := func(reqs ...bench.Request) float64 {
+		for i := range reqs {
+			reqs[i].Index = i
+		}
+		res, err := RunSiDP(SiDPRunOptions{Model: cfg, Cost: c, SiDP: SiDP{Replicas: 8}, Requests: reqs, Modes: OnlyWaS,
+			Sched: sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 256}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Report.Completed != len(reqs) {
+			t.Fatalf("%d of %d completed", res.Report.Completed, len(reqs))
+		}
+		return res.SimDuration.Seconds()
+	}
+	alone := run(long)
+	shorts := run(short, short, short, short, short, short, short)
+	both := run(long, short, short, short, short, short, short, short)
+	t.Logf("alone %.3f shorts %.3f both %.3f", alone, shorts, both)
+	if want := max(alone, shorts); math.Abs(both/want-1) > 1e-6 || both > 0.9*(alone+shorts) {
+		t.Errorf("long prompt alone %.3f s, short decodes alone %.3f s, together %.3f s", alone, shorts, both)
 	}
 }

@@ -40,7 +40,7 @@ func addNitsumSimFlags(fs *flag.FlagSet) *nitsumSimFlags {
 	f.fs = fs
 	fs.StringVar(&f.tp, "nitsum-tp", "1,2,4,8", "with --policy nitsum: TP degrees instances may take (those above the node's GPUs are dropped)")
 	fs.StringVar(&f.sw, "nitsum-switch", "fast", "with --policy nitsum: reconfiguration path: fast (shard views, warm executors, aggregated KV migration) or naive (weight reload, kernel preparation, per-page copies)")
-	fs.StringVar(&f.system, "nitsum-system", "nitsum", "with --policy nitsum: nitsum, nitsum-static (planner once on the mean rates), split, slo-batch, pd or vanilla (the paper's baselines)")
+	fs.StringVar(&f.system, "nitsum-system", "nitsum", "with --policy nitsum: nitsum, nitsum-static (planner once on the mean rates), split, tier-split (split's groups deferring instead of rejecting), slo-batch, pd or vanilla (the paper's baselines)")
 	fs.IntVar(&f.staticT, "nitsum-static-tp", 1, "with --nitsum-system slo-batch, pd or vanilla: their one TP degree")
 	fs.DurationVar(&f.profile, "nitsum-profile-window", 0, "with --policy nitsum: span of past arrivals the planner's rates are averaged over (the paper's profile window); 0: the last control window")
 	fs.IntVar(&f.servers, "nitsum-servers", 1, "with --policy nitsum: servers of --hardware in the pool (TP groups stay inside a server)")
@@ -56,12 +56,15 @@ type nitsumSim struct {
 }
 
 func parseNitsumSystem(s string) (sim.NitsumSystem, error) {
-	for _, sys := range []sim.NitsumSystem{sim.SystemNitsum, sim.SystemStaticPlan, sim.SystemSplit, sim.SystemSLOBatch, sim.SystemPD, sim.SystemVanilla} {
+	systems := []sim.NitsumSystem{sim.SystemNitsum, sim.SystemStaticPlan, sim.SystemSplit, sim.SystemTierSplit, sim.SystemSLOBatch, sim.SystemPD, sim.SystemVanilla}
+	names := make([]string, len(systems))
+	for i, sys := range systems {
 		if sys.String() == s {
 			return sys, nil
 		}
+		names[i] = sys.String()
 	}
-	return 0, fmt.Errorf("--nitsum-system %q: want nitsum, nitsum-static, split, slo-batch, pd or vanilla", s)
+	return 0, fmt.Errorf("--nitsum-system %q: want one of %s", s, strings.Join(names, ", "))
 }
 
 // window is --nitsum-window, wherever it was defined.

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/sim"
 )
 
 // TestSimulateNitsum runs simulate --policy nitsum on Table 1's 14B tiers
@@ -30,7 +32,12 @@ func TestSimulateNitsum(t *testing.T) {
 			t.Errorf("plan output lacks %q:\n%s", want, out)
 		}
 	}
-	if _, _, err := runCLI(t, "simulate", "--policy", "nitsum", "--nitsum-system", "bogus", "--slo-ttft-ms", "200", "--slo-tpot-ms", "15"); err == nil || !strings.Contains(err.Error(), "--nitsum-system") {
+	if _, _, err := runCLI(t, "simulate", "--policy", "nitsum", "--nitsum-system", "bogus", "--slo-ttft-ms", "200", "--slo-tpot-ms", "15"); err == nil || !strings.Contains(err.Error(), "--nitsum-system") || !strings.Contains(err.Error(), "tier-split") {
 		t.Errorf("a bad --nitsum-system: %v", err)
+	}
+	for _, s := range []sim.NitsumSystem{sim.SystemNitsum, sim.SystemStaticPlan, sim.SystemVanilla, sim.SystemPD, sim.SystemSLOBatch, sim.SystemSplit, sim.SystemTierSplit} {
+		if got, err := parseNitsumSystem(s.String()); got != s || err != nil {
+			t.Errorf("--nitsum-system %s: %v, %v", s, got, err)
+		}
 	}
 }

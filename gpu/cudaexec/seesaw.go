@@ -220,10 +220,7 @@ func (e *Executor) Transition(ctx context.Context, to parallel.Placement) (paral
 		return st, e.broken
 	}
 	e.transitions++
-	e.moved.KVBytes += st.KVBytes
-	e.moved.WeightBytes += st.WeightBytes
-	e.moved.LocalBytes += st.LocalBytes
-	e.moved.Moves += st.Moves
+	e.moved = e.moved.Add(st)
 	return st, nil
 }
 

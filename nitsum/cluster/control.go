@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gearboxlm/gearbox/nitsum"
@@ -37,7 +38,7 @@ func (c *Cluster) ControlStep(ctx context.Context) (bool, Report, error) {
 	if err != nil {
 		return false, Report{}, fmt.Errorf("cluster: control: %w", err)
 	}
-	layout := c.served(p.Instances)
+	layout := keepPlaces(c.served(p.Instances), c.Layout(), p.GPUs, c.served)
 	c.mu.Lock()
 	same := len(layout) == len(c.insts)
 	for i := 0; same && i < len(layout); i++ {
@@ -52,6 +53,23 @@ func (c *Cluster) ControlStep(ctx context.Context) (bool, Report, error) {
 		return false, rep, err
 	}
 	return true, rep, nil
+}
+
+// keepPlaces moves the instances of layout that are like one of prev
+// (same tier, role, degree, caps) onto that instance's ranks, and the
+// rest onto the lowest free aligned blocks (nitsum.Plan.KeepPlaces), then
+// serves the result again (served: spare ranks left over become
+// instances). The planner lays the pool out afresh each window, from rank
+// 0 in descending degree, so one tier's change would shift every
+// instance after it: kept in place, an instance that carries on has no
+// request to pause and no KV to migrate. When the kept blocks leave no
+// aligned room for the rest, layout is returned as planned.
+func keepPlaces(layout, prev []nitsum.Instance, gpus int, served func([]nitsum.Instance) []nitsum.Instance) []nitsum.Instance {
+	p := &nitsum.Plan{GPUs: gpus, Instances: slices.Clone(layout)}
+	if !p.KeepPlaces(prev) {
+		return layout
+	}
+	return served(p.Instances)
 }
 
 // Spec is one instance of a layout (a plan's instance, decode roles colocated).

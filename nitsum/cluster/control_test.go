@@ -57,3 +57,34 @@ func TestControlWindow(t *testing.T) {
 	d.finishAll(t, 500)
 	d.check(t, want)
 }
+
+// TestKeepPlaces: a window's plan that lays out an unchanged instance on
+// other ranks (the planner packs from rank 0, largest degree first) keeps
+// it where it runs, so nothing of it migrates; the changed instance takes
+// the free block, and ranks left over are served as spares again.
+func TestKeepPlaces(t *testing.T) {
+	served := func(l []nitsum.Instance) []nitsum.Instance { return ServedLayout(l, 0, false) }
+	strict := nitsum.Instance{Tier: 0, Role: nitsum.Prefill, TP: 2, Capacity: 3, Batch: 8}
+	loose := nitsum.Instance{Tier: 1, Role: nitsum.Prefill, TP: 1, Capacity: 2, Batch: 16}
+	at := func(in nitsum.Instance, first int) nitsum.Instance { in.FirstGPU = first; return in }
+	prev := served([]nitsum.Instance{at(loose, 0), at(loose, 1), at(strict, 2)})
+	// The new plan: the loose tier grows to TP2, the strict one is as it was.
+	bigLoose := loose
+	bigLoose.TP, bigLoose.Capacity = 2, 4
+	fresh := served([]nitsum.Instance{at(strict, 0), at(bigLoose, 2)})
+	got := keepPlaces(fresh, prev, 4, served)
+	want := []nitsum.Instance{at(bigLoose, 0), at(strict, 2)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("kept layout %+v, want %+v", got, want)
+	}
+	// Nothing alike: the plan as it came.
+	if got := keepPlaces(fresh, served([]nitsum.Instance{at(loose, 0), at(loose, 1), at(loose, 2), at(loose, 3)}), 4, served); !slices.Equal(got, fresh) {
+		t.Fatalf("nothing to keep: %+v, want the plan %+v", got, fresh)
+	}
+	// A kept instance and a smaller plan: the free rank is a spare again.
+	got = keepPlaces(served([]nitsum.Instance{at(strict, 0), at(loose, 2), {Tier: -1, Role: nitsum.Spare, TP: 1, FirstGPU: 3, Background: true}}), prev, 4, served)
+	want = served([]nitsum.Instance{at(loose, 0), {Tier: -1, Role: nitsum.Spare, TP: 1, FirstGPU: 1, Background: true}, at(strict, 2)})
+	if !slices.Equal(got, want) {
+		t.Fatalf("kept layout with a spare %+v, want %+v", got, want)
+	}
+}

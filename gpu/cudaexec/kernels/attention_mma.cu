@@ -21,44 +21,29 @@
 //   all its rows. Dynamic shared memory 3 · 64 · (D + 8) · 2 bytes.
 
 // MMA is the tensor-core instruction and the float pair packing of a
-// 16-bit type.
+// 16-bit type: mma accumulates the 16×8 product of A (16×16, row-major
+// fragment a) and B (16×8, column-major fragment b0, b1) into c; pack
+// rounds lo and hi to the type and packs them, lo in the low half.
 template <class T>
 struct MMA;
 
-template <>
-struct MMA<F16> {
-  // mma accumulates the 16×8 product of A (16×16, row-major fragment a)
-  // and B (16×8, column-major fragment b0, b1) into c.
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  // pack rounds lo and hi to half and packs them, lo in the low half.
-  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-};
-
-template <>
-struct MMA<BF16> {
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-};
+#define GB_MMA(TAG, PTX)                                                                               \
+  template <>                                                                                          \
+  struct MMA<TAG> {                                                                                    \
+    static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) { \
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0,%1,%2,%3}, "          \
+                   "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                            \
+                   : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                    \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                    \
+    }                                                                                                  \
+    static __device__ __forceinline__ unsigned pack(float lo, float hi) {                              \
+      unsigned r;                                                                                      \
+      asm("cvt.rn." PTX "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));                            \
+      return r;                                                                                        \
+    }                                                                                                  \
+  };
+GB_MMA(F16, "f16")
+GB_MMA(BF16, "bf16")
 
 // smem_addr is p's address in the shared window, as ldmatrix and cp.async
 // take it.
