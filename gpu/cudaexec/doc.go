@@ -26,9 +26,9 @@
 //     by strided copies from the old ranks' buffers as parallel.Transition
 //     plans them, and the old layer freed.
 //   - Host KV store: Options.HostBlocks blocks of a kvcache.HostStore (HND
-//     per layer) in pageable Go memory, not pinned. A swap moves each
-//     rank's slice through a device and a host staging buffer (at most 64
-//     MiB each), one host↔device copy per chunk: out, a gather kernel per
+//     per layer) in pageable Go memory. A swap moves each rank's slice
+//     through a device and a host staging buffer (at most 64 MiB each;
+//     the host one page-locked), one host↔device copy per chunk: out, a gather kernel per
 //     layer collects the blocks; in, one device copy per run of
 //     consecutive device blocks places them. Swaps run on the device
 //     thread, so the engine's background swap-in is ordered with steps

@@ -113,15 +113,15 @@ type Executor struct {
 	graphStats map[graphKey]comm.Stats
 	info       Info
 	steps      map[string]int
-	stepsMu    sync.Mutex  // guards steps: PlanSteps may run beside a step (an engine's Stats, /metrics)
-	world      *comm.World // counts every collective (Group.Drive); replaced after a failure
-	replayed   comm.Stats  // traffic of graph replays and of replaced worlds, less captures
-	out        []float32   // [rows, vocab] host logits of the last step, in outBuf
-	outBuf     hostFloats  // page-locked on a device
-	partBuf    hostFloats  // host staging of one rank's logits slice
-	tokens     []int       // [rows] argmax of the last greedy step
-	ids        []int32     // host staging of one rank's argmax rows
-	host       []int32     // host staging of the step's int32 tables
+	stepsMu    sync.Mutex       // guards steps: PlanSteps may run beside a step (an engine's Stats, /metrics)
+	world      *comm.World      // counts every collective (Group.Drive); replaced after a failure
+	replayed   comm.Stats       // traffic of graph replays and of replaced worlds, less captures
+	out        []float32        // [rows, vocab] host logits of the last step, in outBuf
+	outBuf     hostBuf[float32] // page-locked on a device
+	partBuf    hostBuf[float32] // host staging of one rank's logits slice
+	tokens     []int            // [rows] argmax of the last greedy step
+	ids        []int32          // host staging of one rank's argmax rows
+	host       []int32          // host staging of the step's int32 tables
 	allocs     map[cuda.DevicePtr]bool
 	closed     bool
 	seesaw     // host weight copy, host KV store and transitions (seesaw.go)
@@ -654,7 +654,7 @@ func (e *Executor) Close() error {
 		if e.k != nil {
 			errs = append(errs, e.k.Close())
 		}
-		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx))
+		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx), e.stageHost.release(e.ctx))
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))
 		}

@@ -44,8 +44,8 @@ type seesaw struct {
 	stageBytes int64          // size of stageDev and stageHost
 	stageDev   cuda.DevicePtr // [stageBytes]
 	stageIdx   cuda.DevicePtr // int32 device block ids of a chunk
-	stageHost  []byte
-	idx        []int32 // host staging of stageIdx
+	stageHost  hostBuf[byte]  // [stageBytes], page-locked on a device
+	idx        []int32        // host staging of stageIdx
 }
 
 // initHost keeps the host copy of the weights and allocates the host KV

@@ -129,7 +129,10 @@ func (e *Executor) allocSwapStage() error {
 	if e.stageIdx, err = e.alloc(4 * n); err != nil {
 		return fmt.Errorf("swap stage: %w", err)
 	}
-	e.stageHost, e.idx = make([]byte, e.stageBytes), make([]int32, n)
+	if _, err := e.stageHost.get(e.ctx, int(e.stageBytes)); err != nil {
+		return fmt.Errorf("swap stage: %w", err)
+	}
+	e.idx = make([]int32, n)
 	return nil
 }
 
@@ -144,6 +147,7 @@ func (e *Executor) allocSwapStage() error {
 // bytes moved between host and device.
 func (e *Executor) swapChunk(rk *devRank, s parallel.KVSlice, dev, host []int, out bool) (int64, error) {
 	m, layers := len(dev), s.Layers.Len()
+	stage := e.stageHost.buf
 	run := int64(s.Heads.Len()) * e.headBytes() // one block of one layer of the slice
 	width := s.Heads.Len() * e.opts.BlockSize * e.cfg.HeadDim
 	size := 2 * int64(layers) * int64(m) * run
@@ -166,7 +170,7 @@ func (e *Executor) swapChunk(rk *devRank, s parallel.KVSlice, dev, host []int, o
 				}
 			}
 		}
-		if err := e.ops.toHost(unsafe.Pointer(&e.stageHost[0]), e.stageDev, size); err != nil {
+		if err := e.ops.toHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
 			return 0, err
 		}
 		if err := e.ops.sync(); err != nil {
@@ -175,7 +179,7 @@ func (e *Executor) swapChunk(rk *devRank, s parallel.KVSlice, dev, host []int, o
 		for kv := range 2 {
 			for li := range layers {
 				for i := range m {
-					copy(stored(kv, li, i), e.stageHost[at(kv, li, i):])
+					copy(stored(kv, li, i), stage[at(kv, li, i):])
 				}
 			}
 		}
@@ -184,11 +188,11 @@ func (e *Executor) swapChunk(rk *devRank, s parallel.KVSlice, dev, host []int, o
 	for kv := range 2 {
 		for li := range layers {
 			for i := range m {
-				copy(e.stageHost[at(kv, li, i):at(kv, li, i)+run], stored(kv, li, i))
+				copy(stage[at(kv, li, i):at(kv, li, i)+run], stored(kv, li, i))
 			}
 		}
 	}
-	if err := e.ops.toDevice(e.stageDev, unsafe.Pointer(&e.stageHost[0]), size); err != nil {
+	if err := e.ops.toDevice(e.stageDev, unsafe.Pointer(&stage[0]), size); err != nil {
 		return 0, err
 	}
 	for kv := range 2 {
