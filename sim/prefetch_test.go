@@ -17,19 +17,7 @@ import (
 // of its compute and the copy, never their sum; the part of the copy the
 // compute does not hide is counted as a wait.
 func TestSwapInOverlapsDecode(t *testing.T) {
-	cfg := preset(t, "codellama/CodeLlama-34b-hf")
-	node, err := ParseNode("4xA10G@pcie4x8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prec, err := VLLMPrecision(cfg, "float16", "", "auto")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := NewCostModel(node, prec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, cm := seesawBox(t)
 	tp4 := parallel.Standard(parallel.Plan{DP: 1, TP: 4, PP: 1, SP: 1})
 	const block, ctx = 16, 4096
 	perSeq := ctx / block

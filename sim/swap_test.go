@@ -5,17 +5,16 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sched"
 )
 
-// TestSeesawSimulated runs Seesaw (pp=4 prefill, tp=4 decode) on 4 A10Gs
-// with PCIe 4.0 x8 host links over an offline batch: every request
-// completes, both placements run with transitions between them, each
-// transition costs the slowest rank's weight reload from host memory,
-// swaps move KV, and the run is deterministic.
-func TestSeesawSimulated(t *testing.T) {
+// seesawBox is the paper's PCIe box for the Seesaw tests: CodeLlama-34B
+// in float16 on 4 A10Gs, each on PCIe 4.0 x8.
+func seesawBox(t *testing.T) (*model.Config, *CostModel) {
+	t.Helper()
 	cfg := preset(t, "codellama/CodeLlama-34b-hf")
 	node, err := ParseNode("4xA10G@pcie4x8")
 	if err != nil {
@@ -29,6 +28,16 @@ func TestSeesawSimulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, cm
+}
+
+// TestSeesawSimulated runs Seesaw (pp=4 prefill, tp=4 decode) on 4 A10Gs
+// with PCIe 4.0 x8 host links over an offline batch: every request
+// completes, both placements run with transitions between them, each
+// transition costs the slowest rank's weight reload from host memory,
+// swaps move KV, and the run is deterministic.
+func TestSeesawSimulated(t *testing.T) {
+	cfg, cm := seesawBox(t)
 	run := func() *RunResult {
 		pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
 		if err != nil {
