@@ -81,9 +81,14 @@ type kernel struct{ compute, memory float64 }
 func (k kernel) time(latency float64) float64 { return max(k.compute, k.memory) + latency }
 
 // gemm is out[m, n] = in[m, k]·w[n, k]ᵀ with weights of dtype w: 2mnk
-// FLOPs at the peak of the dtype it runs in times Matmul·s(m)·s(n)·s(k);
-// the weights (n·k) streamed at the memory efficiency of their size and
-// the activations (m·k in, m·n out) at the streaming efficiency.
+// FLOPs at Matmul times the larger of the dtype's tensor peak times
+// s(m)·s(n)·s(k) and the CUDA cores' FP32 peak (a GEMM of a few rows runs
+// as a GEMV on the CUDA cores, not in tensor-core tiles it would leave
+// mostly empty; without this floor a one-row GEMM on a GPU of low tensor
+// peak per byte, the H20, would be compute-bound at about twice its
+// memory time, while GEMVs stream weights at the memory's rate); the
+// weights (n·k) streamed at the memory efficiency of their size and the
+// activations (m·k in, m·n out) at the streaming efficiency.
 func (c *CostModel) gemm(m, n, k int, w DType) kernel {
 	if m <= 0 || n <= 0 || k <= 0 {
 		return kernel{}
@@ -93,7 +98,7 @@ func (c *CostModel) gemm(m, n, k int, w DType) kernel {
 	if w == FP8 && c.w8a8 {
 		peak = c.fp8Peak
 	}
-	rate := peak * c.eff.Matmul * shapeFactor(fm, fn, fk, c.eff.GEMMHalf)
+	rate := c.eff.Matmul * max(peak*shapeFactor(fm, fn, fk, c.eff.GEMMHalf), c.Node.GPU.FP32FLOPS)
 	wb := fn * fk * float64(w.Bytes())
 	ab := (fm*fk + fm*fn) * float64(c.actBytes)
 	return kernel{

@@ -14,11 +14,16 @@ import (
 // asterisk). Memory is the datasheet capacity in GiB, which is what the
 // driver reports within 1% (81,559 MiB on an H100 SXM 80GB).
 type GPU struct {
-	Name            string
-	MemoryBytes     int64
-	HBMBytesPerS    float64 // device memory bandwidth (HBM or GDDR)
-	BF16FLOPS       float64 // dense BF16/FP16 tensor-core peak; FP32 activations run on TF32 at half this
-	FP8FLOPS        float64 // dense FP8 tensor-core peak; 0 when the GPU has no FP8 tensor cores
+	Name         string
+	MemoryBytes  int64
+	HBMBytesPerS float64 // device memory bandwidth (HBM or GDDR)
+	BF16FLOPS    float64 // dense BF16/FP16 tensor-core peak; FP32 activations run on TF32 at half this
+	FP8FLOPS     float64 // dense FP8 tensor-core peak; 0 when the GPU has no FP8 tensor cores
+	// FP32FLOPS is the CUDA cores' FP32 peak (an FMA is two). A GEMM of a
+	// few rows (a decode GEMV) runs on them rather than in tensor-core
+	// tiles, so no GEMM computes slower than this (CostModel.gemm); 0 when
+	// the datasheet gives none.
+	FP32FLOPS       float64
 	NVLinkBytesPerS float64 // per GPU, one direction (half the datasheet's bidirectional figure); 0 when none
 	PCIe            string  // host link, e.g. "Gen5 x16"
 	PCIeBytesPerS   float64 // one direction (half the datasheet's bidirectional figure)
@@ -192,22 +197,22 @@ const (
 var catalog = []GPU{
 	{
 		Name: "H100", names: []string{"h100", "h100-sxm", "h100-sxm5", "h100-80gb"}, devices: []string{"NVIDIA H100 80GB HBM3"},
-		MemoryBytes: 80 * gib, HBMBytesPerS: 3.35e12, BF16FLOPS: 989.4e12, FP8FLOPS: 1978.9e12,
+		MemoryBytes: 80 * gib, HBMBytesPerS: 3.35e12, BF16FLOPS: 989.4e12, FP32FLOPS: 67e12, FP8FLOPS: 1978.9e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 50 * mib,
 		Eff: catalogEff(hopperMatmul),
 		Sources: []string{
-			"NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM column: 80 GB HBM3, 3.35 TB/s, BF16 1,979* and FP8 3,958* TFLOPS (*with sparsity; dense is half), NVLink 900 GB/s, PCIe Gen5 128 GB/s (both bidirectional)",
+			"NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM column: 80 GB HBM3, 3.35 TB/s, BF16 1,979* and FP8 3,958* TFLOPS (*with sparsity; dense is half), FP32 67 TFLOPS, NVLink 900 GB/s, PCIe Gen5 128 GB/s (both bidirectional)",
 			"NVIDIA H100 architecture whitepaper: 50 MB L2 on H100 SXM5",
 			"Matmul efficiency: GPU.md, cublasGemmEx BF16 8192³ = 808 TFLOP/s on the project's H100",
 		},
 	},
 	{
 		Name: "H200", names: []string{"h200", "h200-sxm", "h200-141gb"}, devices: []string{"NVIDIA H200"},
-		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 989.4e12, FP8FLOPS: 1978.9e12,
+		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 989.4e12, FP32FLOPS: 67e12, FP8FLOPS: 1978.9e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 50 * mib,
 		Eff: catalogEff(hopperMatmul),
 		Sources: []string{
-			"NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), H200 SXM column: 141 GB HBM3e, 4.8 TB/s, BF16 1,979* and FP8 3,958* TFLOPS (*with sparsity), NVLink 900 GB/s, PCIe Gen5 128 GB/s",
+			"NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), H200 SXM column: 141 GB HBM3e, 4.8 TB/s, BF16 1,979* and FP8 3,958* TFLOPS (*with sparsity), FP32 67 TFLOPS, NVLink 900 GB/s, PCIe Gen5 128 GB/s",
 			"Shift Parallelism paper (papers/000) §4.1.1: 141 GB, 4.8 TB/s, 1,979 dense FP8 TFLOPS, NVSwitch 900 GB/s",
 			"Same GH100 die and 700 W limit as H100 SXM: H100's L2 (50 MB) and matmul efficiency",
 		},
@@ -226,18 +231,18 @@ var catalog = []GPU{
 	},
 	{
 		Name: "A100-80GB", names: []string{"a100", "a100-80gb", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb"}, devices: []string{"NVIDIA A100-SXM4-80GB"},
-		MemoryBytes: 80 * gib, HBMBytesPerS: 2.039e12, BF16FLOPS: 312e12,
+		MemoryBytes: 80 * gib, HBMBytesPerS: 2.039e12, BF16FLOPS: 312e12, FP32FLOPS: 19.5e12,
 		NVLinkBytesPerS: 300e9, PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100SXMMatmul),
 		Sources: []string{
-			"NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB SXM column: 80 GB HBM2e, 2,039 GB/s, BF16 312 (624*) TFLOPS, no FP8, NVLink 600 GB/s, PCIe Gen4 64 GB/s",
+			"NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB SXM column: 80 GB HBM2e, 2,039 GB/s, BF16 312 (624*) TFLOPS, FP32 19.5 TFLOPS, no FP8, NVLink 600 GB/s, PCIe Gen4 64 GB/s",
 			"NVIDIA A100 architecture whitepaper: 40 MB L2",
 			"Matmul efficiency: stas00/ml-engineering MAMF table, A100 SXM 267.9 TFLOPS at 6912×16384×2048",
 		},
 	},
 	{
 		Name: "A100-80GB-PCIe", names: []string{"a100-80gb-pcie", "a100-pcie", "a100-pcie-80gb"}, devices: []string{"NVIDIA A100 80GB PCIe"},
-		MemoryBytes: 80 * gib, HBMBytesPerS: 1.935e12, BF16FLOPS: 312e12,
+		MemoryBytes: 80 * gib, HBMBytesPerS: 1.935e12, BF16FLOPS: 312e12, FP32FLOPS: 19.5e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
 		Sources: []string{
@@ -247,7 +252,7 @@ var catalog = []GPU{
 	},
 	{
 		Name: "A100-40GB", names: []string{"a100-40gb", "a100-40gb-sxm", "a100-sxm4-40gb"}, devices: []string{"NVIDIA A100-SXM4-40GB"},
-		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12,
+		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12, FP32FLOPS: 19.5e12,
 		NVLinkBytesPerS: 300e9, PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100SXMMatmul),
 		Sources: []string{
@@ -257,7 +262,7 @@ var catalog = []GPU{
 	},
 	{
 		Name: "A100-40GB-PCIe", names: []string{"a100-40gb-pcie", "a100-pcie-40gb"}, devices: []string{"NVIDIA A100-PCIE-40GB"},
-		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12,
+		MemoryBytes: 40 * gib, HBMBytesPerS: 1.555e12, BF16FLOPS: 312e12, FP32FLOPS: 19.5e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 40 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
 		Sources: []string{
@@ -267,18 +272,18 @@ var catalog = []GPU{
 	},
 	{
 		Name: "A10", names: []string{"a10", "a10-pcie"}, devices: []string{"NVIDIA A10"},
-		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 125e12,
+		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 125e12, FP32FLOPS: 31.2e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 6 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
 		Sources: []string{
-			"NVIDIA A10 Tensor Core GPU datasheet: 24 GB GDDR6, 600 GB/s, BF16 125 (250*) TFLOPS, no FP8, no NVLink, PCIe Gen4 64 GB/s",
+			"NVIDIA A10 Tensor Core GPU datasheet: 24 GB GDDR6, 600 GB/s, BF16 125 (250*) TFLOPS, FP32 31.2 TFLOPS, no FP8, no NVLink, PCIe Gen4 64 GB/s",
 			"GA102 L2: 6 MB (NVIDIA Ampere GA102 whitepaper)",
 			"No published matmul measurement: the A100 PCIe MAMF efficiency (same generation)",
 		},
 	},
 	{
 		Name: "A10G", names: []string{"a10g"}, devices: []string{"NVIDIA A10G"},
-		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 70e12,
+		MemoryBytes: 24 * gib, HBMBytesPerS: 600e9, BF16FLOPS: 70e12, FP32FLOPS: 35e12,
 		PCIe: "Gen4 x8", PCIeBytesPerS: PCIeGen4x8BytesPerS, L2Bytes: 6 * mib,
 		Eff: catalogEff(a100PCIeMatmul),
 		Sources: []string{
@@ -291,28 +296,28 @@ var catalog = []GPU{
 	},
 	{
 		Name: "L4", names: []string{"l4", "l4-pcie"}, devices: []string{"NVIDIA L4"},
-		MemoryBytes: 24 * gib, HBMBytesPerS: 300e9, BF16FLOPS: 121e12, FP8FLOPS: 242.5e12,
+		MemoryBytes: 24 * gib, HBMBytesPerS: 300e9, BF16FLOPS: 121e12, FP32FLOPS: 30.3e12, FP8FLOPS: 242.5e12,
 		PCIe: "Gen4 x16", PCIeBytesPerS: 32e9, L2Bytes: 48 * mib,
 		Eff: catalogEff(lowPowerMatmul),
 		Sources: []string{
-			"NVIDIA L4 Tensor Core GPU datasheet: 24 GB GDDR6, 300 GB/s, BF16 242* and FP8 485* TFLOPS (*sparse), no NVLink, PCIe Gen4 x16 64 GB/s, 72 W",
+			"NVIDIA L4 Tensor Core GPU datasheet: 24 GB GDDR6, 300 GB/s, BF16 242* and FP8 485* TFLOPS (*sparse), FP32 30.3 TFLOPS, no NVLink, PCIe Gen4 x16 64 GB/s, 72 W",
 			"NVIDIA Ada GPU architecture whitepaper: AD104 48 MB L2",
 			"Matmul efficiency: the T4 (70 W class) sustains 24 of 65 TFLOPS under power capping (NVIDIA developer forum topic 264462)",
 		},
 	},
 	{
 		Name: "H20", names: []string{"h20"}, devices: []string{"NVIDIA H20"},
-		MemoryBytes: 96 * gib, HBMBytesPerS: 4.0e12, BF16FLOPS: 148e12, FP8FLOPS: 296e12,
+		MemoryBytes: 96 * gib, HBMBytesPerS: 4.0e12, BF16FLOPS: 148e12, FP32FLOPS: 44e12, FP8FLOPS: 296e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 60 * mib,
 		Eff: catalogEff(hopperMatmul),
 		Sources: []string{
-			"NVIDIA HGX H20 product brief (2024; no public nvidia.com page, figures as reproduced by OEM spec sheets): 96 GB HBM3, 4.0 TB/s, BF16 148 and FP8 296 dense TFLOPS, NVLink 900 GB/s, PCIe Gen5 128 GB/s, 60 MB L2",
+			"NVIDIA HGX H20 product brief (2024; no public nvidia.com page, figures as reproduced by OEM spec sheets): 96 GB HBM3, 4.0 TB/s, BF16 148 and FP8 296 dense TFLOPS, FP32 44 TFLOPS, NVLink 900 GB/s, PCIe Gen5 128 GB/s, 60 MB L2",
 			"Hopper die: H100's matmul efficiency",
 		},
 	},
 	{
 		Name: "H20-141GB", names: []string{"h20-141gb", "h20-144gb"},
-		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 148e12, FP8FLOPS: 296e12,
+		MemoryBytes: 141 * gib, HBMBytesPerS: 4.8e12, BF16FLOPS: 148e12, FP32FLOPS: 44e12, FP8FLOPS: 296e12,
 		NVLinkBytesPerS: 450e9, PCIe: "Gen5 x16", PCIeBytesPerS: 64e9, L2Bytes: 60 * mib,
 		Eff: catalogEff(hopperMatmul),
 		Sources: []string{

@@ -17,7 +17,7 @@ import (
 // fewer chunks, on its tail (Llama-3.1-70B, 8×H20, one sequence left).
 // TestCaSChunkCostFit refits it from the model; the reproduction reports
 // the V2/V3 ratio as fitted, not as a check.
-const CaSChunkCost = 87.9e-6
+const CaSChunkCost = 49.8e-6
 
 // SiDPStep is the cost of one lockstep iteration of a SiDP group.
 type SiDPStep struct {

@@ -387,7 +387,7 @@ func sidpGaps(w *strings.Builder, lab *sidpLab) error {
 		"largest factor (1.65 for Qwen2.5-72B at TP2/DP4) sits at the tolerance's edge because the simulator's budget is the GPU's real 141 GiB with vLLM's "+
 		"profiled activations and counts the WaS slots (see *By hand* under Figure 5).\n\n"+
 		"**Throughput.** In WaS each replica now steps on its own clock, as the paper's WaS keeps DP independence (§4.2); a lockstep group made every replica "+
-		"wait out every other's prefill chunks (measured before this change on the same Qwen3-32B 4K job: 2,991 tokens/s against 3,864 now; 2,708 against 5,120 with 4,096 requests). SiDP still runs below the best vLLM deployment, and the "+
+		"wait out every other's prefill chunks (measured when the change was made, on the same Qwen3-32B 4K job: 2,991 tokens/s against 3,864; 2,708 against 5,120 with 4,096 requests). SiDP still runs below the best vLLM deployment, and the "+
 		"per-step breakdown says why, for Qwen3-32B at 4K on H20. "+
 		"(1) The best vLLM deployment is %s with %d sequences: it keeps no weight replica at all, so its KV pool is the node's largest (%.2fM tokens, against "+
 		"%.2fM for SiDP DP=8), and it runs %.0f tokens a step (%.0f a GPU) in %.1f ms with %d preemptions: the KV SiDP frees buys it no batch that this baseline lacks. "+
@@ -403,8 +403,8 @@ func sidpGaps(w *strings.Builder, lab *sidpLab) error {
 		"H20 steps would have to grow far less with the batch than a roofline of the datasheets allows.\n\n"+
 		"**Not modelled.** vLLM's own overheads beyond sim.VLLMStepOverhead (a weaker baseline would move every gain up); the HBM traffic of the WaS copies "+
 		"competing with the GEMMs; replicas drifting apart in WaS (a copy is assumed to have its owner's link to itself, peak shifting's aim). "+
-		"CostModel.gemm's tile factor m/(m+64), fitted to large GEMMs on Hopper, makes an H20 one-row GEMM compute-bound (about twice its HBM floor), "+
-		"which raises every small-batch step on H20 (the tail, CaS, Figure 14) for SiDP and vLLM alike; it is the shared cost model and was left as it is.\n",
+		"(Until CostModel.gemm took the CUDA cores' FP32 peak as a floor for GEMMs of a few rows, its tile factor m/(m+64) made an H20 one-row GEMM "+
+		"compute-bound at about twice its HBM floor, raising every small-batch H20 step for SiDP and vLLM alike; the numbers above are with the floor.)\n",
 		run.plan, run.seqs, sum(kvBest)/1e6, sum(kvSiDP)/1e6, vTok, vTok*float64(max(run.plan.DP, 1))/gpus, vMs, v.preempt,
 		sTok, sMs, sTok/sMs*1e3, vTok/vMs*1e3/gpus*float64(max(run.plan.DP, 1)), cfg.Layers-cfg.Layers/8, floor*1e3, th,
 		v.makespan/2, sidpRate(sd.perSecond, v.makespan/2), sidpRate(v.perSecond, v.makespan/2), sidpRate(sd.perSecond, v.makespan/2)/sidpRate(v.perSecond, v.makespan/2),
@@ -1038,7 +1038,7 @@ func sidpLadder(w *strings.Builder, lab *sidpLab) error {
 	fsdp := 0.8 * 1.32 * (v2 + 7*gMem)                               // and FSDP/V1 at its bottom an FSDP layer ≥ this
 	ag := fsdp - gMem
 	fmt.Fprintf(w, "**Why the ladder misses.** V1 differs from V2 only by the owner's seven extra one-row FFN GEMMs per layer (the dummies' chunks), "+
-		"each streaming the layer's %.2f GB of weights: %.2f ms in this model (H20's 148 TFLOP/s on 64-row tensor tiles), %.2f ms at the HBM floor. "+
+		"each streaming the layer's %.2f GB of weights: %.2f ms in this model, %.2f ms at the HBM floor. "+
 		"Even at the floor, V1/V2 ≤ 1.58 (1.32 + 20%%) needs a V2 layer of at least %.1f ms (this model's: %.2f ms, %.0f ms an iteration against %.0f ms), "+
 		"and FSDP/V1 ≥ 1.06 then needs an FSDP layer of at least %.1f ms: an all-gather of %.2f GB per GPU at %.0f GB/s or less, where NCCL reaches about %.0f GB/s "+
 		"(%.1f ms). So the paper's variants all carry several milliseconds a layer that bytes and FLOPs do not account for (framework and "+
