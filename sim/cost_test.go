@@ -196,3 +196,35 @@ func TestNewCostModelErrors(t *testing.T) {
 		t.Error("GPU without bandwidth accepted")
 	}
 }
+
+// TestGEMMFP32Floor: a GEMM of a few rows runs at least at the CUDA cores'
+// FP32 peak (times Matmul), so a one-row GEMM on an H20 streams its
+// weights at the memory's rate instead of being compute-bound on tensor
+// tiles it leaves nearly empty; where the tensor rate is higher (many
+// rows, or any row count on an H100 whose tensor rate per byte is high)
+// the floor changes nothing.
+func TestGEMMFP32Floor(t *testing.T) {
+	h20, h100 := costModel(t, "8xH20", bf16), costModel(t, "8xH100", bf16)
+	const n, k = 5120, 5120 // a Qwen3-32B-sized projection on one GPU
+	g := h20.gemm(1, n, k, BF16)
+	if g.compute >= g.memory {
+		t.Errorf("H20 one-row GEMM: compute %.1f µs ≥ memory %.1f µs; want memory-bound", g.compute*1e6, g.memory*1e6)
+	}
+	if want := 2 * float64(n*k) / (h20.eff.Matmul * h20.Node.GPU.FP32FLOPS); math.Abs(g.compute/want-1) > 1e-12 {
+		t.Errorf("H20 one-row GEMM compute %g s, want the FP32 floor's %g s", g.compute, want)
+	}
+	for _, c := range []struct {
+		name string
+		cm   *CostModel
+		m    int
+	}{{"H20, 512 rows", h20, 512}, {"H100, 1 row", h100, 1}, {"H100, 4,096 rows", h100, 4096}} {
+		g := c.cm.gemm(c.m, n, k, BF16)
+		tensor := 2 * float64(c.m) * n * k / (c.cm.actPeak * c.cm.eff.Matmul * shapeFactor(float64(c.m), n, k, c.cm.eff.GEMMHalf))
+		if c.name != "H100, 1 row" && math.Abs(g.compute/tensor-1) > 1e-12 {
+			t.Errorf("%s: compute %g s, want the tensor rate's %g s", c.name, g.compute, tensor)
+		}
+		if c.name == "H100, 1 row" && max(g.compute, g.memory) != g.memory {
+			t.Errorf("%s: not memory-bound", c.name)
+		}
+	}
+}
