@@ -249,24 +249,12 @@ func TestCSPSSPTPEdges(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	m := loadParallelFixture(t, 2)
-	cfg := *m.Config
-	cfg.SlidingWindow = 20
-	win := &model.Model{Config: &cfg, Weights: m.Weights}
-	r := newSPTPRun(t, win, 4, 64, pool, sptpAll, 1)
-	alloc := newSPAlloc(4, 64)
-	ranks, counts := spread(23, 4)
-	one := &spSeq{tokens: fixture.Tokens(7, 90, cfg.Vocab), blocks: alloc.table(ranks, counts)}
-	r.step("window, one chunk", []*spSeq{one}, []int{90})
-	chunked := &spSeq{tokens: one.tokens, blocks: alloc.table(ranks, counts)}
-	r.step("window, chunk 1", []*spSeq{chunked}, []int{37})
-	r.step("window, chunk 2", []*spSeq{chunked}, []int{40})
-	r.step("window, chunk 3", []*spSeq{chunked}, []int{12})
-	r.step("window, decode", []*spSeq{chunked}, []int{1})
+	checkWindowChunks(t, m, "window, ", func(win *model.Model) *spRun { return newSPTPRun(t, win, 4, 64, pool, sptpAll, 1) })
 
 	l := load(t, fixture.Spec{Heads: 4, KVHeads: 2, Seed: 31})
-	r = newSPTPRun(t, l.m, 6, 64, pool, sptpAll, 1)
-	alloc = newSPAlloc(6, 64)
-	ranks, counts = spread(23, 6)
+	r := newSPTPRun(t, l.m, 6, 64, pool, sptpAll, 1)
+	alloc := newSPAlloc(6, 64)
+	ranks, counts := spread(23, 6)
 	long := &spSeq{tokens: fixture.Tokens(5, 90, l.m.Config.Vocab), blocks: alloc.table(ranks, counts)}
 	r.step("6 ranks, 4 heads", []*spSeq{long}, []int{90})
 	if ag := r.c.CommStats().Kind(comm.KindAllGather).SentBytes; ag != int64(l.m.Config.Layers*90*l.m.Config.Hidden*5*4) {
@@ -282,7 +270,7 @@ func TestCSPSSPTPEdges(t *testing.T) {
 	r.c = c
 	alloc = newSPAlloc(4, 64)
 	ranks, counts = spread(23, 4)
-	r.step("SP-TP with CSA asked for", []*spSeq{{tokens: one.tokens, blocks: alloc.table(ranks, counts)}}, []int{90})
+	r.step("SP-TP with CSA asked for", []*spSeq{{tokens: windowPrompt(m.Config.Vocab), blocks: alloc.table(ranks, counts)}}, []int{90})
 	if st := c.CommStats(); st.Kind(comm.KindAllToAll).SentBytes != 0 || st.Kind(comm.KindReduceScatter).SentBytes == 0 {
 		t.Fatalf("SP-TP with CSA asked for moved %+v: want SP-TP's collectives only", st.Total())
 	}

@@ -356,18 +356,28 @@ func TestCSPSPrefillVolume(t *testing.T) {
 func TestCSPSSlidingWindow(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	m := loadParallelFixture(t, 2)
+	checkWindowChunks(t, loadParallelFixture(t, 2), "", func(win *model.Model) *spRun { return newSPRun(t, win, 4, 64, pool) })
+}
+
+// windowPrompt is the 90-token prompt of checkWindowChunks.
+func windowPrompt(vocab int) []int { return fixture.Tokens(7, 90, vocab) }
+
+// checkWindowChunks gives m a 20-token sliding window and runs
+// windowPrompt over 4 ranks of 64 blocks (the spRun that run builds)
+// prefilled in one chunk, then in three chunks and decoded; each step is
+// checked against one rank. prefix names the steps.
+func checkWindowChunks(t *testing.T, m *model.Model, prefix string, run func(win *model.Model) *spRun) {
+	t.Helper()
 	cfg := *m.Config
 	cfg.SlidingWindow = 20
-	win := &model.Model{Config: &cfg, Weights: m.Weights}
-	r := newSPRun(t, win, 4, 64, pool)
+	r := run(&model.Model{Config: &cfg, Weights: m.Weights})
 	alloc := newSPAlloc(4, 64)
 	ranks, counts := spread(23, 4)
-	one := &spSeq{tokens: fixture.Tokens(7, 90, cfg.Vocab), blocks: alloc.table(ranks, counts)}
-	r.step("one chunk", []*spSeq{one}, []int{90})
+	one := &spSeq{tokens: windowPrompt(cfg.Vocab), blocks: alloc.table(ranks, counts)}
+	r.step(prefix+"one chunk", []*spSeq{one}, []int{90})
 	chunked := &spSeq{tokens: one.tokens, blocks: alloc.table(ranks, counts)}
-	r.step("chunk 1", []*spSeq{chunked}, []int{37})
-	r.step("chunk 2", []*spSeq{chunked}, []int{40})
-	r.step("chunk 3", []*spSeq{chunked}, []int{12})
-	r.step("decode", []*spSeq{chunked}, []int{1})
+	r.step(prefix+"chunk 1", []*spSeq{chunked}, []int{37})
+	r.step(prefix+"chunk 2", []*spSeq{chunked}, []int{40})
+	r.step(prefix+"chunk 3", []*spSeq{chunked}, []int{12})
+	r.step(prefix+"decode", []*spSeq{chunked}, []int{1})
 }
