@@ -123,6 +123,17 @@ func (l *sidpLab) config(id string) (*model.Config, error) {
 	return c, nil
 }
 
+// modelOn is config(id) and cost(node): a model and the cost model of
+// the node it runs on.
+func (l *sidpLab) modelOn(id, node string) (*model.Config, *sim.CostModel, error) {
+	cfg, err := l.config(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := l.cost(node)
+	return cfg, c, err
+}
+
 // run simulates every job not yet run, GOMAXPROCS at a time.
 func (l *sidpLab) run(runs []sidpRun) {
 	work := make(chan sidpRun)
@@ -327,11 +338,7 @@ func reproduceSiDP(w *strings.Builder) error {
 // Qwen3-32B jobs already run.
 func sidpGaps(w *strings.Builder, lab *sidpLab) error {
 	h20, id := sidpNodes[0], "Qwen/Qwen3-32B"
-	c, err := lab.cost(h20)
-	if err != nil {
-		return err
-	}
-	cfg, err := lab.config(id)
+	cfg, c, err := lab.modelOn(id, h20)
 	if err != nil {
 		return err
 	}
@@ -594,11 +601,7 @@ func sidpUtilization(w *strings.Builder, lab *sidpLab) {
 	fmt.Fprintf(w, "| throughput lost at utilization 0.3 (Fig 2b) | ≈68%% | %.0f%% | ±14 points | %s |\n\n", fall, check(fall, 68, 14, false))
 
 	// Why: the batch each budget allows, and T(B) between the two.
-	c, err := lab.cost(h20)
-	if err != nil {
-		return
-	}
-	cfg, err := lab.config("Qwen/Qwen3-32B")
+	cfg, c, err := lab.modelOn("Qwen/Qwen3-32B", h20)
 	if err != nil {
 		return
 	}
@@ -893,11 +896,7 @@ func sidpFetch(w *strings.Builder, lab *sidpLab) error {
 // WaS only, CaS only, vLLM's DP=8 and SiDP's mode by B_th.
 func sidpModes(w *strings.Builder, lab *sidpLab) error {
 	id, node := "Qwen/Qwen3-32B", sidpNodes[0]
-	cfg, err := lab.config(id)
-	if err != nil {
-		return err
-	}
-	c, err := lab.cost(node)
+	cfg, c, err := lab.modelOn(id, node)
 	if err != nil {
 		return err
 	}
@@ -973,11 +972,7 @@ func sidpModes(w *strings.Builder, lab *sidpLab) error {
 // sidpLadder is S10 (Figure 14): the tail of one sequence left.
 func sidpLadder(w *strings.Builder, lab *sidpLab) error {
 	id, node := "meta-llama/Llama-3.1-70B-Instruct", sidpNodes[0]
-	cfg, err := lab.config(id)
-	if err != nil {
-		return err
-	}
-	c, err := lab.cost(node)
+	cfg, c, err := lab.modelOn(id, node)
 	if err != nil {
 		return err
 	}
