@@ -370,6 +370,12 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 // returns their errors by rank.
 func (e *Executor) eachRank(f func(*rank) error) []error {
 	errs := make([]error, len(e.ranks))
+	if len(e.ranks) == 1 {
+		// One rank runs on the caller: a goroutine per step would park the
+		// caller and wake another OS thread for every step.
+		errs[0] = f(e.ranks[0])
+		return errs
+	}
 	var wg sync.WaitGroup
 	for r, rk := range e.ranks {
 		wg.Add(1)

@@ -100,23 +100,46 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 	}
 	j.run()
 	// The workers' chunks are usually nearly done: poll for them (as the
-	// workers poll for jobs) before blocking on done.
-	for i := 0; i < 256 && j.finished.Load() != j.chunks; i++ {
+	// workers poll for jobs) before blocking on done. One yield first lets
+	// goroutines readied on this P run (a stream's reader, an HTTP
+	// handler): the poll itself does not yield, and a worker polling on the
+	// other P leaves none idle to steal them.
+	if j.finished.Load() != j.chunks {
 		runtime.Gosched()
+	}
+	var start time.Time
+	for i := 0; j.finished.Load() != j.chunks; i++ {
+		if i%32 != 0 {
+			continue
+		}
+		if now := time.Now(); i == 0 {
+			start = now
+		} else if now.Sub(start) > spin {
+			break
+		}
 	}
 	<-j.done
 	j.release()
 }
 
-// spin is how long an idle worker keeps polling for the next job before
-// it blocks on the channel. A decode step hands the pool about a hundred
-// jobs back to back (every GEMV, norm and attention op), each split in
-// halves of tens to hundreds of microseconds on 2 threads; a worker that
-// blocked between them must be woken by the OS for the next one (a futex
-// wake-up, 5–30 µs in a VM), which measured as much as the second thread
-// gains in a small model's decode. A polling worker yields its thread
-// between polls (runtime.Gosched), so other goroutines still run.
-const spin = 50 * time.Microsecond
+// spin is how long a worker polls for its next job, and Run's caller for
+// the workers' chunks, before blocking. A decode step hands the pool about
+// a hundred jobs back to back (every GEMV and attention), split in halves
+// of tens of microseconds to a few milliseconds on 2 threads, with at most
+// a few hundred microseconds of serial work between them (norms,
+// sampling, the engine's bookkeeping). A goroutine that blocks there
+// costs more than its own wake-up: its P goes idle, so the next goroutine
+// readied (the next job's worker, a stream's reader) makes the runtime
+// wake another OS thread to steal it, and on a 2-vCPU VM that thread
+// preempts one of the two computing. Polls do not yield either: each
+// runtime.Gosched puts the poller on the global run queue, where the Ps
+// trade goroutines. Against the previous 50 µs of polls that yielded
+// every time, a 110M model's fp32 decode on 2 threads went from about
+// 10,900 OS context switches per 200 tokens to 2,700 and ran 4% faster
+// (median of 12 interleaved rounds; docs/performance.md). Libgomp's
+// default wait policy makes the same trade (its threads spin about
+// 300,000 iterations before sleeping).
+const spin = time.Millisecond
 
 // work is a worker's loop: help with each job received until Close.
 func (p *Pool) work() {
@@ -134,21 +157,21 @@ func (p *Pool) work() {
 // poll returns the next job, polling the queue for up to spin before it
 // blocks; ok is false once the pool is closed.
 func (p *Pool) poll() (j *job, ok bool) {
-	var deadline time.Time
+	var start time.Time
 	for i := 0; ; i++ {
 		select {
 		case j, ok = <-p.jobs:
 			return j, ok
 		default:
 		}
-		if i%16 == 0 {
-			if now := time.Now(); i == 0 {
-				deadline = now.Add(spin)
-			} else if now.After(deadline) {
-				break
-			}
+		if i%16 != 0 {
+			continue
 		}
-		runtime.Gosched()
+		if now := time.Now(); i == 0 {
+			start = now
+		} else if now.Sub(start) > spin {
+			break
+		}
 	}
 	j, ok = <-p.jobs
 	return j, ok
