@@ -257,9 +257,8 @@ func (rk *rank) MLPNorm(l int) {
 // QKV projects xn onto the slice's q, k and v heads.
 func (rk *rank) QKV(l int) {
 	st, w, pool := &rk.st, rk.layer(l), rk.e.pool
-	tensor.MatMulW(pool, st.q, st.xn, w.WQ, st.nl)
-	tensor.MatMulW(pool, st.k, st.xn, w.WK, st.nl)
-	tensor.MatMulW(pool, st.v, st.xn, w.WV, st.nl)
+	tensor.MatMulWs(pool, st.xn, st.nl, tensor.Projection{Y: st.q, W: w.WQ},
+		tensor.Projection{Y: st.k, W: w.WK}, tensor.Projection{Y: st.v, W: w.WV})
 }
 
 // Position adds the q/k/v biases and applies the q/k norms and RoPE to the
@@ -333,8 +332,7 @@ func (rk *rank) mlpUp(gate, up, in []float32, rows int, wg, wu *tensor.Weights, 
 	pool, h := rk.e.pool, rk.e.cfg.Hidden
 	is, _ := wg.Shape()
 	gate, up, in = gate[:rows*is], up[:rows*is], in[:rows*h]
-	tensor.MatMulW(pool, gate, in, wg, rows)
-	tensor.MatMulW(pool, up, in, wu, rows)
+	tensor.MatMulWs(pool, in, rows, tensor.Projection{Y: gate, W: wg}, tensor.Projection{Y: up, W: wu})
 	if w.BGate != nil {
 		addRows(gate, w.BGate, rows)
 		addRows(up, w.BUp, rows)

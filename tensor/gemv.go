@@ -11,27 +11,44 @@ const (
 	gemvKB = 512
 )
 
+// gemvWork is a product of decode-sized m laid out for a pool job: units
+// units of work (rows of w, or groups of four rows), run(lo, hi) computes
+// units [lo, hi) of y, and free releases the work's scratch once every
+// unit is done. Products of the same x fuse into one job (MatMulWs).
+type gemvWork struct {
+	units int
+	run   func(lo, hi int)
+	free  func()
+}
+
+// do runs the work on p.
+func (wk gemvWork) do(p *Pool) {
+	p.Run(wk.units, wk.run)
+	if wk.free != nil {
+		wk.free()
+	}
+}
+
 // gemv serves small m: each worker streams its share of w's rows, one row
 // at a time for m == 1 and four at a time otherwise, and takes the dot
 // products with every row of x, so w is read from memory once. For m > 2
 // the four rows are walked in gemvKB-long pieces that stay in L1 while
 // the rows of x pass over them.
-func gemv(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
+func gemv(y, x, w []float32, m, k, n int, acc bool) gemvWork {
 	if m == 1 {
 		// One row of w at a time keeps a single sequential stream per
 		// worker, which reads w about 25% faster than four rows at once.
-		p.Run(n, func(lo, hi int) {
+		return gemvWork{units: n, run: func(lo, hi int) {
 			for j := lo; j < hi; j++ {
 				put(y, j, dot(x, w[j*k:(j+1)*k]), acc)
 			}
-		})
-		return
+		}}
 	}
 	kb := k
 	if m > 2 {
 		kb = gemvKB
 	}
-	p.Run((n+3)/4, func(lo, hi int) {
+	return gemvWork{units: (n + 3) / 4, run: func(lo, hi int) {
 		var sum [gemvMaxM * 4]float32
 		for j := lo * 4; j < min(hi*4, n); j += 4 {
 			if j+4 > n {
@@ -54,7 +71,7 @@ func gemv(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
 				}
 			}
 		}
-	})
+	}}
 }
 
 // dotRows adds to sum[i*4+j] the dot product of x row i < m (row stride

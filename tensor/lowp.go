@@ -25,27 +25,24 @@ const halfRowKMax = 4096
 // gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. For m == 1 each
 // worker streams its rows of w through the widening dot kernel (for BF16
 // under AVX-512 against x split into even and odd elements, see splitX).
-// For m > 1
-// it widens four rows at a time, gemvKB columns at a time, into an L1
-// buffer and runs the float32 dot tiles of gemv over it, so each weight is
-// widened once per call.
-func gemvHalf(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+// For m > 1 it widens four rows at a time, gemvKB columns at a time, into
+// an L1 buffer and runs the float32 dot tiles of gemv over it, so each
+// weight is widened once per call.
+func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 	n, k := w.n, w.k
 	if m == 1 {
 		buf := xScratch.Get().(*[]float32)
 		xeo := splitX(w.dtype, x, buf)
-		p.Run(n, func(lo, hi int) {
+		return gemvWork{units: n, run: func(lo, hi int) {
 			var out [lowpRows]float32
 			for j := lo; j < hi; j += lowpRows {
 				r := min(lowpRows, hi-j)
 				dotRowsHalf(w.dtype, x, xeo, w.half[j*k:(j+r)*k], k, k, out[:r])
 				putRow(y[j:j+r], out[:r], acc)
 			}
-		})
-		xScratch.Put(buf)
-		return
+		}, free: func() { xScratch.Put(buf) }}
 	}
-	p.Run((n+3)/4, func(lo, hi int) {
+	return gemvWork{units: (n + 3) / 4, run: func(lo, hi int) {
 		var buf [4 * gemvKB]float32
 		var sum [gemvMaxM * 4]float32
 		for j := lo * 4; j < min(hi*4, n); j += 4 {
@@ -65,7 +62,7 @@ func gemvHalf(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 				}
 			}
 		}
-	})
+	}}
 }
 
 // xScratch recycles the buffers of splitX.
@@ -147,14 +144,14 @@ func quantizeActGo(q []int8, c []int32, d []float32, x []float32) {
 // gemvQ8 serves Q8_0 weights for m <= gemvMaxM: it quantizes the rows of
 // x, then each worker streams its rows of w lowpRows at a time, taking the
 // dot products of those rows with every row of x while they sit in L1.
-func gemvQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
+func gemvQ8(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 	n, k, nb := w.n, w.k, w.nb
 	nbA, rb := q8ActBlocks(nb), q8RowBytes(nb)
 	a := getQ8Act(m, nbA)
 	for i := range m {
 		quantizeAct(a.q[i*nbA*Q8Block:(i+1)*nbA*Q8Block], a.c[i*nbA:(i+1)*nbA], a.d[i*nbA:(i+1)*nbA], x[i*k:(i+1)*k])
 	}
-	p.Run(n, func(lo, hi int) {
+	return gemvWork{units: n, run: func(lo, hi int) {
 		var out [lowpRows]float32
 		for j := lo; j < hi; j += lowpRows {
 			r := min(lowpRows, hi-j)
@@ -164,8 +161,7 @@ func gemvQ8(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 				putRow(y[i*n+j:i*n+j+r], out[:r], acc)
 			}
 		}
-	})
-	q8ActPool.Put(a)
+	}, free: func() { q8ActPool.Put(a) }}
 }
 
 // dotRowsHalfGo sets out[r] = Σ_{kk<k} x[kk]·widen(w[r·ldw+kk]) for the

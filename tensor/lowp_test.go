@@ -610,3 +610,50 @@ func TestWeightsPanics(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulWs checks that projections of one x computed together equal
+// MatMulW's one at a time, to the bit: each output row is computed by the
+// same kernel over the same row group wherever the fused job's chunk
+// boundaries fall (k stays within halfRowKMax, where the half-precision
+// m = 1 kernel takes one row at a time). Shapes that do not fuse (m = 0,
+// m > gemvMaxM, a single projection) take MatMulW's path.
+func TestMatMulWs(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	const k = 200
+	ns := []int{37, 8, 13}
+	for _, dt := range []DType{F32, BF16, F16, Q8_0} {
+		ws := make([]*Weights, len(ns))
+		for i, n := range ns {
+			ws[i] = makeWeights(dt, randSlice(r, n*k), n, k)
+		}
+		for _, m := range []int{0, 1, 2, 5, gemvMaxM, gemvMaxM + 1} {
+			x := randSlice(r, m*k)
+			for threads := 1; threads <= 3; threads++ {
+				p := NewPool(threads)
+				for _, use := range [][]int{{0, 1, 2}, {1}, {2, 0}} {
+					ps := make([]Projection, len(use))
+					for i, u := range use {
+						ps[i] = Projection{Y: randSlice(r, m*ns[u]), W: ws[u]}
+					}
+					MatMulWs(p, x, m, ps...)
+					for i, u := range use {
+						want := make([]float32, m*ns[u])
+						MatMulW(p, want, x, ws[u], m)
+						for e := range want {
+							if ps[i].Y[e] != want[e] {
+								t.Fatalf("%v m=%d threads=%d projections %v: W%d y[%d]=%v, MatMulW %v", dt, m, threads, use, u, e, ps[i].Y[e], want[e])
+							}
+						}
+					}
+				}
+				p.Close()
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("MatMulWs accepted a y of the wrong length")
+		}
+	}()
+	MatMulWs(nil, make([]float32, k), 1, Projection{Y: make([]float32, 3), W: NewWeightsF32(make([]float32, 4*k), 4, k)})
+}

@@ -42,7 +42,7 @@ func matmul(p *Pool, y, x, w []float32, m, k, n int, acc bool) {
 			clear(y)
 		}
 	case m <= gemvMaxM:
-		gemv(p, y, x, w, m, k, n, acc)
+		gemv(y, x, w, m, k, n, acc).do(p)
 	default:
 		gemm(p, y, x, w, m, k, n, acc)
 	}

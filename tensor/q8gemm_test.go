@@ -33,7 +33,7 @@ func q8RowByRow(y0, x []float32, w *Weights, m int) (want []float32, scale []flo
 	nbA := q8ActBlocks(w.nb)
 	wf := make([]float32, k)
 	for i := range m {
-		gemvQ8(nil, want[i*n:(i+1)*n], x[i*k:(i+1)*k], w, 1, y0 != nil)
+		gemvQ8(want[i*n:(i+1)*n], x[i*k:(i+1)*k], w, 1, y0 != nil).do(nil)
 		a := getQ8Act(1, nbA)
 		quantizeAct(a.q, a.c, a.d, x[i*k:(i+1)*k])
 		for j := range n {

@@ -288,6 +288,68 @@ func MatMulWAcc(p *Pool, y, x []float32, w *Weights, m int) {
 	matmulW(p, y, x, w, m, true)
 }
 
+// Projection is one product of MatMulWs: Y = x·Wᵀ.
+type Projection struct {
+	Y []float32
+	W *Weights
+}
+
+// MatMulWs computes every projection's Y = x·Wᵀ, all of the same x [m×k],
+// with the shapes and rules of MatMulW and the same values. For
+// decode-sized m (up to 32 rows) the rows of all the weights are split
+// over the pool as one job, so projections of one input (a layer's q, k
+// and v, or gate and up) meet the pool once instead of once each: on 2
+// threads each meeting costs the slower thread's lead. Larger m runs them
+// one after another.
+func MatMulWs(p *Pool, x []float32, m int, ps ...Projection) {
+	for _, pr := range ps {
+		checkMatMulW("tensor.MatMulWs", pr.Y, x, pr.W, m)
+	}
+	fuse := m >= 1 && m <= gemvMaxM && len(ps) > 1
+	for _, pr := range ps {
+		fuse = fuse && pr.W.k > 0 && pr.W.n > 0
+	}
+	if !fuse {
+		for _, pr := range ps {
+			matmulW(p, pr.Y, x, pr.W, m, false)
+		}
+		return
+	}
+	var buf [4]gemvWork
+	works, total := buf[:0], 0
+	for _, pr := range ps {
+		wk := gemvW(pr.Y, x, pr.W, m, false)
+		works = append(works, wk)
+		total += wk.units
+	}
+	p.Run(total, func(lo, hi int) {
+		base := 0
+		for _, wk := range works {
+			if a, b := max(lo-base, 0), min(hi-base, wk.units); a < b {
+				wk.run(a, b)
+			}
+			base += wk.units
+		}
+	})
+	for _, wk := range works {
+		if wk.free != nil {
+			wk.free()
+		}
+	}
+}
+
+// gemvW lays out y (+)= x·wᵀ for m <= gemvMaxM in w's stored format.
+func gemvW(y, x []float32, w *Weights, m int, acc bool) gemvWork {
+	switch w.dtype {
+	case F32:
+		return gemv(y, x, w.f32, m, w.k, w.n, acc)
+	case Q8_0:
+		return gemvQ8(y, x, w, m, acc)
+	default:
+		return gemvHalf(y, x, w, m, acc)
+	}
+}
+
 func checkMatMulW(name string, y, x []float32, w *Weights, m int) {
 	switch {
 	case m < 0:
@@ -309,10 +371,8 @@ func matmulW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 		if !acc {
 			clear(y)
 		}
-	case m <= gemvMaxM && w.dtype == Q8_0:
-		gemvQ8(p, y, x, w, m, acc)
 	case m <= gemvMaxM:
-		gemvHalf(p, y, x, w, m, acc)
+		gemvW(y, x, w, m, acc).do(p)
 	case w.dtype == Q8_0 && q8Tile() != nil:
 		gemmQ8(p, y, x, w, m, acc, q8Tile())
 	default:
