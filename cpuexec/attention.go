@@ -103,3 +103,49 @@ func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []
 	}
 	return sm.finish(out)
 }
+
+// groupHeads is how many query heads attendGroup takes at once: the
+// scores of a block of keys for all of them stay on the stack.
+const groupHeads = 8
+
+// attendGroup is attendPaged for g query heads that share KV head head,
+// held d apart in q and written d apart to out (the LSEs are not
+// returned): each block's keys and values are read once for up to
+// groupHeads heads, the scores by one tensor.Scores, the weighted values
+// by tensor.AxpyRows per head. A float32 cache only.
+func attendGroup(out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) {
+	bs, d := cache.BlockSize, cache.HeadDim
+	var scores [groupHeads * kvcache.MaxBlockSize]float32
+	var sms [groupHeads]softmax
+	for h0 := 0; h0 < g; h0 += groupHeads {
+		gh := min(groupHeads, g-h0)
+		qh, oh := q[h0*d:(h0+gh)*d], out[h0*d:(h0+gh)*d]
+		for i := range gh {
+			sms[i] = newSoftmax(oh[i*d : (i+1)*d])
+		}
+		for start := from - from%bs; start < to; start += bs {
+			blk := table[start/bs]
+			if blk < 0 {
+				continue
+			}
+			keys, vals := cache.Keys(layer, blk, head), cache.Values(layer, blk, head)
+			a, e := max(from, start)-start, min(to, start+bs)-start
+			n := e - a
+			tensor.Scores(scores[:gh*n], qh, keys[a*d:e*d], gh, n, d)
+			for i := range gh {
+				s := scores[i*n : (i+1)*n]
+				bm := float32(math.Inf(-1))
+				for j := range s {
+					s[j] *= scale
+					bm = max(bm, s[j])
+				}
+				o := oh[i*d : (i+1)*d]
+				sms[i].tile(o, s, bm)
+				tensor.AxpyRows(o, s, vals[a*d:e*d])
+			}
+		}
+		for i := range gh {
+			sms[i].finish(oh[i*d : (i+1)*d])
+		}
+	}
+}

@@ -468,15 +468,21 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	if sh.SPSize == 1 {
 		rows, base = st.real, st.first
 	}
-	attend := attendPaged
-	if rk.cache.Half() {
-		attend = attendPagedHalf
+	// Units are a row's runs of consecutive local heads that share a KV
+	// head; a float32 cache attends each run's heads together.
+	var runs [][2]int
+	for j := 0; j < hq; {
+		kv := (sh.Chunk.QLo + j) / group
+		e := min(hq, (kv+1)*group-sh.Chunk.QLo)
+		runs = append(runs, [2]int{j, e})
+		j = e
 	}
-	rk.e.pool.Run(rows*hq, func(lo, hi int) {
+	half := rk.cache.Half()
+	rk.e.pool.Run(rows*len(runs), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			// Interleave early and late rows so the pool's contiguous
 			// chunks get equal causal work (row r attends to r+1 keys).
-			k, j := i/hq, i%hq
+			k, run := i/len(runs), runs[i%len(runs)]
 			r := k / 2
 			if k%2 == 1 {
 				r = rows - 1 - k/2
@@ -487,9 +493,18 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 			if cfg.SlidingWindow > 0 && p+1 > cfg.SlidingWindow {
 				from = p + 1 - cfg.SlidingWindow
 			}
-			kv := (sh.Chunk.QLo+j)/group - sh.Chunk.KVLo
-			attend(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
-				rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, from, p+1, scale)
+			j0, j1 := run[0], run[1]
+			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
+			table := mb.seqs[st.tokSeq[t]].Blocks
+			if !half {
+				attendGroup(out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
+					j1-j0, rk.cache, l, table, kv, from, p+1, scale)
+				continue
+			}
+			for j := j0; j < j1; j++ {
+				attendPagedHalf(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
+					rk.cache, l, table, kv, from, p+1, scale)
+			}
 		}
 	})
 }

@@ -657,3 +657,39 @@ func TestMatMulWs(t *testing.T) {
 	}()
 	MatMulWs(nil, make([]float32, k), 1, Projection{Y: make([]float32, 3), W: NewWeightsF32(make([]float32, 4*k), 4, k)})
 }
+
+// TestScoresAxpyRows checks Scores against Dot for every query and key and
+// AxpyRows against Axpy row by row (bit for bit), over query counts that
+// cross the 32-row pass and key counts that leave a tail of fewer than 4.
+func TestScoresAxpyRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, k := range []int{64, 70, 5} {
+		for _, m := range []int{1, 4, 7, 33} {
+			for _, n := range []int{1, 4, 6, 16} {
+				x, w := randSlice(r, m*k), randSlice(r, n*k)
+				s := make([]float32, m*n)
+				Scores(s, x, w, m, n, k)
+				for i := range m {
+					for j := range n {
+						want := Dot(x[i*k:(i+1)*k], w[j*k:(j+1)*k])
+						if math.Abs(float64(s[i*n+j]-want)) > 1e-5*(1+math.Abs(float64(want))) {
+							t.Fatalf("k=%d m=%d n=%d: s[%d,%d]=%v, Dot %v", k, m, n, i, j, s[i*n+j], want)
+						}
+					}
+				}
+				a := randSlice(r, n)
+				y, want := randSlice(r, k), make([]float32, k)
+				copy(want, y)
+				AxpyRows(y, a, w)
+				for j := range n {
+					Axpy(a[j], w[j*k:(j+1)*k], want)
+				}
+				for i := range y {
+					if y[i] != want[i] {
+						t.Fatalf("k=%d n=%d: AxpyRows y[%d]=%v, Axpy row by row %v", k, n, i, y[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -32,6 +32,12 @@ func dotAVX2(a, b *float32, n int) float32
 //go:noescape
 func axpyAVX2(alpha float32, x, y *float32, n int)
 
+// axpyRowsAVX2 adds Σ_r a[r]·w[r·ldw+i] to y[i] for i < n (n%8 == 0),
+// rows rows > 0, keeping y in registers across the rows.
+//
+//go:noescape
+func axpyRowsAVX2(y, a, w *float32, n, ldw, rows int)
+
 //go:noescape
 func scaleAVX2(alpha float32, x *float32, n int)
 
@@ -78,6 +84,20 @@ func dot(a, b []float32) float32 {
 		return dotGo(a, b)
 	}
 	return dotAVX2(&a[0], &b[0], n) + dotGo(a[n:], b[n:])
+}
+
+func axpyRows(y, a, w []float32) {
+	n, rows := len(y), len(a)
+	nv := n &^ 7
+	if !useAsm || nv == 0 || rows == 0 {
+		axpyRowsGo(y, a, w)
+		return
+	}
+	_ = w[(rows-1)*n+n-1]
+	axpyRowsAVX2(&y[0], &a[0], &w[0], nv, n, rows)
+	for r, v := range a {
+		axpyGo(v, w[r*n+nv:(r+1)*n], y[nv:])
+	}
 }
 
 func axpy(alpha float32, x, y []float32) {

@@ -563,3 +563,73 @@ dqloop:
 	JNZ  dqquad
 	VZEROUPPER
 	RET
+
+// func axpyRowsAVX2(y, a, w *float32, n, ldw, rows int)
+// y[i] += Σ_r a[r]·w[r·ldw+i] for i < n (n%8 == 0), row by row: for each
+// group of 32 columns (then of 8) of y, the group is loaded into Y0-Y3,
+// every row's a[r]·w is added with one FMA per vector, and the group is
+// stored. SI walks y, R11 the group's column in row 0 of w, DI that column
+// in row r, DX a.
+TEXT ·axpyRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), SI
+	MOVQ a+8(FP), R10
+	MOVQ w+16(FP), R11
+	MOVQ n+24(FP), CX
+	MOVQ ldw+32(FP), R8
+	SHLQ $2, R8
+	MOVQ rows+40(FP), R9
+
+axrc32:
+	CMPQ CX, $32
+	JLT  axrc8
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axrr32:
+	VBROADCASTSS (DX), Y15
+	VFMADD231PS (DI), Y15, Y0
+	VFMADD231PS 32(DI), Y15, Y1
+	VFMADD231PS 64(DI), Y15, Y2
+	VFMADD231PS 96(DI), Y15, Y3
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axrr32
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y1, 32(SI)
+	VMOVUPS Y2, 64(SI)
+	VMOVUPS Y3, 96(SI)
+	ADDQ $128, SI
+	ADDQ $128, R11
+	SUBQ $32, CX
+	JMP  axrc32
+
+axrc8:
+	CMPQ CX, $8
+	JLT  axrdone
+	VMOVUPS (SI), Y0
+	MOVQ R11, DI
+	MOVQ R10, DX
+	MOVQ R9, R12
+
+axrr8:
+	VBROADCASTSS (DX), Y15
+	VFMADD231PS (DI), Y15, Y0
+	ADDQ $4, DX
+	ADDQ R8, DI
+	DECQ R12
+	JNZ  axrr8
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	ADDQ $32, R11
+	SUBQ $8, CX
+	JMP  axrc8
+
+axrdone:
+	VZEROUPPER
+	RET

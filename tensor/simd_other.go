@@ -16,6 +16,7 @@ var useAsm, useAVX512 = false, false
 
 func dot(a, b []float32) float32               { return dotGo(a, b) }
 func axpy(alpha float32, x, y []float32)       { axpyGo(alpha, x, y) }
+func axpyRows(y, a, w []float32)               { axpyRowsGo(y, a, w) }
 func scale(alpha float32, x []float32)         { scaleGo(alpha, x) }
 func add(dst, x []float32)                     { addGo(dst, x) }
 func mulScale(out, x, w []float32, s float32)  { mulScaleGo(out, x, w, s) }

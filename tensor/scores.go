@@ -1,0 +1,61 @@
+package tensor
+
+import "fmt"
+
+// Attention over float32 keys and values for query heads that share a KV
+// head: the queries' scores against a block of keys, each key row read
+// once for all of them, and a weighted sum of a block of value rows.
+
+// Scores sets s[i·n+j] = x_i·w_j for the m rows x_i of x and the n rows
+// w_j of w, each of k elements stored back to back (s is m×n): the
+// products of m queries with n keys, every key row read once for all
+// the queries (four keys at a time against up to 32 queries, by the dot
+// tiles of the decode GEMV).
+func Scores(s, x, w []float32, m, n, k int) {
+	switch {
+	case m < 0 || n < 0 || k < 0:
+		panic(fmt.Sprintf("tensor.Scores: negative shape m=%d n=%d k=%d", m, n, k))
+	case len(s) < m*n || len(x) < m*k || len(w) < n*k:
+		panic(fmt.Sprintf("tensor.Scores: len(s)=%d len(x)=%d len(w)=%d for m=%d n=%d k=%d", len(s), len(x), len(w), m, n, k))
+	}
+	var sum [gemvMaxM * 4]float32
+	for i0 := 0; i0 < m; i0 += gemvMaxM {
+		mm := min(gemvMaxM, m-i0)
+		xi := x[i0*k:]
+		j := 0
+		for ; j+4 <= n; j += 4 {
+			clear(sum[:mm*4])
+			dotRows(mm, k, xi, k, w[j*k:], k, sum[:mm*4])
+			for i := range mm {
+				copy(s[(i0+i)*n+j:(i0+i)*n+j+4], sum[i*4:i*4+4])
+			}
+		}
+		for ; j < n; j++ {
+			for i := range mm {
+				s[(i0+i)*n+j] = dot(xi[i*k:(i+1)*k], w[j*k:(j+1)*k])
+			}
+		}
+	}
+}
+
+// AxpyRows adds Σ_r a[r]·w[r·len(y)+i] to y[i] for every i, row by row in
+// order: the float32 counterpart of AxpyRowsHalf, bit for bit
+// Axpy(a[r], row r, y) for each row in turn. len(w) must be at least
+// len(a)·len(y).
+func AxpyRows(y, a, w []float32) {
+	n := len(y)
+	if len(w) < len(a)*n {
+		panic(fmt.Sprintf("tensor.AxpyRows: len(w)=%d < %d rows × %d", len(w), len(a), n))
+	}
+	if n > 0 {
+		axpyRows(y, a, w)
+	}
+}
+
+// axpyRowsGo is the portable axpyRows.
+func axpyRowsGo(y, a, w []float32) {
+	n := len(y)
+	for r, v := range a {
+		axpyGo(v, w[r*n:(r+1)*n], y)
+	}
+}
