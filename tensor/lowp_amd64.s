@@ -26,6 +26,84 @@
 #define F16W(off, y) \
 	VCVTPH2PS off(DI)(AX*1), y
 
+// AXPYROWS is the body of the axpyRows kernels (y, a *float32, w, n,
+// ldw, rows): y[i] += Σ_r a[r]·w[r·ldw+i] for i < n (n%8 == 0), rows > 0,
+// row by row. For each group of 32 columns (then of 8) of y the group is
+// loaded into Y0-Y3, every row's a[r]·w is added with one FMA per vector,
+// and the group is stored. W(off, y) loads 8 floats of row r at byte
+// offset off (from DI, AX = 0); SH is log2 of an element's bytes, O1-O3
+// the byte offsets of the group's second to fourth vectors, G32 and G8 the
+// bytes of 32 and 8 elements. SI walks y, R11 the group's column in row 0
+// of w, DI that column in row r, DX a.
+#define AXPYROWS(W, SH, O1, O2, O3, G32, G8) \
+	MOVQ y+0(FP), SI; \
+	MOVQ a+8(FP), R10; \
+	MOVQ w+16(FP), R11; \
+	MOVQ n+24(FP), CX; \
+	MOVQ ldw+32(FP), R8; \
+	SHLQ $SH, R8; \
+	MOVQ rows+40(FP), R9; \
+	XORQ AX, AX; \
+c32: \
+	CMPQ CX, $32; \
+	JLT  c8; \
+	VMOVUPS (SI), Y0; \
+	VMOVUPS 32(SI), Y1; \
+	VMOVUPS 64(SI), Y2; \
+	VMOVUPS 96(SI), Y3; \
+	MOVQ R11, DI; \
+	MOVQ R10, DX; \
+	MOVQ R9, R12; \
+r32: \
+	VBROADCASTSS (DX), Y15; \
+	W(0, Y4); \
+	W(O1, Y5); \
+	W(O2, Y6); \
+	W(O3, Y7); \
+	VFMADD231PS Y4, Y15, Y0; \
+	VFMADD231PS Y5, Y15, Y1; \
+	VFMADD231PS Y6, Y15, Y2; \
+	VFMADD231PS Y7, Y15, Y3; \
+	ADDQ $4, DX; \
+	ADDQ R8, DI; \
+	DECQ R12; \
+	JNZ  r32; \
+	VMOVUPS Y0, (SI); \
+	VMOVUPS Y1, 32(SI); \
+	VMOVUPS Y2, 64(SI); \
+	VMOVUPS Y3, 96(SI); \
+	ADDQ $128, SI; \
+	ADDQ $G32, R11; \
+	SUBQ $32, CX; \
+	JMP  c32; \
+c8: \
+	CMPQ CX, $8; \
+	JLT  done; \
+	VMOVUPS (SI), Y0; \
+	MOVQ R11, DI; \
+	MOVQ R10, DX; \
+	MOVQ R9, R12; \
+r8: \
+	VBROADCASTSS (DX), Y15; \
+	W(0, Y4); \
+	VFMADD231PS Y4, Y15, Y0; \
+	ADDQ $4, DX; \
+	ADDQ R8, DI; \
+	DECQ R12; \
+	JNZ  r8; \
+	VMOVUPS Y0, (SI); \
+	ADDQ $32, SI; \
+	ADDQ $G8, R11; \
+	SUBQ $8, CX; \
+	JMP  c8; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// F32W loads the 8 floats at off(DI)(AX*1) into y.
+#define F32W(off, y) \
+	VMOVUPS off(DI)(AX*1), y
+
 // func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
 // One row at a time, 32 weights a step in four accumulators: AX is the
 // byte offset into the w row, AX*2 into x.
@@ -776,152 +854,14 @@ q8wnext:
 	VZEROUPPER
 	RET
 
+// func axpyRowsAVX2(y, a, w *float32, n, ldw, rows int)
+TEXT ·axpyRowsAVX2(SB), NOSPLIT, $0-48
+	AXPYROWS(F32W, 2, 32, 64, 96, 128, 32)
+
 // func axpyRowsBF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
-// For each group of 32 columns (then of 8) of y: the group is loaded into
-// Y0-Y3, every row's a[r]·widen(w) is added with one FMA per vector, and
-// the group is stored. SI walks y, R11 the group's column in row 0 of w,
-// DI that column in row r (BF16W/F16W read off(DI)(AX*1), AX = 0), DX a.
 TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-48
-	MOVQ y+0(FP), SI
-	MOVQ a+8(FP), R10
-	MOVQ w+16(FP), R11
-	MOVQ n+24(FP), CX
-	MOVQ ldw+32(FP), R8
-	SHLQ $1, R8
-	MOVQ rows+40(FP), R9
-	XORQ AX, AX
-
-axbfc32:
-	CMPQ CX, $32
-	JLT  axbfc8
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	MOVQ R11, DI
-	MOVQ R10, DX
-	MOVQ R9, R12
-
-axbfr32:
-	VBROADCASTSS (DX), Y15
-	BF16W(0, Y4)
-	BF16W(16, Y5)
-	BF16W(32, Y6)
-	BF16W(48, Y7)
-	VFMADD231PS Y4, Y15, Y0
-	VFMADD231PS Y5, Y15, Y1
-	VFMADD231PS Y6, Y15, Y2
-	VFMADD231PS Y7, Y15, Y3
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R12
-	JNZ  axbfr32
-	VMOVUPS Y0, (SI)
-	VMOVUPS Y1, 32(SI)
-	VMOVUPS Y2, 64(SI)
-	VMOVUPS Y3, 96(SI)
-	ADDQ $128, SI
-	ADDQ $64, R11
-	SUBQ $32, CX
-	JMP  axbfc32
-
-axbfc8:
-	CMPQ CX, $8
-	JLT  axbfdone
-	VMOVUPS (SI), Y0
-	MOVQ R11, DI
-	MOVQ R10, DX
-	MOVQ R9, R12
-
-axbfr8:
-	VBROADCASTSS (DX), Y15
-	BF16W(0, Y4)
-	VFMADD231PS Y4, Y15, Y0
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R12
-	JNZ  axbfr8
-	VMOVUPS Y0, (SI)
-	ADDQ $32, SI
-	ADDQ $16, R11
-	SUBQ $8, CX
-	JMP  axbfc8
-
-axbfdone:
-	VZEROUPPER
-	RET
+	AXPYROWS(BF16W, 1, 16, 32, 48, 64, 16)
 
 // func axpyRowsF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
-// For each group of 32 columns (then of 8) of y: the group is loaded into
-// Y0-Y3, every row's a[r]·widen(w) is added with one FMA per vector, and
-// the group is stored. SI walks y, R11 the group's column in row 0 of w,
-// DI that column in row r (BF16W/F16W read off(DI)(AX*1), AX = 0), DX a.
 TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-48
-	MOVQ y+0(FP), SI
-	MOVQ a+8(FP), R10
-	MOVQ w+16(FP), R11
-	MOVQ n+24(FP), CX
-	MOVQ ldw+32(FP), R8
-	SHLQ $1, R8
-	MOVQ rows+40(FP), R9
-	XORQ AX, AX
-
-axf16c32:
-	CMPQ CX, $32
-	JLT  axf16c8
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	MOVQ R11, DI
-	MOVQ R10, DX
-	MOVQ R9, R12
-
-axf16r32:
-	VBROADCASTSS (DX), Y15
-	F16W(0, Y4)
-	F16W(16, Y5)
-	F16W(32, Y6)
-	F16W(48, Y7)
-	VFMADD231PS Y4, Y15, Y0
-	VFMADD231PS Y5, Y15, Y1
-	VFMADD231PS Y6, Y15, Y2
-	VFMADD231PS Y7, Y15, Y3
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R12
-	JNZ  axf16r32
-	VMOVUPS Y0, (SI)
-	VMOVUPS Y1, 32(SI)
-	VMOVUPS Y2, 64(SI)
-	VMOVUPS Y3, 96(SI)
-	ADDQ $128, SI
-	ADDQ $64, R11
-	SUBQ $32, CX
-	JMP  axf16c32
-
-axf16c8:
-	CMPQ CX, $8
-	JLT  axf16done
-	VMOVUPS (SI), Y0
-	MOVQ R11, DI
-	MOVQ R10, DX
-	MOVQ R9, R12
-
-axf16r8:
-	VBROADCASTSS (DX), Y15
-	F16W(0, Y4)
-	VFMADD231PS Y4, Y15, Y0
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R12
-	JNZ  axf16r8
-	VMOVUPS Y0, (SI)
-	ADDQ $32, SI
-	ADDQ $16, R11
-	SUBQ $8, CX
-	JMP  axf16c8
-
-axf16done:
-	VZEROUPPER
-	RET
+	AXPYROWS(F16W, 1, 16, 32, 48, 64, 16)
