@@ -108,15 +108,7 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 		runtime.Gosched()
 	}
 	var start time.Time
-	for i := 0; j.finished.Load() != j.chunks; i++ {
-		if i%32 != 0 {
-			continue
-		}
-		if now := time.Now(); i == 0 {
-			start = now
-		} else if now.Sub(start) > spin {
-			break
-		}
+	for i := 0; j.finished.Load() != j.chunks && !spun(i, &start); i++ {
 	}
 	<-j.done
 	j.release()
@@ -158,23 +150,30 @@ func (p *Pool) work() {
 // blocks; ok is false once the pool is closed.
 func (p *Pool) poll() (j *job, ok bool) {
 	var start time.Time
-	for i := 0; ; i++ {
+	for i := 0; !spun(i, &start); i++ {
 		select {
 		case j, ok = <-p.jobs:
 			return j, ok
 		default:
 		}
-		if i%16 != 0 {
-			continue
-		}
-		if now := time.Now(); i == 0 {
-			start = now
-		} else if now.Sub(start) > spin {
-			break
-		}
 	}
 	j, ok = <-p.jobs
 	return j, ok
+}
+
+// spun reports, at poll i of a wait that began at *start (which it sets
+// at i = 0), whether spin has passed; it reads the clock every 16 polls.
+func spun(i int, start *time.Time) bool {
+	return i%16 == 0 && clockSpun(i == 0, start)
+}
+
+// clockSpun is spun's clock reading.
+func clockSpun(first bool, start *time.Time) bool {
+	now := time.Now()
+	if first {
+		*start = now
+	}
+	return now.Sub(*start) > spin
 }
 
 // run claims and executes chunks until none are left.
