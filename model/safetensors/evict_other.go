@@ -4,3 +4,6 @@ package safetensors
 
 // Evict does nothing off Linux (see the Linux version).
 func (t *Tensor) Evict() {}
+
+// adviseHuge does nothing off Linux (see the Linux version).
+func adviseHuge([]byte) {}

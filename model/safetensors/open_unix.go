@@ -42,6 +42,7 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: mmap %s: %w", path, err)
 	}
+	adviseHuge(data)
 	f, err := Parse(path, data)
 	if err != nil {
 		syscall.Munmap(data)
