@@ -79,6 +79,23 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
+// SetPlan labels gearbox:parallel_plan_info with plan in place of the
+// label NewMetrics was given, without counting a plan switch: for a
+// runtime that learns its first plan only after its metrics exist (a
+// Nitsum pool's first layout).
+func (m *Metrics) SetPlan(plan string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if plan == m.lastPlan {
+		return
+	}
+	if m.lastPlan != "" {
+		m.planInfo.DeleteLabelValues(m.lastPlan, m.policy)
+	}
+	m.planInfo.WithLabelValues(plan, m.policy).Set(1)
+	m.lastPlan = plan
+}
+
 // Registry exposes the registry (for tests and extra collectors).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

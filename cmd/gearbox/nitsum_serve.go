@@ -95,6 +95,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	for _, tm := range cl.Timings() {
 		logger.Info("nitsum profile", "tp", tm.TP, "batch", tm.Batch, "prefill", tm.Prefill, "decode", tm.Decode)
 	}
+	metrics.SetPlan(cl.Stats().Layout.String()) // the pool's steps report its layout
 	watchNitsum(metrics, cl)
 	name := c.servedName
 	if name == "" {

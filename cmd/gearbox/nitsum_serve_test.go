@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,34 @@ func TestServeNitsum(t *testing.T) {
 		if !strings.Contains(string(text), "\n"+name) {
 			t.Errorf("/metrics has no %s", name)
 		}
+	}
+	// The pool's plan is its layout: one current plan_info series named
+	// like tp[1 1 2], and a plan switch only where a reconfiguration
+	// changed the layout (the first step after it), never between the
+	// instances of one layout.
+	var current []string
+	switches, reconfigs := 0.0, 0.0
+	for _, line := range strings.Split(string(text), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:i]
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		switch {
+		case strings.HasPrefix(name, "gearbox:parallel_plan_info{") && v == 1:
+			current = append(current, name)
+		case strings.HasPrefix(name, "gearbox:plan_switches_total{"):
+			switches += v
+		case name == "gearbox:nitsum_reconfigurations_total":
+			reconfigs = v
+		}
+	}
+	if len(current) != 1 || !strings.Contains(current[0], `plan="tp[`) {
+		t.Errorf("current plan series %q, want one named by the layout", current)
+	}
+	if switches > reconfigs {
+		t.Errorf("%v plan switches for %v reconfigurations", switches, reconfigs)
 	}
 	t.Logf("reconfigurations %v, migrated %v bytes, paused %v s, hand-offs %v",
 		scrape(t, url, "gearbox:nitsum_reconfigurations_total"), scrape(t, url, "gearbox:nitsum_migration_bytes_total"),

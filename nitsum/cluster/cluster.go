@@ -102,6 +102,9 @@ type Cluster struct {
 	insts    []*instance
 	disp     atomic.Pointer[nitsum.Dispatcher]
 	nextID   atomic.Int64
+	// layoutName names the instances' degrees in rank order ("tp[1 1 2]");
+	// every instance's steps report it as their plan.
+	layoutName atomic.Pointer[string]
 
 	// firsts wakes the hand-off loop: a request got its first token.
 	firsts chan struct{}
@@ -639,6 +642,12 @@ func (s step) Step(st engine.StepStats) {
 	o.stepMu.Lock()
 	defer o.stepMu.Unlock()
 	e := *s.eng
+	// The pool's plan is the layout, not the reporting instance's degree:
+	// per-instance plans would flip gearbox:parallel_plan_info between
+	// the instances' degrees and count a plan switch at almost every step.
+	if name := o.c.layoutName.Load(); name != nil {
+		st.Plan = *name
+	}
 	o.queries += st.PrefixQueries - o.lastQ[e]
 	o.hits += st.PrefixHits - o.lastH[e]
 	o.lastQ[e], o.lastH[e] = st.PrefixQueries, st.PrefixHits

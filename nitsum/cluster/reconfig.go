@@ -81,6 +81,8 @@ func (c *Cluster) recordLayout() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.layout = grouping(specs(c.insts))
+	name := s.layout.String()
+	c.layoutName.Store(&name)
 	clear(s.degrees)
 	for _, in := range c.insts {
 		s.degrees[in.spec.TP]++

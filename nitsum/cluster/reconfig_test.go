@@ -7,7 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/migrate"
@@ -378,4 +380,61 @@ func TestReconfigureWhileServing(t *testing.T) {
 		t.Errorf("%d reconfigurations, %d refused, stats %+v", moves, refused, st)
 	}
 	t.Logf("%d reconfigurations while serving (%d refused for blocks), %d running requests moved, %d bytes", moves, refused, st.MovedRequests, st.MigratedBytes)
+}
+
+// plans records the plan of every step an observer sees.
+type plans struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *plans) Step(s engine.StepStats) {
+	p.mu.Lock()
+	p.seen = append(p.seen, s.Plan)
+	p.mu.Unlock()
+}
+func (p *plans) FirstToken(time.Duration, time.Duration) {}
+func (p *plans) Token(time.Duration)                     {}
+func (p *plans) Finish(engine.FinishStats)               {}
+
+// since returns the plans seen after the first n, and how many were seen.
+func (p *plans) since(n int) ([]string, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen[n:]), len(p.seen)
+}
+
+// TestStepsReportLayout checks that every instance's steps reach the
+// observer under the pool's layout, not the instance's own degree, so
+// that /metrics' plan (gearbox:parallel_plan_info, plan switches) changes
+// only when the layout does.
+func TestStepsReportLayout(t *testing.T) {
+	m := loadTiny(t)
+	rec := &plans{}
+	c := newCluster(t, 2, layout(2, 1, 1), true, func(o *Options) { o.Observer = rec })
+	d := &driven{c: c}
+	for _, r := range requests(4, 8, m.cfg.Vocab) {
+		d.submit(t, r)
+	}
+	check := func(from int, want string) int {
+		t.Helper()
+		got, n := rec.since(from)
+		if len(got) == 0 {
+			t.Fatalf("no steps observed under %s", want)
+		}
+		for _, p := range got {
+			if p != want {
+				t.Fatalf("a step reported plan %q under layout %s (all: %q)", p, want, got)
+			}
+		}
+		return n
+	}
+	d.iterate(t, 4)
+	n := check(0, "tp[1 1]")
+	if _, err := c.Reconfigure(context.Background(), layout(4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	d.iterate(t, 4)
+	check(n, "tp[2]")
+	d.finishAll(t, 500)
 }
