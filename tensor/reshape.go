@@ -93,7 +93,7 @@ func (w *Weights) Cols(p *Pool, lo, hi int) *Weights {
 	n, k := w.n, hi-lo
 	switch w.dtype {
 	case F32:
-		out := make([]float32, n*k)
+		out := makeResident[float32](n * k)
 		p.Run(n, func(a, b int) {
 			for j := a; j < b; j++ {
 				copy(out[j*k:(j+1)*k], w.f32[j*w.k+lo:j*w.k+hi])
@@ -101,7 +101,7 @@ func (w *Weights) Cols(p *Pool, lo, hi int) *Weights {
 		})
 		return NewWeightsF32(out, n, k)
 	case BF16, F16:
-		out := make([]uint16, n*k)
+		out := makeResident[uint16](n * k)
 		p.Run(n, func(a, b int) {
 			for j := a; j < b; j++ {
 				copy(out[j*k:(j+1)*k], w.half[j*w.k+lo:j*w.k+hi])
@@ -156,7 +156,7 @@ func Convert(p *Pool, w *Weights, d DType) *Weights {
 	case Q8_0:
 		return QuantizeQ8_0(p, w)
 	case F32:
-		out := make([]float32, n*k)
+		out := makeResident[float32](n * k)
 		p.Run(n, func(a, b int) {
 			for j := a; j < b; j++ {
 				w.decodeRow(out[j*k:(j+1)*k], j, 0)
@@ -164,7 +164,7 @@ func Convert(p *Pool, w *Weights, d DType) *Weights {
 		})
 		return NewWeightsF32(out, n, k)
 	case BF16, F16:
-		out := make([]uint16, n*k)
+		out := makeResident[uint16](n * k)
 		p.Run(n, func(a, b int) {
 			var row []float32
 			if w.dtype != F32 {

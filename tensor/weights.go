@@ -132,7 +132,7 @@ func QuantizeQ8_0(p *Pool, w *Weights) *Weights {
 	}
 	nb := q8Blocks(w.k)
 	rb := q8RowBytes(nb)
-	out := &Weights{dtype: Q8_0, n: w.n, k: w.k, nb: nb, q: make([]uint8, w.n*rb)}
+	out := &Weights{dtype: Q8_0, n: w.n, k: w.k, nb: nb, q: makeResident[uint8](w.n * rb)}
 	p.Run(w.n, func(lo, hi int) {
 		var row []float32
 		if w.dtype != F32 {

@@ -1,13 +1,12 @@
 package safetensors
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/gearboxlm/gearbox/internal/procmaps"
 )
 
 // TestOpenAdvisesHugePages checks that Open maps a file with
@@ -26,38 +25,11 @@ func TestOpenAdvisesHugePages(t *testing.T) {
 	}
 	defer f.Close()
 	w, _ := f.Tensor("w")
-	flags, err := vmFlags(uintptr(unsafe.Pointer(&w.Bytes()[0])))
+	advised, err := procmaps.Advised(uintptr(unsafe.Pointer(&w.Bytes()[0])))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(" "+flags+" ", " hg ") {
-		t.Fatalf("mapping's VmFlags %q lack hg (MADV_HUGEPAGE)", flags)
+	if !advised {
+		t.Fatal("the mapping is not advised MADV_HUGEPAGE (no hg in its VmFlags)")
 	}
-}
-
-// vmFlags returns the VmFlags line of the mapping in /proc/self/smaps that
-// holds address a.
-func vmFlags(a uintptr) (string, error) {
-	fd, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		return "", err
-	}
-	defer fd.Close()
-	in := false
-	sc := bufio.NewScanner(fd)
-	for sc.Scan() {
-		line := sc.Text()
-		var lo, hi uintptr
-		if n, _ := fmt.Sscanf(line, "%x-%x", &lo, &hi); n == 2 && !strings.Contains(line[:strings.IndexByte(line, ' ')], ":") {
-			in = lo <= a && a < hi
-			continue
-		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmFlags:")), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("no mapping holds %#x", a)
 }

@@ -1,0 +1,47 @@
+// Package procmaps reads the kernel's account of this process's memory
+// mappings (/proc/self/smaps on Linux), for tests that check how memory
+// is mapped.
+package procmaps
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// VmFlags returns the VmFlags field of the mapping that holds address a,
+// for example "rd mr mw me sd hg" ("hg": advised MADV_HUGEPAGE).
+func VmFlags(a uintptr) (string, error) {
+	fd, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return "", fmt.Errorf("procmaps: %w", err)
+	}
+	defer fd.Close()
+	in := false
+	sc := bufio.NewScanner(fd)
+	for sc.Scan() {
+		line := sc.Text()
+		var lo, hi uintptr
+		if first, _, _ := strings.Cut(line, " "); !strings.HasSuffix(first, ":") {
+			if n, _ := fmt.Sscanf(first, "%x-%x", &lo, &hi); n == 2 {
+				in = lo <= a && a < hi
+			}
+			continue
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "VmFlags:")), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("procmaps: %w", err)
+	}
+	return "", fmt.Errorf("procmaps: no mapping holds %#x", a)
+}
+
+// Advised reports whether the mapping that holds a is advised
+// MADV_HUGEPAGE.
+func Advised(a uintptr) (bool, error) {
+	flags, err := VmFlags(a)
+	return strings.Contains(" "+flags+" ", " hg "), err
+}
