@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"os"
 	"testing"
 	"unsafe"
 
@@ -13,9 +12,6 @@ import (
 // VmFlags carry "hg"): the BF16 and float32 copies in allocations of
 // their own, the Q8_0 copy (under residentChunk/4) in a shared chunk.
 func TestResidentWeightsAdvised(t *testing.T) {
-	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
-		t.Skip("kernel without transparent huge pages")
-	}
 	const n, k = 4096, 2048 // 32 MiB of float32, 8.5 MiB of Q8_0
 	w := NewWeightsF32(make([]float32, n*k), n, k)
 	for _, dt := range []DType{BF16, Q8_0} {
@@ -26,20 +22,8 @@ func TestResidentWeightsAdvised(t *testing.T) {
 		} else {
 			p = unsafe.Pointer(&c.half[len(c.half)/2])
 		}
-		advised, err := procmaps.Advised(uintptr(p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !advised {
-			t.Errorf("%v copy: its memory is not advised MADV_HUGEPAGE", dt)
-		}
+		procmaps.CheckAdvised(t, p, dt.String()+" copy")
 		back := Convert(nil, c, F32)
-		advised, err = procmaps.Advised(uintptr(unsafe.Pointer(&back.f32[len(back.f32)/2])))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !advised {
-			t.Errorf("float32 copy of %v: its memory is not advised MADV_HUGEPAGE", dt)
-		}
+		procmaps.CheckAdvised(t, unsafe.Pointer(&back.f32[len(back.f32)/2]), "float32 copy of "+dt.String())
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"testing"
+	"unsafe"
 )
 
 // VmFlags returns the VmFlags field of the mapping that holds address a,
@@ -44,4 +46,21 @@ func VmFlags(a uintptr) (string, error) {
 func Advised(a uintptr) (bool, error) {
 	flags, err := VmFlags(a)
 	return strings.Contains(" "+flags+" ", " hg "), err
+}
+
+// CheckAdvised fails t unless the memory at p, which holds what, is
+// advised MADV_HUGEPAGE; it skips t on kernels without transparent huge
+// pages, where no mapping carries the flag.
+func CheckAdvised(t testing.TB, p unsafe.Pointer, what string) {
+	t.Helper()
+	if _, err := os.Stat("/sys/kernel/mm/transparent_hugepage"); err != nil {
+		t.Skip("kernel without transparent huge pages")
+	}
+	advised, err := Advised(uintptr(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !advised {
+		t.Errorf("%s: its memory is not advised MADV_HUGEPAGE (no hg in its VmFlags)", what)
+	}
 }
