@@ -24,16 +24,22 @@ func sampleJobs(t testing.TB, p sample.Params, rows, vocab int, logits []float32
 	return jobs
 }
 
+// normalLogits returns n logits drawn from N(0, 3²) with a fixed seed.
+func normalLogits(n int) []float32 {
+	r := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, n)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64() * 3)
+	}
+	return logits
+}
+
 // TestSampleRowsParallel: rows sampled on several goroutines give what
 // one goroutine gives, token and log-probabilities, over several steps
 // (each request's random stream advances the same way).
 func TestSampleRowsParallel(t *testing.T) {
 	const rows, vocab = 37, 3000
-	r := rand.New(rand.NewPCG(1, 2))
-	logits := make([]float32, rows*vocab)
-	for i := range logits {
-		logits[i] = float32(r.NormFloat64() * 3)
-	}
+	logits := normalLogits(rows * vocab)
 	seq, par := make([]sample.Result, rows), make([]sample.Result, rows)
 	p := sample.Params{Temperature: 1, TopP: 0.95, Logprobs: 5}
 	seqJobs, parJobs := sampleJobs(t, p, rows, vocab, logits, seq), sampleJobs(t, p, rows, vocab, logits, par)
@@ -65,11 +71,7 @@ func TestSampleRowsParallel(t *testing.T) {
 // --temperature 1 sends), on one goroutine and on GOMAXPROCS.
 func BenchmarkSampleRows(b *testing.B) {
 	const rows, vocab = 64, 128256
-	r := rand.New(rand.NewPCG(1, 2))
-	logits := make([]float32, rows*vocab)
-	for i := range logits {
-		logits[i] = float32(r.NormFloat64() * 3)
-	}
+	logits := normalLogits(rows * vocab)
 	defer func(n int) { parallelSampleElems = n }(parallelSampleElems)
 	for _, c := range []struct {
 		name string

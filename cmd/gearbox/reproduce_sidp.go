@@ -357,32 +357,19 @@ func sidpGaps(w *strings.Builder, lab *sidpLab) error {
 	if err != nil {
 		return err
 	}
-	kvSiDP, _, err := c.SiDPKVCapacity(cfg, sidpDefault, mem)
+	small, err := readSiDPDefault(c, cfg, mem)
 	if err != nil {
 		return err
 	}
-	sc, err := c.NewSiDPCost(cfg, sidpDefault)
-	if err != nil {
-		return err
-	}
-	floor := float64(cfg.Layers-cfg.Layers/8) * sc.FetchTime()
-	th := sc.Threshold(sim.DefaultSiDPThresholdContext, 1<<14)
-
 	big := "meta-llama/Llama-3.1-70B-Instruct"
 	cfgBig, err := lab.config(big)
 	if err != nil {
 		return err
 	}
-	kvBig, _, err := c.SiDPKVCapacity(cfgBig, sidpDefault, mem)
+	large, err := readSiDPDefault(c, cfgBig, mem)
 	if err != nil {
 		return err
 	}
-	scBig, err := c.NewSiDPCost(cfgBig, sidpDefault)
-	if err != nil {
-		return err
-	}
-	floorBig := float64(cfgBig.Layers-cfgBig.Layers/8) * scBig.FetchTime()
-	thBig := scBig.Threshold(sim.DefaultSiDPThresholdContext, 1<<14)
 	vBig, _ := lab.bestRun(h20, big, 4096, 0, all)
 	sdBig := lab.bestSiDP(h20, big, 4096, 0, sidpDefault, sim.AutoMode)
 	vSteps, sSteps := float64(max(v.steps, 1)), float64(max(sd.iterations[sim.WaS], 1))
@@ -412,12 +399,40 @@ func sidpGaps(w *strings.Builder, lab *sidpLab) error {
 		"competing with the GEMMs; replicas drifting apart in WaS (a copy is assumed to have its owner's link to itself, peak shifting's aim). "+
 		"(Until CostModel.gemm took the CUDA cores' FP32 peak as a floor for GEMMs of a few rows, its tile factor m/(m+64) made an H20 one-row GEMM "+
 		"compute-bound at about twice its HBM floor, raising every small-batch H20 step for SiDP and vLLM alike; the numbers above are with the floor.)\n",
-		run.plan, run.seqs, sum(kvBest)/1e6, sum(kvSiDP)/1e6, vTok, vTok*float64(max(run.plan.DP, 1))/gpus, vMs, v.preempt,
-		sTok, sMs, sTok/sMs*1e3, vTok/vMs*1e3/gpus*float64(max(run.plan.DP, 1)), cfg.Layers-cfg.Layers/8, floor*1e3, th,
+		run.plan, run.seqs, sum(kvBest)/1e6, sum(small.kv)/1e6, vTok, vTok*float64(max(run.plan.DP, 1))/gpus, vMs, v.preempt,
+		sTok, sMs, sTok/sMs*1e3, vTok/vMs*1e3/gpus*float64(max(run.plan.DP, 1)), cfg.Layers-cfg.Layers/8, small.floor*1e3, small.threshold,
 		v.makespan/2, sidpRate(sd.perSecond, v.makespan/2), sidpRate(v.perSecond, v.makespan/2), sidpRate(sd.perSecond, v.makespan/2)/sidpRate(v.perSecond, v.makespan/2),
-		sidpCaSOne(sc), sidpTP8One(c, cfg), sd.modeSeconds[sim.CaS], sd.makespan, v.makespan,
-		shortModel(big), float64(kvBig[0])/1e3, float64(kvBig[0])/3072, floorBig*1e3, thBig, sidpRate(sdBig.perSecond, vBig.makespan/2)/sidpRate(vBig.perSecond, vBig.makespan/2))
+		sidpCaSOne(small.cost), sidpTP8One(c, cfg), sd.modeSeconds[sim.CaS], sd.makespan, v.makespan,
+		shortModel(big), float64(large.kv[0])/1e3, float64(large.kv[0])/3072, large.floor*1e3, large.threshold, sidpRate(sdBig.perSecond, vBig.makespan/2)/sidpRate(vBig.perSecond, vBig.makespan/2))
 	return nil
+}
+
+// sidpDefaultReading is what sidpGaps reads of SiDP's default group on
+// one model: each rank's KV capacity, the cost model, the copy floor of a
+// WaS step (the layers a rank does not own, fetched at the link's rate)
+// and the rows from which compute hides those copies (R17).
+type sidpDefaultReading struct {
+	kv        []int64
+	cost      *sim.SiDPCost
+	floor     float64
+	threshold int
+}
+
+func readSiDPDefault(c *sim.CostModel, cfg *model.Config, mem sim.MemoryOptions) (sidpDefaultReading, error) {
+	kv, _, err := c.SiDPKVCapacity(cfg, sidpDefault, mem)
+	if err != nil {
+		return sidpDefaultReading{}, err
+	}
+	sc, err := c.NewSiDPCost(cfg, sidpDefault)
+	if err != nil {
+		return sidpDefaultReading{}, err
+	}
+	return sidpDefaultReading{
+		kv:        kv,
+		cost:      sc,
+		floor:     float64(cfg.Layers-cfg.Layers/8) * sc.FetchTime(),
+		threshold: sc.Threshold(sim.DefaultSiDPThresholdContext, 1<<14),
+	}, nil
 }
 
 // sidpCaSOne is a CaS iteration with one decode on every replica (2K).
