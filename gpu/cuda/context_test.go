@@ -309,6 +309,14 @@ func TestFakeOperations(t *testing.T) {
 		if d, err := c.Elapsed(e0, e1); err != nil || d != 1500*time.Microsecond {
 			t.Errorf("Elapsed = %v, %v; want 1.5ms", d, err)
 		}
+		if err := c.RecordEvent(e0, s); err != nil {
+			return err
+		}
+		for i, want := range []bool{false, true} { // the fake's event is pending for one query
+			if done, err := c.EventDone(e0); err != nil || done != want {
+				t.Errorf("EventDone after a record, query %d = %v, %v; want %v", i, done, err, want)
+			}
+		}
 
 		// Graphs.
 		if err := c.BeginCapture(s); err != nil {

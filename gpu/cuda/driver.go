@@ -42,6 +42,7 @@ type driverAPI struct {
 	cuEventCreate               func(e *Event, flags uint32) int32
 	cuEventRecord               func(e Event, s Stream) int32
 	cuEventSynchronize          func(e Event) int32
+	cuEventQuery                func(e Event) int32
 	cuEventElapsedTime          func(ms *float32, start, end Event) int32
 	cuEventDestroy              func(e Event) int32
 	cuStreamBeginCapture        func(s Stream, mode int32) int32
@@ -89,6 +90,7 @@ func (d *driverAPI) symbols() []symbol {
 		{fn: &d.cuEventCreate, name: "cuEventCreate"},
 		{fn: &d.cuEventRecord, name: "cuEventRecord"},
 		{fn: &d.cuEventSynchronize, name: "cuEventSynchronize"},
+		{fn: &d.cuEventQuery, name: "cuEventQuery"},
 		{fn: &d.cuEventElapsedTime, name: "cuEventElapsedTime"},
 		{fn: &d.cuEventDestroy, name: "cuEventDestroy_v2"},
 		{fn: &d.cuStreamBeginCapture, name: "cuStreamBeginCapture_v2"},
@@ -126,12 +128,13 @@ func (d *driverAPI) status(call string, code int32) error {
 
 // Driver API constants from cuda.h.
 const (
-	attrMultiprocessorCount    = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-	attrComputeCapabilityMajor = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-	attrComputeCapabilityMinor = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
-	funcAttrMaxDynamicShared   = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-	streamNonBlocking          = 1  // CU_STREAM_NON_BLOCKING
-	captureModeThreadLocal     = 1  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-	eventDefault               = 0  // CU_EVENT_DEFAULT: timing enabled
+	attrMultiprocessorCount    = 16  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+	attrComputeCapabilityMajor = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	attrComputeCapabilityMinor = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	funcAttrMaxDynamicShared   = 8   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	streamNonBlocking          = 1   // CU_STREAM_NON_BLOCKING
+	captureModeThreadLocal     = 1   // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+	eventDefault               = 0   // CU_EVENT_DEFAULT: timing enabled
+	errNotReady                = 600 // CUDA_ERROR_NOT_READY: cuEventQuery on pending work
 	deviceNameBufferBytes      = 256
 )

@@ -264,8 +264,14 @@ func TestGPUEvents(t *testing.T) {
 		if err := c.RecordEvent(e1, 0); err != nil {
 			return err
 		}
+		if done, err := c.EventDone(e1); err != nil || done {
+			t.Errorf("EventDone right after queueing a 1 ms spin = %v, %v; want false", done, err)
+		}
 		if err := c.SyncEvent(e1); err != nil {
 			return err
+		}
+		if done, err := c.EventDone(e1); err != nil || !done {
+			t.Errorf("EventDone after SyncEvent = %v, %v; want true", done, err)
 		}
 		d, err := c.Elapsed(e0, e1)
 		if err != nil {

@@ -284,6 +284,19 @@ func (c *Context) SyncEvent(e Event) error {
 	return c.check("cuEventSynchronize", c.d.cuEventSynchronize(e))
 }
 
+// EventDone reports whether the work before e's last record is done,
+// without waiting (cuEventQuery). Call inside Do.
+func (c *Context) EventDone(e Event) (bool, error) {
+	switch code := c.d.cuEventQuery(e); code {
+	case 0:
+		return true, nil
+	case errNotReady:
+		return false, nil
+	default:
+		return false, c.check("cuEventQuery", code)
+	}
+}
+
 // Elapsed is the GPU time between two recorded, completed events (about
 // 0.5 µs resolution). Call inside Do.
 func (c *Context) Elapsed(start, end Event) (time.Duration, error) {

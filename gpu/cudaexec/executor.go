@@ -662,6 +662,9 @@ func (e *Executor) Close() error {
 		if e.s != 0 {
 			errs = append(errs, e.ctx.DestroyStream(e.s))
 		}
+		if e.side != 0 {
+			errs = append(errs, e.ctx.DestroyStream(e.side), e.ctx.DestroyEvent(e.sideEv))
+		}
 		return errors.Join(errs...)
 	})
 	return errors.Join(err, e.ctx.Close())
@@ -806,6 +809,14 @@ type devOps interface {
 	toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error
 	copy(dst, src cuda.DevicePtr, bytes int64) error
 	sync() error
+	// The side stream carries swap-in's copies beside the step's stream:
+	// sideToDevice and sideCopy queue them, sideMark marks the end of
+	// what is queued, and sideDone reports, without waiting, whether the
+	// side stream has reached the last mark.
+	sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error
+	sideCopy(dst, src cuda.DevicePtr, bytes int64) error
+	sideMark() error
+	sideDone() (bool, error)
 	// linear computes y[n, out] = x[n, in]·wᵀ for a row-major weight
 	// w[out, in] in the executor's dtype, writing y in outType.
 	linear(y, x, w cuda.DevicePtr, n, in, out int, outType model.DType) error
@@ -830,6 +841,55 @@ func (o cudaOps) toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) err
 
 func (o cudaOps) copy(dst, src cuda.DevicePtr, bytes int64) error {
 	return o.e.ctx.CopyDtoDAsync(dst, src, bytes, o.e.s)
+}
+
+// sideStream creates the side stream and its event on first use.
+func (o cudaOps) sideStream() (cuda.Stream, error) {
+	e := o.e
+	if e.side != 0 {
+		return e.side, nil
+	}
+	ev, err := e.ctx.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	s, err := e.ctx.NewStream()
+	if err != nil {
+		return 0, errors.Join(err, e.ctx.DestroyEvent(ev))
+	}
+	e.side, e.sideEv = s, ev
+	return s, nil
+}
+
+func (o cudaOps) sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
+	s, err := o.sideStream()
+	if err != nil {
+		return err
+	}
+	return o.e.ctx.CopyHtoDAsync(dst, src, bytes, s)
+}
+
+func (o cudaOps) sideCopy(dst, src cuda.DevicePtr, bytes int64) error {
+	s, err := o.sideStream()
+	if err != nil {
+		return err
+	}
+	return o.e.ctx.CopyDtoDAsync(dst, src, bytes, s)
+}
+
+func (o cudaOps) sideMark() error {
+	s, err := o.sideStream()
+	if err != nil {
+		return err
+	}
+	return o.e.ctx.RecordEvent(o.e.sideEv, s)
+}
+
+func (o cudaOps) sideDone() (bool, error) {
+	if o.e.side == 0 {
+		return true, nil
+	}
+	return o.e.ctx.EventDone(o.e.sideEv)
 }
 
 // linear is, in cuBLAS's column-major terms, yᵀ[out, n] = w·xᵀ: op(A) = Aᵀ

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -43,7 +44,47 @@ func (h *hostMemory) vec(p cuda.DevicePtr, n int) []float32 {
 	return h.f32(p, n)
 }
 
-type hostOps struct{ h *hostMemory }
+type hostOps struct {
+	h    *hostMemory
+	side *hostSide
+}
+
+// hostSide emulates the side stream: its copies are queued and land when
+// sideDone is first asked at least delay after the last mark, so tests
+// can keep a swap-in in flight while steps run.
+type hostSide struct {
+	delay  time.Duration
+	queued []func()
+	markAt time.Time
+	landed int // copies landed so far
+}
+
+func (o hostOps) sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
+	o.side.queued = append(o.side.queued, func() { o.toDevice(dst, src, bytes) })
+	return nil
+}
+
+func (o hostOps) sideCopy(dst, src cuda.DevicePtr, bytes int64) error {
+	o.side.queued = append(o.side.queued, func() { o.copy(dst, src, bytes) })
+	return nil
+}
+
+func (o hostOps) sideMark() error {
+	o.side.markAt = time.Now()
+	return nil
+}
+
+func (o hostOps) sideDone() (bool, error) {
+	if time.Since(o.side.markAt) < o.side.delay {
+		return false, nil
+	}
+	for _, f := range o.side.queued {
+		f()
+	}
+	o.side.landed += len(o.side.queued)
+	o.side.queued = o.side.queued[:0]
+	return true, nil
+}
 
 func (o hostOps) alloc(bytes int64) (cuda.DevicePtr, error) {
 	return o.h.alloc(int((bytes + 3) / 4)), nil
@@ -258,7 +299,7 @@ func newHostExecutorOpts(t *testing.T, cfg *model.Config, w *model.Weights, opts
 	h := &hostMemory{}
 	k := hostKernels(h)
 	e := &Executor{
-		cfg: cfg, dt: model.Float32, k: k, k32: k, ops: hostOps{h},
+		cfg: cfg, dt: model.Float32, k: k, k32: k, ops: hostOps{h, &hostSide{}},
 		opts:    opts,
 		base:    opts.Placements[0],
 		layouts: map[string]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},

@@ -41,6 +41,9 @@ type seesaw struct {
 	hostMu      sync.Mutex // serialises the emulated device's work (no device thread)
 
 	// Swap staging (swap.go), allocated on the first swap.
+	swapMu     sync.Mutex     // one swap at a time: they share the stages
+	side       cuda.Stream    // swap-in's copies, beside the step's stream
+	sideEv     cuda.Event     // recorded on side after a chunk's copies
 	stageBytes int64          // size of stageDev and stageHost
 	stageDev   cuda.DevicePtr // [stageBytes]
 	stageIdx   cuda.DevicePtr // int32 device block ids of a chunk

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/engine"
@@ -425,7 +426,14 @@ func TestSeesawEngineOnHost(t *testing.T) {
 					MaxNumSeqs: 16, EnforceEager: true, HostBlocks: 8}, 16)
 				single := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: []parallel.Placement{parallel.Standard(parallel.Single)},
 					BlockSize: 4, MaxNumTokens: 512, MaxNumSeqs: 16, EnforceEager: true}, 64)
+				// Swap-ins land 2 ms after they are queued: a request
+				// decoded before its copy landed would read stale KV.
+				side := x.ops.(hostOps).side
+				side.delay = 2 * time.Millisecond
 				seesawEngine(t, x, single, m, ref, pol)
+				if side.landed == 0 {
+					t.Fatal("no swap-in went through the side stream")
+				}
 			})
 		}
 	}
@@ -549,4 +557,70 @@ func TestSeesawFailedTransitionOnHost(t *testing.T) {
 			t.Fatalf("after a failed transition: %v, want the executor unusable", err)
 		}
 	}
+}
+
+// TestSwapInBesideStepOnHost: a swap-in's copies run on the side stream,
+// so a step runs while they are in flight (the emulated side stream lands
+// them only 300 ms after they are queued), and the swap-in returns only
+// once they have landed, its blocks then bit-identical to the KV that was
+// swapped out.
+func TestSwapInBesideStepOnHost(t *testing.T) {
+	m, _ := loadFixture(t, seesawSpec(160))
+	pol := seesawPlacements(t, seesawPairs[0])
+	x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64,
+		MaxNumSeqs: 8, EnforceEager: true, HostBlocks: seesawHostBlocks}, seesawDevBlocks)
+	ctx := context.Background()
+	vocab := m.Config.Vocab
+	a, b := fixture.Tokens(1, 13, vocab), fixture.Tokens(2, 6, vocab)
+	ab, bb, moved, host := []int{0, 1, 2, 3}, []int{4, 5}, []int{8, 9, 10, 11}, []int{7, 6, 5, 4}
+	batch := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: a, Blocks: ab, NumLogits: 1}, {Tokens: b, Blocks: bb, NumLogits: 1}}}
+	if _, err := x.Step(ctx, batch, pol.Prefill); err != nil {
+		t.Fatal(err)
+	}
+	before := deviceKV(t, x)
+	if _, err := x.SwapOut(ctx, []forward.Swap{{Device: ab, Host: host}}); err != nil {
+		t.Fatal(err)
+	}
+	side := x.ops.(hostOps).side
+	side.delay = 300 * time.Millisecond
+	start := time.Now()
+	type result struct {
+		n   int64
+		err error
+		at  time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := x.SwapIn(ctx, []forward.Swap{{Device: moved, Host: host}})
+		done <- result{n, err, time.Since(start)}
+	}()
+	time.Sleep(20 * time.Millisecond) // the copies are queued
+	decode := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{3}, Pos: len(b), Blocks: bb, NumLogits: 1}}}
+	if _, err := x.Step(ctx, decode, pol.Prefill); err != nil {
+		t.Fatal(err)
+	}
+	stepped := time.Since(start)
+	var landed int
+	x.do(func() error { landed = side.landed; return nil })
+	if landed != 0 {
+		t.Fatalf("%d side copies landed before the step ended at %v; the delay is %v", landed, stepped, side.delay)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.at < side.delay || stepped > r.at {
+		t.Fatalf("swap-in returned at %v, the step at %v; the copies land at %v", r.at, stepped, side.delay)
+	}
+	after := deviceKV(t, x)
+	for l := range m.Config.Layers {
+		for h := range m.Config.KVHeads {
+			for i := range ab {
+				if !bytes.Equal(after[[3]int{l, h, moved[i]}], before[[3]int{l, h, ab[i]}]) {
+					t.Fatalf("layer %d head %d: device block %d after swap-in differs from block %d swapped out", l, h, moved[i], ab[i])
+				}
+			}
+		}
+	}
+	t.Logf("step ended at %v, swap-in of %d bytes at %v", stepped, r.n, r.at)
 }

@@ -3,6 +3,7 @@ package cudaexec
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/forward"
@@ -28,9 +29,10 @@ func (e *Executor) SwapOut(ctx context.Context, swaps []forward.Swap) (int64, er
 // SwapIn implements engine.Swapper: it copies the swaps' host blocks into
 // the device cache, every rank pulling its slice under the current
 // placement, which may differ from the one that pushed (Seesaw's KV
-// re-shard). It returns the bytes copied. It may be called beside Step
-// (the engine's prefetcher): both run on the device thread, one after
-// the other; not beside Transition.
+// re-shard). It returns the bytes copied, once they have landed. It may
+// be called beside Step (the engine's prefetcher): its copies run on a
+// side stream while steps run on theirs (swapInPart); not beside
+// Transition.
 func (e *Executor) SwapIn(ctx context.Context, swaps []forward.Swap) (int64, error) {
 	return e.swap(ctx, swaps, false)
 }
@@ -61,12 +63,34 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 			}
 		}
 	}
-	var n int64
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	var parts []swapPart
 	err := e.do(func() error {
+		if err := e.allocSwapStage(); err != nil {
+			return err
+		}
 		var err error
-		n, err = e.swapRuns(swaps, out)
+		parts, err = e.swapParts(swaps, out)
 		return err
 	})
+	var n int64
+	for _, c := range parts {
+		if err != nil {
+			break
+		}
+		var m int64
+		if out {
+			err = e.do(func() error {
+				var err error
+				m, err = e.swapOutPart(c)
+				return err
+			})
+		} else {
+			m, err = e.swapInPart(c)
+		}
+		n += m
+	}
 	if err != nil {
 		return 0, fmt.Errorf("cudaexec: swap under %s: %w", e.base, err)
 	}
@@ -74,26 +98,27 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 	return n, nil
 }
 
-// swapStageBytes is the most the swap staging buffers hold, on the
-// device and on the host: one chunk of a rank's part of a swap.
-const swapStageBytes = 64 << 20
+// swapPart is one chunk of a swap: rank r's slice s of device blocks dev
+// and host blocks host, small enough for the stages.
+type swapPart struct {
+	r         int
+	s         parallel.KVSlice
+	dev, host []int
+}
 
-// swapRuns runs on the device thread. Every rank (on the way out, but a
-// replica of a lower rank's slice) moves its slice of the swaps' blocks
-// in chunks that fit the staging buffers (swapChunk).
-func (e *Executor) swapRuns(swaps []forward.Swap, out bool) (int64, error) {
+// swapParts splits swaps into the chunks every rank moves (on the way
+// out, but a replica of a lower rank's slice), each within the staging
+// buffers. Call on the device thread.
+func (e *Executor) swapParts(swaps []forward.Swap, out bool) ([]swapPart, error) {
 	var dev, host []int
 	for _, sw := range swaps {
 		dev, host = append(dev, sw.Device...), append(host, sw.Host...)
 	}
 	if len(dev) == 0 {
-		return 0, nil
+		return nil, nil
 	}
-	if err := e.allocSwapStage(); err != nil {
-		return 0, err
-	}
-	var total int64
-	for r, rk := range e.ranks {
+	var parts []swapPart
+	for r := range e.ranks {
 		if out && e.replicatedBelow(r) {
 			continue
 		}
@@ -101,19 +126,19 @@ func (e *Executor) swapRuns(swaps []forward.Swap, out bool) (int64, error) {
 		perBlock := 2 * int64(s.Layers.Len()) * int64(s.Heads.Len()) * e.headBytes()
 		chunk := int(e.stageBytes / perBlock)
 		if chunk == 0 {
-			return 0, fmt.Errorf("rank %d's slice of one block, %d bytes, exceeds the %d-byte swap stage", r, perBlock, e.stageBytes)
+			return nil, fmt.Errorf("rank %d's slice of one block, %d bytes, exceeds the %d-byte swap stage", r, perBlock, e.stageBytes)
 		}
 		for lo := 0; lo < len(dev); lo += chunk {
 			hi := min(len(dev), lo+chunk)
-			n, err := e.swapChunk(rk, s, dev[lo:hi], host[lo:hi], out)
-			if err != nil {
-				return 0, err
-			}
-			total += n
+			parts = append(parts, swapPart{r, s, dev[lo:hi], host[lo:hi]})
 		}
 	}
-	return total, nil
+	return parts, nil
 }
+
+// swapStageBytes is the most the swap staging buffers hold, on the
+// device and on the host: one chunk of a rank's part of a swap.
+const swapStageBytes = 64 << 20
 
 // allocSwapStage allocates the staging buffers on first use: stageBytes
 // on the device and on the host, and the device block ids of a chunk.
@@ -136,82 +161,125 @@ func (e *Executor) allocSwapStage() error {
 	return nil
 }
 
-// swapChunk moves rank rk's slice s of device blocks dev to or from host
-// blocks host through the stages, laid out [K, V][local layer][block i]
-// [the slice's heads of one block]. Out: one gather per local layer and K
-// or V collects the blocks from the rank's cache into the device stage,
-// one copy brings the stage to the host, and the host copies each run
-// into the store. In: the host fills the stage from the store, one copy
-// takes it to the device, and one device copy per run of consecutive
-// device blocks puts each layer's keys or values in place. It returns the
-// bytes moved between host and device.
-func (e *Executor) swapChunk(rk *devRank, s parallel.KVSlice, dev, host []int, out bool) (int64, error) {
-	m, layers := len(dev), s.Layers.Len()
-	stage := e.stageHost.buf
-	run := int64(s.Heads.Len()) * e.headBytes() // one block of one layer of the slice
-	width := s.Heads.Len() * e.opts.BlockSize * e.cfg.HeadDim
-	size := 2 * int64(layers) * int64(m) * run
-	at := func(kv, li, i int) int64 { return (int64(kv*layers+li)*int64(m) + int64(i)) * run }
+// The stages hold a part laid out [K, V][local layer][block i][the
+// slice's heads of one block]. partLayout gives, for part c, the bytes of
+// one block of one layer of the slice (run), of the whole part (size),
+// and the offset of (kv, local layer, block i).
+func (e *Executor) partLayout(c swapPart) (run, size int64, at func(kv, li, i int) int64) {
+	m, layers := len(c.dev), c.s.Layers.Len()
+	run = int64(c.s.Heads.Len()) * e.headBytes()
+	size = 2 * int64(layers) * int64(m) * run
+	return run, size, func(kv, li, i int) int64 { return (int64(kv*layers+li)*int64(m) + int64(i)) * run }
+}
+
+// stored is part c's run of (kv, local layer, block i) in the host store.
+func (e *Executor) stored(c swapPart, run int64, kv, li, i int) []byte {
+	return unsafe.Slice((*byte)(e.hostRun(kv == 0, c.host[i], c.s.Layers.Lo+li, c.s.Heads)), run)
+}
+
+// swapOutPart moves part c from the device cache into the host store, on
+// the device thread: one gather per local layer and K or V collects the
+// blocks from the rank's cache into the device stage, one copy brings the
+// stage to the host, and the host copies each run into the store. It
+// returns the bytes moved between device and host.
+func (e *Executor) swapOutPart(c swapPart) (int64, error) {
+	rk, m, layers := e.ranks[c.r], len(c.dev), c.s.Layers.Len()
+	run, size, at := e.partLayout(c)
+	width := c.s.Heads.Len() * e.opts.BlockSize * e.cfg.HeadDim
 	cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
-	stored := func(kv, li, i int) []byte {
-		return unsafe.Slice((*byte)(e.hostRun(kv == 0, host[i], s.Layers.Lo+li, s.Heads)), run)
+	stage := e.stageHost.buf
+	for i, d := range c.dev {
+		e.idx[i] = int32(d)
 	}
-	if out {
-		for i, d := range dev {
-			e.idx[i] = int32(d)
-		}
-		if err := e.ops.toDevice(e.stageIdx, unsafe.Pointer(&e.idx[0]), 4*int64(m)); err != nil {
-			return 0, err
-		}
-		for kv := range 2 {
-			for li := range layers {
-				if err := e.k.GatherRows(e.s, e.stageDev+cuda.DevicePtr(at(kv, li, 0)), cache[kv][li], e.stageIdx, m, width); err != nil {
-					return 0, err
-				}
-			}
-		}
-		if err := e.ops.toHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
-			return 0, err
-		}
-		if err := e.ops.sync(); err != nil {
-			return 0, err
-		}
-		for kv := range 2 {
-			for li := range layers {
-				for i := range m {
-					copy(stored(kv, li, i), stage[at(kv, li, i):])
-				}
-			}
-		}
-		return size, nil
-	}
-	for kv := range 2 {
-		for li := range layers {
-			for i := range m {
-				copy(stage[at(kv, li, i):at(kv, li, i)+run], stored(kv, li, i))
-			}
-		}
-	}
-	if err := e.ops.toDevice(e.stageDev, unsafe.Pointer(&stage[0]), size); err != nil {
+	if err := e.ops.toDevice(e.stageIdx, unsafe.Pointer(&e.idx[0]), 4*int64(m)); err != nil {
 		return 0, err
 	}
 	for kv := range 2 {
 		for li := range layers {
-			for i := 0; i < m; {
-				j := i + 1
-				for j < m && dev[j] == dev[j-1]+1 {
-					j++
-				}
-				dst := cache[kv][li] + cuda.DevicePtr(int64(dev[i])*run)
-				if err := e.ops.copy(dst, e.stageDev+cuda.DevicePtr(at(kv, li, i)), int64(j-i)*run); err != nil {
-					return 0, err
-				}
-				i = j
+			if err := e.k.GatherRows(e.s, e.stageDev+cuda.DevicePtr(at(kv, li, 0)), cache[kv][li], e.stageIdx, m, width); err != nil {
+				return 0, err
 			}
 		}
 	}
-	return size, e.ops.sync() // the stages are refilled by the next chunk
+	if err := e.ops.toHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
+		return 0, err
+	}
+	if err := e.ops.sync(); err != nil {
+		return 0, err
+	}
+	for kv := range 2 {
+		for li := range layers {
+			for i := range m {
+				copy(e.stored(c, run, kv, li, i), stage[at(kv, li, i):])
+			}
+		}
+	}
+	return size, nil
 }
+
+// swapInPart moves part c from the host store into the device cache
+// beside the steps (Seesaw's prefetcher, spec P3–P5). The calling
+// goroutine fills the host stage from the store; the device thread queues
+// on the side stream one copy of the stage to the device and one device
+// copy per run of consecutive device blocks for each layer's keys or
+// values; then the caller asks, through the device thread (so between
+// steps) every sidePoll, whether the copies have landed. Steps run on
+// their own stream meanwhile. They never touch the blocks being filled,
+// which belong to no scheduled sequence until the swap-in returns. It
+// returns the bytes moved between host and device.
+func (e *Executor) swapInPart(c swapPart) (int64, error) {
+	m, layers := len(c.dev), c.s.Layers.Len()
+	run, size, at := e.partLayout(c)
+	stage := e.stageHost.buf
+	for kv := range 2 {
+		for li := range layers {
+			for i := range m {
+				copy(stage[at(kv, li, i):at(kv, li, i)+run], e.stored(c, run, kv, li, i))
+			}
+		}
+	}
+	err := e.do(func() error {
+		rk := e.ranks[c.r]
+		cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
+		if err := e.ops.sideToDevice(e.stageDev, unsafe.Pointer(&stage[0]), size); err != nil {
+			return err
+		}
+		for kv := range 2 {
+			for li := range layers {
+				for i := 0; i < m; {
+					j := i + 1
+					for j < m && c.dev[j] == c.dev[j-1]+1 {
+						j++
+					}
+					dst := cache[kv][li] + cuda.DevicePtr(int64(c.dev[i])*run)
+					if err := e.ops.sideCopy(dst, e.stageDev+cuda.DevicePtr(at(kv, li, i)), int64(j-i)*run); err != nil {
+						return err
+					}
+					i = j
+				}
+			}
+		}
+		return e.ops.sideMark()
+	})
+	if err != nil {
+		return 0, err
+	}
+	// The next part refills the stages only after this one has landed.
+	for {
+		var done bool
+		if err := e.do(func() (err error) {
+			done, err = e.ops.sideDone()
+			return err
+		}); err != nil || done {
+			return size, err
+		}
+		time.Sleep(sidePoll)
+	}
+}
+
+// sidePoll is how often a swap-in asks whether its copies have landed.
+// Each ask waits for the device thread, so it falls between steps.
+const sidePoll = 200 * time.Microsecond
 
 // hostRun is the start of the keys (or values) of heads of layer layer of
 // host block block: the heads are adjacent in the store (HND within a

@@ -179,9 +179,18 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 	}
 	return 400; // CUDA_ERROR_INVALID_HANDLE
 }
-CUresult cuEventCreate(CUevent *e, unsigned flags) { NEED_CTX; *e = malloc(1); return 0; }
-CUresult cuEventRecord(CUevent e, CUstream s) { NEED_CTX; return 0; }
-CUresult cuEventSynchronize(CUevent e) { NEED_CTX; return 0; }
+CUresult cuEventCreate(CUevent *e, unsigned flags) { NEED_CTX; *e = calloc(1, 1); return 0; }
+// A recorded event is pending for one cuEventQuery, then done.
+CUresult cuEventRecord(CUevent e, CUstream s) { NEED_CTX; *(char *)e = 1; return 0; }
+CUresult cuEventSynchronize(CUevent e) { NEED_CTX; *(char *)e = 0; return 0; }
+CUresult cuEventQuery(CUevent e) {
+	NEED_CTX;
+	if (*(char *)e) {
+		*(char *)e = 0;
+		return 600; // CUDA_ERROR_NOT_READY
+	}
+	return 0;
+}
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) { NEED_CTX; *ms = 1.5f; return 0; }
 CUresult cuEventDestroy_v2(CUevent e) { NEED_CTX; free(e); return 0; }
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { NEED_CTX; return s && mode == 1 ? 0 : 1; }
