@@ -3,6 +3,7 @@ package cudaexec
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
@@ -127,4 +128,67 @@ func BenchmarkSeesawTransition(b *testing.B) {
 		w += st.WeightBytes
 	}
 	b.ReportMetric(float64(w)/b.Elapsed().Seconds()/1e9, "weightGB/s")
+}
+
+// BenchmarkSeesawSwapInBesideDecode measures Seesaw's prefetch overlap on
+// the device: decode steps of 8 sequences with 512 tokens of context
+// under tp=2 (prefilled under pp=2, then a transition), alone and while
+// swap-ins of 256 other blocks (4096 tokens) run back to back beside
+// them on the side stream. It reports ms/step and, beside, the swap-in
+// GB/s reached meanwhile.
+func BenchmarkSeesawSwapInBesideDecode(b *testing.B) {
+	x, pl := seesawBench(b)
+	ctx := context.Background()
+	dec := prefillContext(b, x, 8, 512)
+	if _, err := x.Transition(ctx, pl[1]); err != nil {
+		b.Fatal(err)
+	}
+	dev, host := make([]int, 256), make([]int, 256)
+	for i := range dev {
+		dev[i], host[i] = 768+i, i
+	}
+	swaps := []forward.Swap{{Device: dev, Host: host}}
+	step := func(b *testing.B) {
+		if _, err := x.StepGreedy(ctx, dec, pl[1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 3 {
+		step(b)
+	}
+	for _, beside := range []bool{false, true} {
+		b.Run(map[bool]string{false: "alone", true: "beside-swap-in"}[beside], func(b *testing.B) {
+			stop, done := make(chan struct{}), make(chan int64, 1)
+			if beside {
+				go func() {
+					var n int64
+					defer func() { done <- n }()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						m, err := x.SwapIn(ctx, swaps)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						n += m
+					}
+				}()
+			}
+			start := time.Now()
+			for b.Loop() {
+				step(b)
+			}
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(elapsed.Microseconds())/1e3/float64(b.N), "ms/step")
+			if beside {
+				close(stop)
+				n := <-done // the swap-in in flight ends first
+				b.ReportMetric(float64(n)/time.Since(start).Seconds()/1e9, "swap-in-GB/s")
+			}
+		})
+	}
 }
