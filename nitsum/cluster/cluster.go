@@ -250,12 +250,21 @@ func (c *Cluster) measureProfile(degrees []int) error {
 	return nil
 }
 
-// firstLayout builds the instances of Options.Layout, or of the plan for
-// no traffic, and their Dispatcher.
+// firstLayout builds the instances of Options.Layout, or of the first
+// plan, and their Dispatcher. Before any traffic is measured the pool is
+// laid out as equal demand from every SLO tier would have it (PlanFilled
+// with the same rate for each, which only their ratio matters to), so
+// each tier has instances of its own from the first request on.
 func (c *Cluster) firstLayout() error {
 	layout := c.opts.Layout
 	if layout == nil {
-		p, err := c.plan.Plan(make([]float64, c.opts.Tiers.Len()))
+		rates := make([]float64, c.opts.Tiers.Len())
+		for s := range rates {
+			if !c.opts.Tiers.At(s).Background {
+				rates[s] = 1
+			}
+		}
+		p, err := c.plan.PlanFilled(rates)
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}

@@ -29,12 +29,18 @@ func (c *Cluster) control(ctx context.Context) {
 // ControlStep is one control window's decision (§3.3.1): the planner
 // turns each tier's arrival rate over the last complete window (the
 // Meter, pitfall 7) into a layout, and when it differs from the current
-// one the pool is reconfigured to it. It reports whether it
+// one the pool is reconfigured to it. The plan is PlanFilled's, as in
+// the simulator: GPUs that no tier's measured rate needs go to the tiers
+// as headroom in proportion to their demand. A window without arrivals
+// says nothing of the mix: the layout stays. It reports whether it
 // reconfigured, and what that did. The control loop calls it every
 // Options.Window; tests call it on a fake clock.
 func (c *Cluster) ControlStep(ctx context.Context) (bool, Report, error) {
 	rates := c.meter.Rates(nil)
-	p, err := c.plan.Plan(rates)
+	if !slices.ContainsFunc(rates, func(r float64) bool { return r > 0 }) {
+		return false, Report{}, nil
+	}
+	p, err := c.plan.PlanFilled(rates)
 	if err != nil {
 		return false, Report{}, fmt.Errorf("cluster: control: %w", err)
 	}

@@ -10,19 +10,38 @@ import (
 	"github.com/gearboxlm/gearbox/nitsum"
 )
 
-// TestControlWindow runs the control window on a fake clock: with no
-// traffic yet the planner leaves every rank a spare TP1 instance (which
-// serves spilled requests as best effort); after a window with 30
-// strict requests ControlStep re-lays (TP1×4 → TP2×2) the pool out as the planner does for
-// those rates (the same Planner, called here directly) and moves the
-// live requests there; a second step with the same rates changes
-// nothing; every request's tokens are right.
+// TestControlWindow runs the control window on a fake clock. Before any
+// traffic the pool is laid out as equal demand from the two SLO tiers
+// would have it (PlanFilled at rates 1 and 1), so the first strict
+// requests already meet instances of their tier and are dispatched as
+// feasible. After a window with 30 strict requests ControlStep re-lays
+// the pool out as the planner does for those rates (the same Planner,
+// called here directly) and moves the live requests there; a second step
+// with the same rates changes nothing, nor does a window without
+// arrivals; every request's tokens are right.
 func TestControlWindow(t *testing.T) {
 	m := loadTiny(t)
 	clk := clock.NewFake(time.Unix(1000, 0))
 	c := newCluster(t, 4, nil, true, func(o *Options) { o.Clock = clk; o.Window = time.Second })
-	if l := c.Stats().Layout; !slices.Equal(l, []int{1, 1, 1, 1}) {
-		t.Fatalf("initial layout %v, want four spare TP1 instances", l)
+	pl, err := nitsum.NewPlanner(c.opts.Tiers, c.opts.Profile, 4, nitsum.Options{NodeGPUs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := func(rates ...float64) []nitsum.Instance {
+		p, err := pl.PlanFilled(rates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ServedLayout(p.Instances, 0, false)
+	}
+	first := c.Layout()
+	if want := planned(1, 1, 0); !slices.Equal(first, want) {
+		t.Fatalf("initial layout %+v, want the plan for equal demand %+v", first, want)
+	}
+	for s := range 2 {
+		if !slices.ContainsFunc(first, func(in nitsum.Instance) bool { return in.Tier == s && !in.Background }) {
+			t.Fatalf("initial layout %+v has no instance of tier %d", first, s)
+		}
 	}
 	reqs := requests(30, 6, m.cfg.Vocab)
 	want := reference(t, reqs)
@@ -31,28 +50,25 @@ func TestControlWindow(t *testing.T) {
 		d.submit(t, r)
 	}
 	d.iterate(t, 2)
-	if st := c.Stats(); st.Dispatched[nitsum.BestEffort] != 30 {
-		t.Fatalf("dispatched %v, want all 30 best effort on spares", st.Dispatched)
+	if st := c.Stats(); st.Dispatched[nitsum.Feasible] == 0 {
+		t.Fatalf("dispatched %v, want the first strict requests feasible on their tier's instances", st.Dispatched)
 	}
 	clk.Advance(time.Second)
 	changed, rep, err := c.ControlStep(context.Background())
-	if err != nil || !changed || !slices.Equal(rep.To, []int{2, 2}) {
-		t.Fatalf("control step: changed %v to %v, %v; want tp[2 2]", changed, rep.To, err)
+	if err != nil || !changed {
+		t.Fatalf("control step: changed %v, %v; want a new layout for rates [30 0 0]", changed, err)
 	}
-	pl, err := nitsum.NewPlanner(c.opts.Tiers, c.opts.Profile, 4, nitsum.Options{NodeGPUs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pl.Plan([]float64{30, 0, 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := c.Layout(), ServedLayout(p.Instances, 0, false); !slices.Equal(got, want) {
+	if got, want := c.Layout(), planned(30, 0, 0); !slices.Equal(got, want) {
 		t.Errorf("layout %+v, the planner's %+v", got, want)
 	}
 	t.Logf("rates [30 0 0]: %v → %v, %d moved, %d re-dispatched, %d bytes", rep.From, rep.To, rep.Moved, rep.Redispatched, rep.Bytes)
 	if changed, _, err := c.ControlStep(context.Background()); changed || err != nil {
 		t.Errorf("second step in the same window: changed %v, %v", changed, err)
+	}
+	before := c.Layout()
+	clk.Advance(2 * time.Second)
+	if changed, _, err := c.ControlStep(context.Background()); changed || err != nil || !slices.Equal(c.Layout(), before) {
+		t.Errorf("step after a window without arrivals: changed %v, %v; layout %+v, was %+v", changed, err, c.Layout(), before)
 	}
 	d.finishAll(t, 500)
 	d.check(t, want)

@@ -42,8 +42,13 @@
 //     says what the paper leaves open). A full decode instance defers
 //     the hand-off; the request decodes where it is meanwhile. With
 //     Options.Colocated every instance serves whole requests instead.
-//   - Spare ranks (the planner's Spare instances) serve spilled requests
-//     as best effort besides background work.
+//   - The plan is nitsum.Planner.PlanFilled's, as in the simulator: ranks
+//     no tier's measured rate needs go to the tiers as headroom. Before
+//     any traffic the pool is laid out for equal demand from every SLO
+//     tier, so the first requests meet instances of their own tier; a
+//     window without arrivals keeps the layout. Ranks the plan still
+//     leaves spare serve spilled requests as best effort besides
+//     background work.
 //   - The profile (Options.Measure) is measured on this machine's warm
 //     executors at start-up; X^P and X^D are requests per second at the
 //     largest measured batch within each target (profile.go).
