@@ -5,7 +5,14 @@
 // see README.md. Not part of the Go build.
 //
 //   gcc -O3 -march=native -fopenmp -o llama llama.c -lm
-//   OMP_NUM_THREADS=2 ./llama MODEL.gguf STEPS IDS
+//   OMP_NUM_THREADS=2 ./llama MODEL.gguf STEPS IDS [MODEL.safetensors]
+//
+// With MODEL.safetensors (the Hugging Face checkpoint the GGUF was written
+// from, one file) the weights are read from it instead, q and k in its
+// half-split RoPE layout; the GGUF still gives the configuration and
+// Llama 3's rope_freqs. Gearbox maps that same file, so both programs then
+// read the same page-cache pages: where the kernel placed a file's pages
+// moves a memory-bound decode by several percent (docs/performance.md).
 //
 // IDS is the prompt as comma-separated token ids; the prompt is fed one
 // token at a time (as run.c does), then STEPS tokens are generated
@@ -174,6 +181,128 @@ static void load(const char *path, Config *p, Weights *w) {
 	}
 }
 
+// ---------------------------------------------------------- safetensors
+
+static TensorInfo *hf;
+static uint64_t n_hf;
+static const uint8_t *hf_data;
+
+static const char *skip_ws(const char *p) {
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+	return p;
+}
+
+static const char *skip_string(const char *p) { // p at the opening quote
+	for (p++; *p && *p != '"'; p++)
+		if (*p == '\\' && p[1]) p++;
+	if (!*p) die("bad safetensors header", NULL);
+	return p + 1;
+}
+
+static const char *skip_value(const char *p) {
+	p = skip_ws(p);
+	if (*p == '"') return skip_string(p);
+	if (*p == '{' || *p == '[') {
+		int depth = 0;
+		do {
+			if (*p == '"') {
+				p = skip_string(p);
+				continue;
+			}
+			if (!*p) die("bad safetensors header", NULL);
+			if (*p == '{' || *p == '[') depth++;
+			else if (*p == '}' || *p == ']') depth--;
+			p++;
+		} while (depth > 0);
+		return p;
+	}
+	while (*p && *p != ',' && *p != '}' && *p != ']') p++;
+	return p;
+}
+
+// field finds "key": inside [p, end) and returns what follows the colon.
+static const char *field(const char *p, const char *end, const char *key) {
+	size_t n = strlen(key);
+	for (; p + n + 2 < end; p++)
+		if (*p == '"' && !strncmp(p + 1, key, n) && p[n + 1] == '"') return skip_ws(strchr(p + n + 2, ':') + 1);
+	return NULL;
+}
+
+// load_safetensors maps path as Gearbox does (read-only, shared, advised
+// for huge pages) and indexes its tensors.
+static void load_safetensors(const char *path) {
+	int fd = open(path, O_RDONLY);
+	if (fd < 0) die("cannot open ", path);
+	struct stat st;
+	fstat(fd, &st);
+	const uint8_t *base = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (base == MAP_FAILED) die("mmap failed: ", path);
+	madvise((void *)base, st.st_size, MADV_HUGEPAGE);
+	uint64_t n;
+	memcpy(&n, base, 8);
+	if (n > (uint64_t)st.st_size - 8) die("bad safetensors header: ", path);
+	char *json = malloc(n + 1);
+	memcpy(json, base + 8, n);
+	json[n] = 0;
+	hf_data = base + 8 + n;
+	hf = calloc(n / 16 + 1, sizeof *hf); // every entry takes more than 16 bytes
+	const char *p = skip_ws(json);
+	if (*p++ != '{') die("bad safetensors header: ", path);
+	for (p = skip_ws(p); *p == '"'; p = skip_ws(p)) {
+		const char *key = p + 1, *key_end = skip_string(p) - 1;
+		p = skip_ws(key_end + 1);
+		if (*p++ != ':') die("bad safetensors header: ", path);
+		const char *v = skip_ws(p), *v_end = skip_value(v);
+		if (strncmp(key, "__metadata__", key_end - key)) {
+			TensorInfo *t = &hf[n_hf++];
+			memcpy(t->name, key, key_end - key < 79 ? key_end - key : 79);
+			const char *dt = field(v, v_end, "dtype"), *off = field(v, v_end, "data_offsets");
+			if (!dt || !off || *off != '[') die("tensor without dtype or data_offsets: ", t->name);
+			t->type = strncmp(dt, "\"F32\"", 5) != 0;
+			char *e;
+			uint64_t lo = strtoull(off + 1, &e, 10), hi = strtoull(strchr(e, ',') + 1, NULL, 10);
+			t->offset = lo;
+			t->n = (hi - lo) / 4;
+		}
+		p = skip_ws(v_end);
+		if (*p == ',') p++;
+	}
+	free(json);
+}
+
+static float *hf_tensor(const char *name, uint64_t want, int required) {
+	for (uint64_t i = 0; i < n_hf; i++) {
+		if (strcmp(hf[i].name, name) == 0) {
+			if (hf[i].type != 0) die("not an F32 tensor: ", name);
+			if (want && hf[i].n != want) die("unexpected size of ", name);
+			return (float *)(hf_data + hf[i].offset);
+		}
+	}
+	if (required) die("missing tensor ", name);
+	return NULL;
+}
+
+// use_safetensors points w at the checkpoint's tensors.
+static void use_safetensors(const char *path, const Config *p, Weights *w) {
+	load_safetensors(path);
+	int L = p->n_layers, d = p->dim, kv = p->n_kv_heads * p->head_dim, h = p->hidden_dim;
+	w->token_embd = hf_tensor("model.embed_tokens.weight", (uint64_t)p->vocab_size * d, 1);
+	w->output_norm = hf_tensor("model.norm.weight", d, 1);
+	w->output = hf_tensor("lm_head.weight", (uint64_t)p->vocab_size * d, 0);
+	if (!w->output) w->output = w->token_embd; // tied
+	float **slots[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->ffn_norm, w->w1, w->w2, w->w3};
+	const char *names[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+	                       "post_attention_layernorm", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj"};
+	uint64_t sizes[] = {d, (uint64_t)d * d, (uint64_t)kv * d, (uint64_t)kv * d, (uint64_t)d * d, d, (uint64_t)h * d, (uint64_t)h * d, (uint64_t)h * d};
+	for (int s = 0; s < 9; s++) {
+		for (int l = 0; l < L; l++) {
+			char name[96];
+			snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, names[s]);
+			slots[s][l] = hf_tensor(name, sizes[s], 1);
+		}
+	}
+}
+
 // ------------------------------------------------------------- forward
 
 static void rmsnorm(float *o, const float *x, const float *weight, int size, float eps) {
@@ -228,8 +357,23 @@ static float *forward(const Config *p, const Weights *w, State *s, int token, in
 		matmul(s->q, s->xb, w->wq[l], dim, dim);
 		matmul(k, s->xb, w->wk[l], dim, kv_dim);
 		matmul(v, s->xb, w->wv[l], dim, kv_dim);
-		// RoPE on interleaved pairs (GGUF's q/k layout).
-		for (int i = 0; i < dim; i += 2) {
+		// RoPE: on pairs (j, j + hd/2) of each head in the Hugging Face
+		// layout, on interleaved pairs in GGUF's.
+		for (int i = 0; hf && i < dim; i += hd) {
+			for (int j = 0; j < hd / 2; j++) {
+				float freq = 1.0f / powf(p->rope_theta, 2 * j / (float)hd);
+				if (w->rope_freqs) freq /= w->rope_freqs[j];
+				float val = pos * freq, fcr = cosf(val), fci = sinf(val);
+				int rotn = i < kv_dim ? 2 : 1;
+				for (int r = 0; r < rotn; r++) {
+					float *vec = r == 0 ? s->q : k;
+					float v0 = vec[i + j], v1 = vec[i + j + hd / 2];
+					vec[i + j] = v0 * fcr - v1 * fci;
+					vec[i + j + hd / 2] = v0 * fci + v1 * fcr;
+				}
+			}
+		}
+		for (int i = 0; !hf && i < dim; i += 2) {
 			int j = i % hd;
 			float freq = 1.0f / powf(p->rope_theta, j / (float)hd);
 			if (w->rope_freqs) freq /= w->rope_freqs[j / 2];
@@ -284,10 +428,11 @@ static int argmax(const float *v, int n) {
 }
 
 int main(int argc, char **argv) {
-	if (argc != 4) die("usage: llama MODEL.gguf STEPS IDS", NULL);
+	if (argc != 4 && argc != 5) die("usage: llama MODEL.gguf STEPS IDS [MODEL.safetensors]", NULL);
 	Config p;
 	Weights w;
 	load(argv[1], &p, &w);
+	if (argc == 5) use_safetensors(argv[4], &p, &w);
 	int steps = atoi(argv[2]);
 	int prompt[4096], n_prompt = 0;
 	for (char *tok = strtok(argv[3], ","); tok && n_prompt < 4096; tok = strtok(NULL, ",")) prompt[n_prompt++] = atoi(tok);
