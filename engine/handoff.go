@@ -27,8 +27,8 @@ type Handoff struct {
 // goes on with it (an aborted move). It fails while a swap is in flight
 // or requests are parked on a host tier.
 func (e *Engine) Handoffs() ([]Handoff, error) {
-	if e.prefetch != nil {
-		return nil, errors.New("engine: handoffs: a swap-in is in flight")
+	if e.prefetch.plans != nil || e.offload.plans != nil {
+		return nil, errors.New("engine: handoffs: a swap is in flight")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

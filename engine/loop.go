@@ -206,10 +206,9 @@ type Engine struct {
 	inKV   int                // steps since the last transition
 	stuck  bool               // the last iteration scheduled nothing while requests were live
 
-	// A swap-in running in the background (Seesaw's prefetcher): its plans
-	// and where its result arrives; nil plans when none is in flight.
-	prefetch     []sched.HostSwap
-	prefetchDone chan prefetchResult
+	// Swaps running in the background: Seesaw's prefetcher (swap-in,
+	// spec P3) and the offload of prefilled requests (swap-out, P2).
+	prefetch, offload bgSwap
 
 	// Counters for Stats, written under mu.
 	phase                        sched.Phase
@@ -281,7 +280,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	}
 	return &Engine{
 		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
-		log: opts.Logger, event: opts.OnEvent, prefetchDone: make(chan prefetchResult, 1), maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
+		log: opts.Logger, event: opts.OnEvent, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
 	}, nil
 }
@@ -463,7 +462,7 @@ func (e *Engine) Start() (stop func()) {
 // runnable. Callers that drive the engine themselves (the simulator, on a
 // virtual clock) call it instead of Run, from one goroutine.
 func (e *Engine) Iterate(ctx context.Context) (bool, error) {
-	moved, err := e.finishPrefetch(false) // a transition or a swap: the next decision sees a new state
+	moved, err := e.finishSwaps(false) // a transition or a swap: the next decision sees a new state
 	if err != nil {
 		return false, err
 	}
@@ -472,7 +471,7 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 	e.phase = d.Phase
 	e.mu.Unlock()
 	if d.Placement.Name != e.kvAt.Name && !d.Placement.SharesKV(e.exec.Config(), e.kvAt) {
-		if _, err := e.finishPrefetch(true); err != nil { // a transition replaces the caches a swap-in writes
+		if _, err := e.finishSwaps(true); err != nil { // a transition replaces the caches the swaps copy
 			return false, err
 		}
 		if err := e.transition(ctx, d.Placement); err != nil {
@@ -480,22 +479,22 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 		}
 		moved = true
 	}
-	if d.Onboard && e.prefetch == nil {
-		if is, ok := e.exec.(inlineSwapper); ok && is.InlineSwaps() {
+	if d.Onboard && e.prefetch.plans == nil {
+		if e.inlineSwaps() {
 			n, err := e.swapNow(ctx, false)
 			if err != nil {
 				return false, err
 			}
 			moved = moved || n > 0
 		} else {
-			e.startPrefetch(ctx)
+			e.startSwap(ctx, &e.prefetch, false)
 		}
 	}
 	e.mu.Lock()
 	step := e.sched.SchedulePhase(d.Phase)
 	e.drainTerminal()
 	wasStuck := e.stuck
-	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0 && e.prefetch == nil
+	e.stuck = len(step.Seqs) == 0 && len(e.reqs) > 0 && e.prefetch.plans == nil && e.offload.plans == nil
 	e.mu.Unlock()
 	if len(step.Parked) > 0 {
 		if err := e.park(ctx, step.Parked); err != nil {
@@ -506,14 +505,18 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 		if e.stuck && !wasStuck && !moved && e.policy != nil {
 			return e.Iterate(ctx) // once more: the policy sees Idle and may decide otherwise
 		}
-		return moved, nil // a prefetch in flight wakes the loop when it lands
+		return moved, nil // a swap in flight wakes the loop when it lands
 	}
 	if err := e.runStep(ctx, step, d); err != nil {
 		return true, err
 	}
 	if d.Offload {
-		if _, err := e.swapNow(ctx, true); err != nil {
-			return true, err
+		if e.inlineSwaps() {
+			if _, err := e.swapNow(ctx, true); err != nil {
+				return true, err
+			}
+		} else if e.offload.plans == nil {
+			e.startSwap(ctx, &e.offload, true)
 		}
 	}
 	return true, nil
@@ -524,56 +527,107 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 // with compute in virtual time itself.
 type inlineSwapper interface{ InlineSwaps() bool }
 
-// prefetchResult is what a background swap-in reports.
-type prefetchResult struct {
+// inlineSwaps reports whether the runner wants its swaps inline.
+func (e *Engine) inlineSwaps() bool {
+	is, ok := e.exec.(inlineSwapper)
+	return ok && is.InlineSwaps()
+}
+
+// bgSwap is a swap running in the background: its plans (nil when none
+// is in flight) and where its result arrives.
+type bgSwap struct {
+	plans []sched.HostSwap
+	done  chan swapResult
+}
+
+// swapResult is what a background swap reports.
+type swapResult struct {
 	bytes int64
 	err   error
 }
 
-// startPrefetch brings parked requests back to the device in the
-// background, as far as device blocks allow: they are neither scheduled
-// nor preempted until finishPrefetch sees the copy done (Seesaw's
-// prefetcher and its completion notice), while the loop steps the others.
-func (e *Engine) startPrefetch(ctx context.Context) {
+// startSwap starts b in the background. Out, it parks the requests past
+// their prompt on the runner's host tier, as far as it has room (Seesaw's
+// offload of prefilled KV, which overlaps the next prefill steps, spec
+// P2); in, it brings parked requests back as far as device blocks allow
+// (Seesaw's prefetcher, P3). Either way the requests are neither
+// scheduled nor preempted until finishSwaps sees the copy done (P5),
+// while the loop steps the others.
+func (e *Engine) startSwap(ctx context.Context, b *bgSwap, out bool) {
 	sw, ok := e.exec.(Swapper)
 	if !ok || sw.HostBlocks() == 0 {
 		return
 	}
 	e.mu.Lock()
-	plans := e.sched.SwapIn(0)
+	plans := e.swapPlans(out)
 	e.mu.Unlock()
 	if len(plans) == 0 {
 		return
 	}
-	e.prefetch = plans
+	if b.done == nil {
+		b.done = make(chan swapResult, 1)
+	}
+	b.plans = plans
 	swaps := hostSwaps(plans)
 	go func() {
-		n, err := sw.SwapIn(ctx, swaps)
-		e.prefetchDone <- prefetchResult{n, err}
+		var r swapResult
+		if out {
+			r.bytes, r.err = sw.SwapOut(ctx, swaps)
+		} else {
+			r.bytes, r.err = sw.SwapIn(ctx, swaps)
+		}
+		b.done <- r
 		e.signal()
 	}()
 }
 
-// finishPrefetch commits a finished background swap-in (waiting for it
-// with wait) and reports whether there was one. A failed copy leaves its
-// requests parked.
-func (e *Engine) finishPrefetch(wait bool) (bool, error) {
-	if e.prefetch == nil {
+// finishSwaps commits the background swaps that have finished (waiting
+// for them with wait) and reports whether there were any. A failed copy
+// leaves its requests where they were.
+func (e *Engine) finishSwaps(wait bool) (bool, error) {
+	in, inErr := e.finishSwap(&e.prefetch, wait)
+	out, outErr := e.finishSwap(&e.offload, wait)
+	return in || out, errors.Join(inErr, outErr)
+}
+
+// finishSwap commits b if it has finished (waiting for it with wait) and
+// reports whether it had.
+func (e *Engine) finishSwap(b *bgSwap, wait bool) (bool, error) {
+	if b.plans == nil {
 		return false, nil
 	}
-	var r prefetchResult
+	var r swapResult
 	if wait {
-		r = <-e.prefetchDone
+		r = <-b.done
 	} else {
 		select {
-		case r = <-e.prefetchDone:
+		case r = <-b.done:
 		default:
 			return false, nil
 		}
 	}
-	plans := e.prefetch
-	e.prefetch = nil
+	plans := b.plans
+	b.plans = nil
 	return true, e.endSwaps(plans, r.bytes, r.err)
+}
+
+// swapPlans asks the scheduler for the swaps of one direction: out, the
+// running requests past their prompt as far as the host tier has room;
+// in, the parked requests as far as device blocks allow. Called with e.mu
+// held.
+func (e *Engine) swapPlans(out bool) []sched.HostSwap {
+	if !out {
+		return e.sched.SwapIn(0)
+	}
+	var plans []sched.HostSwap
+	for _, id := range e.sched.Decoding() {
+		p, ok := e.sched.SwapOut(id)
+		if !ok {
+			break // the host tier is full
+		}
+		plans = append(plans, p)
+	}
+	return plans
 }
 
 // swapNow parks the requests past their prompt on the runner's host
@@ -586,18 +640,7 @@ func (e *Engine) swapNow(ctx context.Context, out bool) (int, error) {
 		return 0, nil
 	}
 	e.mu.Lock()
-	var plans []sched.HostSwap
-	if out {
-		for _, id := range e.sched.Decoding() {
-			p, ok := e.sched.SwapOut(id)
-			if !ok {
-				break // the host tier is full
-			}
-			plans = append(plans, p)
-		}
-	} else {
-		plans = e.sched.SwapIn(0)
-	}
+	plans := e.swapPlans(out)
 	e.mu.Unlock()
 	if len(plans) == 0 {
 		return 0, nil
@@ -720,7 +763,7 @@ func (e *Engine) transition(ctx context.Context, to parallel.Placement) error {
 }
 
 func (e *Engine) abortAll() {
-	_, _ = e.finishPrefetch(true) // the copy ends with the context; its requests end below
+	_, _ = e.finishSwaps(true) // the copies end with the context; their requests end below
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id := range e.reqs {

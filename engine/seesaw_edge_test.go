@@ -28,7 +28,7 @@ type seesawRig struct {
 	pool *tensor.Pool
 	pol  *policy.Seesaw
 	x    *cpuexec.Executor
-	rec  *phaseRecorder // records every step and slows swap-ins down (seesaw_test.go)
+	rec  *phaseRecorder // records every step and slows swaps down (seesaw_test.go)
 	e    *Engine
 }
 
@@ -104,9 +104,16 @@ func (r *seesawRig) alone(reqs []Request) []*Output {
 }
 
 // serve submits reqs, all before the next iteration, and iterates until
-// none is live, failing the test if that takes more than 5 s (a hang);
-// it returns each request's output.
+// none is live (drain); it returns each request's output.
 func (r *seesawRig) serve(reqs []Request) []*Output {
+	r.t.Helper()
+	streams := r.submit(reqs)
+	r.drain()
+	return r.collect(reqs, streams)
+}
+
+// submit submits reqs and returns their streams.
+func (r *seesawRig) submit(reqs []Request) []*Stream {
 	r.t.Helper()
 	streams := make([]*Stream, len(reqs))
 	for i, q := range reqs {
@@ -116,6 +123,13 @@ func (r *seesawRig) serve(reqs []Request) []*Output {
 		}
 		streams[i] = st
 	}
+	return streams
+}
+
+// drain iterates until no request is live, failing the test if that
+// takes more than 5 s (a hang).
+func (r *seesawRig) drain() {
+	r.t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -123,7 +137,7 @@ func (r *seesawRig) serve(reqs []Request) []*Output {
 		live := len(r.e.reqs)
 		r.e.mu.Unlock()
 		if live == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			r.t.Fatalf("hung: %d requests still live after 5 s; %+v", live, r.e.Stats())
@@ -132,13 +146,19 @@ func (r *seesawRig) serve(reqs []Request) []*Output {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if !ran { // nothing runnable: a swap-in is in flight, and signals when it lands
+		if !ran { // nothing runnable: a swap is in flight, and signals when it lands
 			select {
 			case <-r.e.wake:
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
+}
+
+// collect reads each ended request's stream into its output.
+func (r *seesawRig) collect(reqs []Request, streams []*Stream) []*Output {
+	r.t.Helper()
+	ctx := context.Background()
 	out := make([]*Output, len(reqs))
 	for i, st := range streams {
 		o := &Output{}
@@ -168,8 +188,8 @@ func (r *seesawRig) phases() []string {
 }
 
 // idle checks that the engine ended with nothing running, waiting or
-// parked and every device and host block free, and that no step read a
-// block before its swap-in landed.
+// parked and every device and host block free, and that no step touched
+// a block while a swap was moving it.
 func (r *seesawRig) idle() {
 	r.t.Helper()
 	st := r.e.Stats()
@@ -177,7 +197,7 @@ func (r *seesawRig) idle() {
 		r.t.Fatalf("engine not idle: %+v", st)
 	}
 	if len(r.rec.violations) > 0 {
-		r.t.Fatalf("prefetch: %v", r.rec.violations)
+		r.t.Fatalf("swaps: %v", r.rec.violations)
 	}
 }
 
@@ -249,6 +269,40 @@ func TestSeesawEdgeCases(t *testing.T) {
 		}
 		r.counts(0, 0)
 		r.swapped(0)
+		r.idle()
+	})
+
+	// Swap-out beside prefill (spec P2): the first wave's two requests
+	// are prefilled and their offload starts (30 ms, phaseRecorder); the
+	// second wave arrives before the next iteration, which prefills it
+	// while that offload is in flight. No step touches a block being
+	// swapped out, and every output equals its run alone.
+	t.Run("swap-out beside prefill", func(t *testing.T) {
+		r := newSeesawRig(t, m, pool, pp2, tp2, 32, 32)
+		first := []Request{r.req("a", 140, 6, 3), r.req("b", 141, 7, 3)}
+		second := []Request{r.req("c", 142, 8, 3), r.req("d", 143, 9, 3)}
+		want := r.alone(append(slices.Clone(first), second...))
+		streams := r.submit(first)
+		if ran, err := r.e.Iterate(context.Background()); !ran || err != nil {
+			t.Fatalf("first iteration: ran %v, %v", ran, err)
+		}
+		for start := time.Now(); ; time.Sleep(time.Millisecond) { // the offload's goroutine has begun
+			r.rec.mu.Lock()
+			begun := len(r.rec.inflight[1]) > 0
+			r.rec.mu.Unlock()
+			if begun {
+				break
+			}
+			if time.Since(start) > time.Second {
+				t.Fatal("no swap-out began after the first prefill")
+			}
+		}
+		got := r.serve(second)
+		got = append(r.collect(first, streams), got...)
+		r.same(append(slices.Clone(first), second...), got, want)
+		if r.rec.overlapped[1] == 0 {
+			t.Errorf("steps %v: none ran while a swap-out was in flight", r.rec.steps)
+		}
 		r.idle()
 	})
 

@@ -26,29 +26,41 @@ type phaseRecorder struct {
 	mu    sync.Mutex
 	steps []string // "placement:prefill" or "placement:decode" or "placement:mixed"
 
-	// A slow swap-in: the device blocks it is writing, the steps that ran
-	// while one was in flight, and any step that read such a block.
-	inflight   map[[2]int]bool // (replica, device block)
-	overlapped int
+	// Slow swaps: the device blocks a swap-in is writing or a swap-out
+	// reading, the steps that ran while one was in flight, and any step
+	// that touched such a block.
+	inflight   [2]map[[2]int]bool // [in, out] (replica, device block)
+	overlapped [2]int
 	violations []string
 }
 
 // SwapIn copies slowly, so steps run while it is in flight.
 func (p *phaseRecorder) SwapIn(ctx context.Context, swaps []forward.Swap) (int64, error) {
+	return p.slowly(0, swaps, func() (int64, error) { return p.Executor.SwapIn(ctx, swaps) })
+}
+
+// SwapOut copies slowly too.
+func (p *phaseRecorder) SwapOut(ctx context.Context, swaps []forward.Swap) (int64, error) {
+	return p.slowly(1, swaps, func() (int64, error) { return p.Executor.SwapOut(ctx, swaps) })
+}
+
+// slowly marks the swaps' device blocks in flight in direction dir (0 in,
+// 1 out), waits 30 ms, then copies.
+func (p *phaseRecorder) slowly(dir int, swaps []forward.Swap, copy func() (int64, error)) (int64, error) {
 	p.mu.Lock()
-	if p.inflight == nil {
-		p.inflight = map[[2]int]bool{}
+	if p.inflight[dir] == nil {
+		p.inflight[dir] = map[[2]int]bool{}
 	}
 	for _, s := range swaps {
 		for _, b := range s.Device {
-			p.inflight[[2]int{s.Replica, b}] = true
+			p.inflight[dir][[2]int{s.Replica, b}] = true
 		}
 	}
 	p.mu.Unlock()
 	time.Sleep(30 * time.Millisecond)
-	n, err := p.Executor.SwapIn(ctx, swaps)
+	n, err := copy()
 	p.mu.Lock()
-	clear(p.inflight)
+	clear(p.inflight[dir])
 	p.mu.Unlock()
 	return n, err
 }
@@ -69,13 +81,15 @@ func (p *phaseRecorder) Step(ctx context.Context, b *forward.Batch, pl parallel.
 	}
 	p.mu.Lock()
 	p.steps = append(p.steps, pl.Name+":"+kind)
-	if len(p.inflight) > 0 {
-		p.overlapped++
-	}
-	for _, s := range b.Seqs {
-		for _, blk := range s.Blocks[:(s.Pos+len(s.Tokens)+3)/4] {
-			if p.inflight[[2]int{s.Replica, blk}] {
-				p.violations = append(p.violations, fmt.Sprintf("block %d read before its swap-in completed", blk))
+	for dir, what := range [2]string{"read before its swap-in completed", "in a step while it was being swapped out"} {
+		if len(p.inflight[dir]) > 0 {
+			p.overlapped[dir]++
+		}
+		for _, s := range b.Seqs {
+			for _, blk := range s.Blocks[:(s.Pos+len(s.Tokens)+3)/4] {
+				if p.inflight[dir][[2]int{s.Replica, blk}] {
+					p.violations = append(p.violations, fmt.Sprintf("block %d %s", blk, what))
+				}
 			}
 		}
 	}
@@ -90,7 +104,9 @@ func (p *phaseRecorder) Step(ctx context.Context, b *forward.Batch, pl parallel.
 // under pp=2 and decode steps only under tp=2, decode steps run while a
 // swap-in is in flight but never read a block before it lands, the policy
 // changes phase several times, and every device and host block comes
-// back.
+// back. Swap-outs are slow too, and no step touches a block being
+// swapped out (here the device is full until they land; the edge cases
+// have prefill steps beside them).
 func TestSeesawServesLikeOneRank(t *testing.T) {
 	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, Seed: 330})
 	if err != nil {
@@ -152,8 +168,8 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 			t.Fatalf("%s: %v (%s), alone on one rank %v", reqs[i].ID, got[i].Tokens, got[i].FinishReason, want[i].Tokens)
 		}
 	}
-	if len(rec.violations) > 0 || rec.overlapped == 0 {
-		t.Fatalf("prefetch: %v; %d steps ran while a swap-in was in flight (want some)", rec.violations, rec.overlapped)
+	if len(rec.violations) > 0 || rec.overlapped[0] == 0 {
+		t.Fatalf("swaps: %v; %d steps ran while a swap-in was in flight (want some)", rec.violations, rec.overlapped[0])
 	}
 	counts := map[string]int{}
 	for _, s := range rec.steps {
