@@ -30,14 +30,14 @@
 //     through a device and a host staging buffer (at most 64 MiB each;
 //     the host one page-locked), one host↔device copy per chunk: out, a
 //     gather kernel per layer collects the blocks; in, one device copy
-//     per run of consecutive device blocks places them. Swap-out runs on
-//     the step's stream, between steps (it follows the prefill that
-//     wrote the KV). Swap-in, the engine's background prefetch, runs on
-//     a side stream beside the steps: its caller fills the host stage,
-//     the device thread only queues the copies, and the caller polls
-//     their event between steps; the swap-in returns, and its requests
-//     become decodable, once they have landed. One swap runs at a time,
-//     and a chunk's stages are refilled only after it has landed.
+//     per run of consecutive device blocks places them. Both run on a
+//     side stream beside the steps (the engine's background offload and
+//     prefetch, spec P2 and P3): the device thread only queues the
+//     gathers and copies, the caller polls their event between steps and
+//     moves the host stage to or from the store itself; a swap returns,
+//     and its requests become decodable or their device blocks free,
+//     once the copies have landed. One swap runs at a time, and a
+//     chunk's stages are refilled only after it has landed.
 //   - A transition that fails half-way (out of memory, a device error)
 //     leaves the executor unusable: every later call returns its error.
 package cudaexec

@@ -809,11 +809,15 @@ type devOps interface {
 	toHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error
 	copy(dst, src cuda.DevicePtr, bytes int64) error
 	sync() error
-	// The side stream carries swap-in's copies beside the step's stream:
-	// sideToDevice and sideCopy queue them, sideMark marks the end of
-	// what is queued, and sideDone reports, without waiting, whether the
-	// side stream has reached the last mark.
+	// The side stream carries the swaps' work beside the step's stream:
+	// side returns it for kernel launches (0 on the emulation, whose
+	// kernels run at once), sideToDevice, sideToHost and sideCopy queue
+	// copies on it, sideMark marks the end of what is queued, and
+	// sideDone reports, without waiting, whether the side stream has
+	// reached the last mark.
+	side() (cuda.Stream, error)
 	sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error
+	sideToHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error
 	sideCopy(dst, src cuda.DevicePtr, bytes int64) error
 	sideMark() error
 	sideDone() (bool, error)
@@ -843,8 +847,8 @@ func (o cudaOps) copy(dst, src cuda.DevicePtr, bytes int64) error {
 	return o.e.ctx.CopyDtoDAsync(dst, src, bytes, o.e.s)
 }
 
-// sideStream creates the side stream and its event on first use.
-func (o cudaOps) sideStream() (cuda.Stream, error) {
+// side creates the side stream and its event on first use.
+func (o cudaOps) side() (cuda.Stream, error) {
 	e := o.e
 	if e.side != 0 {
 		return e.side, nil
@@ -862,15 +866,23 @@ func (o cudaOps) sideStream() (cuda.Stream, error) {
 }
 
 func (o cudaOps) sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
-	s, err := o.sideStream()
+	s, err := o.side()
 	if err != nil {
 		return err
 	}
 	return o.e.ctx.CopyHtoDAsync(dst, src, bytes, s)
 }
 
+func (o cudaOps) sideToHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error {
+	s, err := o.side()
+	if err != nil {
+		return err
+	}
+	return o.e.ctx.CopyDtoHAsync(dst, src, bytes, s)
+}
+
 func (o cudaOps) sideCopy(dst, src cuda.DevicePtr, bytes int64) error {
-	s, err := o.sideStream()
+	s, err := o.side()
 	if err != nil {
 		return err
 	}
@@ -878,7 +890,7 @@ func (o cudaOps) sideCopy(dst, src cuda.DevicePtr, bytes int64) error {
 }
 
 func (o cudaOps) sideMark() error {
-	s, err := o.sideStream()
+	s, err := o.side()
 	if err != nil {
 		return err
 	}

@@ -45,8 +45,8 @@ func (h *hostMemory) vec(p cuda.DevicePtr, n int) []float32 {
 }
 
 type hostOps struct {
-	h    *hostMemory
-	side *hostSide
+	h      *hostMemory
+	stream *hostSide
 }
 
 // hostSide emulates the side stream: its copies are queued and land when
@@ -60,29 +60,36 @@ type hostSide struct {
 }
 
 func (o hostOps) sideToDevice(dst cuda.DevicePtr, src unsafe.Pointer, bytes int64) error {
-	o.side.queued = append(o.side.queued, func() { o.toDevice(dst, src, bytes) })
+	o.stream.queued = append(o.stream.queued, func() { o.toDevice(dst, src, bytes) })
+	return nil
+}
+
+func (o hostOps) side() (cuda.Stream, error) { return 0, nil }
+
+func (o hostOps) sideToHost(dst unsafe.Pointer, src cuda.DevicePtr, bytes int64) error {
+	o.stream.queued = append(o.stream.queued, func() { o.toHost(dst, src, bytes) })
 	return nil
 }
 
 func (o hostOps) sideCopy(dst, src cuda.DevicePtr, bytes int64) error {
-	o.side.queued = append(o.side.queued, func() { o.copy(dst, src, bytes) })
+	o.stream.queued = append(o.stream.queued, func() { o.copy(dst, src, bytes) })
 	return nil
 }
 
 func (o hostOps) sideMark() error {
-	o.side.markAt = time.Now()
+	o.stream.markAt = time.Now()
 	return nil
 }
 
 func (o hostOps) sideDone() (bool, error) {
-	if time.Since(o.side.markAt) < o.side.delay {
+	if time.Since(o.stream.markAt) < o.stream.delay {
 		return false, nil
 	}
-	for _, f := range o.side.queued {
+	for _, f := range o.stream.queued {
 		f()
 	}
-	o.side.landed += len(o.side.queued)
-	o.side.queued = o.side.queued[:0]
+	o.stream.landed += len(o.stream.queued)
+	o.stream.queued = o.stream.queued[:0]
 	return true, nil
 }
 

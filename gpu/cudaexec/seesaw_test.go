@@ -428,7 +428,7 @@ func TestSeesawEngineOnHost(t *testing.T) {
 					BlockSize: 4, MaxNumTokens: 512, MaxNumSeqs: 16, EnforceEager: true}, 64)
 				// Swap-ins land 2 ms after they are queued: a request
 				// decoded before its copy landed would read stale KV.
-				side := x.ops.(hostOps).side
+				side := x.ops.(hostOps).stream
 				side.delay = 2 * time.Millisecond
 				seesawEngine(t, x, single, m, ref, pol)
 				if side.landed == 0 {
@@ -559,12 +559,12 @@ func TestSeesawFailedTransitionOnHost(t *testing.T) {
 	}
 }
 
-// TestSwapInBesideStepOnHost: a swap-in's copies run on the side stream,
-// so a step runs while they are in flight (the emulated side stream lands
-// them only 300 ms after they are queued), and the swap-in returns only
-// once they have landed, its blocks then bit-identical to the KV that was
-// swapped out.
-func TestSwapInBesideStepOnHost(t *testing.T) {
+// TestSwapsBesideStepOnHost: a swap's copies run on the side stream, so a
+// step runs while they are in flight (the emulated side stream lands them
+// only 300 ms after they are queued), and the swap returns only once they
+// have landed: after the swap-out the host store holds the device KV
+// byte for byte, after the swap-in the new device blocks do.
+func TestSwapsBesideStepOnHost(t *testing.T) {
 	m, _ := loadFixture(t, seesawSpec(160))
 	pol := seesawPlacements(t, seesawPairs[0])
 	x := newHostExecutorOpts(t, m.Config, m.Weights, Options{Placements: pol.Placements(), BlockSize: 4, MaxNumTokens: 64,
@@ -578,40 +578,57 @@ func TestSwapInBesideStepOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := deviceKV(t, x)
-	if _, err := x.SwapOut(ctx, []forward.Swap{{Device: ab, Host: host}}); err != nil {
-		t.Fatal(err)
-	}
-	side := x.ops.(hostOps).side
+	side := x.ops.(hostOps).stream
 	side.delay = 300 * time.Millisecond
-	start := time.Now()
-	type result struct {
-		n   int64
-		err error
-		at  time.Duration
+	pos := len(b)
+	// beside runs swap on another goroutine and a decode step of b while
+	// its copies are in flight.
+	beside := func(name string, swap func() (int64, error)) {
+		t.Helper()
+		var landedBefore int
+		x.do(func() error { landedBefore = side.landed; return nil })
+		start := time.Now()
+		type result struct {
+			err error
+			at  time.Duration
+		}
+		done := make(chan result, 1)
+		go func() {
+			_, err := swap()
+			done <- result{err, time.Since(start)}
+		}()
+		time.Sleep(20 * time.Millisecond) // the copies are queued
+		decode := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{3}, Pos: pos, Blocks: bb, NumLogits: 1}}}
+		if _, err := x.Step(ctx, decode, pol.Prefill); err != nil {
+			t.Fatal(err)
+		}
+		pos++
+		stepped := time.Since(start)
+		var landed int
+		x.do(func() error { landed = side.landed - landedBefore; return nil })
+		if landed != 0 {
+			t.Fatalf("%s: %d side copies landed before the step ended at %v; the delay is %v", name, landed, stepped, side.delay)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.at < side.delay || stepped > r.at {
+			t.Fatalf("%s returned at %v, the step at %v; the copies land at %v", name, r.at, stepped, side.delay)
+		}
+		t.Logf("%s: the step ended at %v, the swap at %v", name, stepped, r.at)
 	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := x.SwapIn(ctx, []forward.Swap{{Device: moved, Host: host}})
-		done <- result{n, err, time.Since(start)}
-	}()
-	time.Sleep(20 * time.Millisecond) // the copies are queued
-	decode := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{3}, Pos: len(b), Blocks: bb, NumLogits: 1}}}
-	if _, err := x.Step(ctx, decode, pol.Prefill); err != nil {
-		t.Fatal(err)
+	beside("swap-out", func() (int64, error) { return x.SwapOut(ctx, []forward.Swap{{Device: ab, Host: host}}) })
+	for l := range m.Config.Layers {
+		for h := range m.Config.KVHeads {
+			for i := range ab {
+				if got := hostKV(x, host[i], l, h); !bytes.Equal(got, before[[3]int{l, h, ab[i]}]) {
+					t.Fatalf("layer %d head %d: host block %d after swap-out differs from device block %d", l, h, host[i], ab[i])
+				}
+			}
+		}
 	}
-	stepped := time.Since(start)
-	var landed int
-	x.do(func() error { landed = side.landed; return nil })
-	if landed != 0 {
-		t.Fatalf("%d side copies landed before the step ended at %v; the delay is %v", landed, stepped, side.delay)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r.at < side.delay || stepped > r.at {
-		t.Fatalf("swap-in returned at %v, the step at %v; the copies land at %v", r.at, stepped, side.delay)
-	}
+	beside("swap-in", func() (int64, error) { return x.SwapIn(ctx, []forward.Swap{{Device: moved, Host: host}}) })
 	after := deviceKV(t, x)
 	for l := range m.Config.Layers {
 		for h := range m.Config.KVHeads {
@@ -622,5 +639,4 @@ func TestSwapInBesideStepOnHost(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("step ended at %v, swap-in of %d bytes at %v", stepped, r.n, r.at)
 }

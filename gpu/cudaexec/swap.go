@@ -21,7 +21,8 @@ func (e *Executor) HostBlocks() int { return e.opts.HostBlocks }
 // KV heads, a TP rank's KV heads of every layer); together the slices
 // tile the model's KV once — of ranks holding the same slice (KV heads
 // replicated across TP ranks) only the lowest pushes. It returns the
-// bytes copied. On error the host blocks are undefined.
+// bytes copied, once they are in the store; on error the host blocks
+// are undefined. Like SwapIn it may run beside Step (swapOutPart).
 func (e *Executor) SwapOut(ctx context.Context, swaps []forward.Swap) (int64, error) {
 	return e.swap(ctx, swaps, true)
 }
@@ -81,11 +82,7 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 		}
 		var m int64
 		if out {
-			err = e.do(func() error {
-				var err error
-				m, err = e.swapOutPart(c)
-				return err
-			})
+			m, err = e.swapOutPart(c)
 		} else {
 			m, err = e.swapInPart(c)
 		}
@@ -177,34 +174,54 @@ func (e *Executor) stored(c swapPart, run int64, kv, li, i int) []byte {
 	return unsafe.Slice((*byte)(e.hostRun(kv == 0, c.host[i], c.s.Layers.Lo+li, c.s.Heads)), run)
 }
 
-// swapOutPart moves part c from the device cache into the host store, on
-// the device thread: one gather per local layer and K or V collects the
-// blocks from the rank's cache into the device stage, one copy brings the
-// stage to the host, and the host copies each run into the store. It
-// returns the bytes moved between device and host.
+// swapOutPart moves part c from the device cache into the host store
+// beside the steps (Seesaw's offload behind the prefill, spec P2, in its
+// two stages): the device thread uploads the block ids and queues on the
+// side stream one gather per local layer and K or V, collecting the
+// blocks from the rank's cache into the device stage, and one copy of the
+// stage to the host stage; once they have landed (sideWait) the calling
+// goroutine copies each run into the store. The blocks belong to no
+// scheduled sequence until the swap-out returns, and the steps meanwhile
+// write only others. It returns the bytes moved between device and host.
 func (e *Executor) swapOutPart(c swapPart) (int64, error) {
-	rk, m, layers := e.ranks[c.r], len(c.dev), c.s.Layers.Len()
+	m, layers := len(c.dev), c.s.Layers.Len()
 	run, size, at := e.partLayout(c)
-	width := c.s.Heads.Len() * e.opts.BlockSize * e.cfg.HeadDim
-	cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
 	stage := e.stageHost.buf
-	for i, d := range c.dev {
-		e.idx[i] = int32(d)
-	}
-	if err := e.ops.toDevice(e.stageIdx, unsafe.Pointer(&e.idx[0]), 4*int64(m)); err != nil {
-		return 0, err
-	}
-	for kv := range 2 {
-		for li := range layers {
-			if err := e.k.GatherRows(e.s, e.stageDev+cuda.DevicePtr(at(kv, li, 0)), cache[kv][li], e.stageIdx, m, width); err != nil {
-				return 0, err
+	err := e.do(func() error {
+		rk := e.ranks[c.r]
+		cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
+		width := c.s.Heads.Len() * e.opts.BlockSize * e.cfg.HeadDim
+		for i, d := range c.dev {
+			e.idx[i] = int32(d)
+		}
+		// The ids go up on the step's stream, idle between steps, so that
+		// the gathers on the side stream find them there.
+		if err := e.ops.toDevice(e.stageIdx, unsafe.Pointer(&e.idx[0]), 4*int64(m)); err != nil {
+			return err
+		}
+		if err := e.ops.sync(); err != nil {
+			return err
+		}
+		side, err := e.ops.side()
+		if err != nil {
+			return err
+		}
+		for kv := range 2 {
+			for li := range layers {
+				if err := e.k.GatherRows(side, e.stageDev+cuda.DevicePtr(at(kv, li, 0)), cache[kv][li], e.stageIdx, m, width); err != nil {
+					return err
+				}
 			}
 		}
+		if err := e.ops.sideToHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
+			return err
+		}
+		return e.ops.sideMark()
+	})
+	if err == nil {
+		err = e.sideWait()
 	}
-	if err := e.ops.toHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
-		return 0, err
-	}
-	if err := e.ops.sync(); err != nil {
+	if err != nil {
 		return 0, err
 	}
 	for kv := range 2 {
@@ -261,24 +278,32 @@ func (e *Executor) swapInPart(c swapPart) (int64, error) {
 		}
 		return e.ops.sideMark()
 	})
+	if err == nil {
+		err = e.sideWait() // the next part refills the stages only after this one has landed
+	}
 	if err != nil {
 		return 0, err
 	}
-	// The next part refills the stages only after this one has landed.
+	return size, nil
+}
+
+// sideWait returns once the side stream has reached its last mark,
+// asking through the device thread every sidePoll.
+func (e *Executor) sideWait() error {
 	for {
 		var done bool
 		if err := e.do(func() (err error) {
 			done, err = e.ops.sideDone()
 			return err
 		}); err != nil || done {
-			return size, err
+			return err
 		}
 		time.Sleep(sidePoll)
 	}
 }
 
-// sidePoll is how often a swap-in asks whether its copies have landed.
-// Each ask waits for the device thread, so it falls between steps.
+// sidePoll is how often a swap asks whether its copies have landed. Each
+// ask waits for the device thread, so it falls between steps.
 const sidePoll = 200 * time.Microsecond
 
 // hostRun is the start of the keys (or values) of heads of layer layer of
