@@ -14,7 +14,12 @@ import (
 
 // VmFlags returns the VmFlags field of the mapping that holds address a,
 // for example "rd mr mw me sd hg" ("hg": advised MADV_HUGEPAGE).
-func VmFlags(a uintptr) (string, error) {
+func VmFlags(a uintptr) (string, error) { return Field(a, "VmFlags") }
+
+// Field returns the value of the smaps field name (such as "VmFlags" or
+// "FilePmdMapped", whose value reads like "2048 kB") of the mapping that
+// holds address a.
+func Field(a uintptr, name string) (string, error) {
 	fd, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return "", fmt.Errorf("procmaps: %w", err)
@@ -31,14 +36,14 @@ func VmFlags(a uintptr) (string, error) {
 			}
 			continue
 		}
-		if in && strings.HasPrefix(line, "VmFlags:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmFlags:")), nil
+		if in && strings.HasPrefix(line, name+":") {
+			return strings.TrimSpace(strings.TrimPrefix(line, name+":")), nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return "", fmt.Errorf("procmaps: %w", err)
 	}
-	return "", fmt.Errorf("procmaps: no mapping holds %#x", a)
+	return "", fmt.Errorf("procmaps: no %s field for a mapping that holds %#x", name, a)
 }
 
 // Advised reports whether the mapping that holds a is advised
