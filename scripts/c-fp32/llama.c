@@ -95,20 +95,43 @@ typedef struct {
 	uint32_t type;
 } TensorInfo;
 
-static TensorInfo *tensors;
-static uint64_t n_tensors;
-static const uint8_t *data_section;
+// Table is an index of a file's tensors: the GGUF's, or the safetensors
+// checkpoint's.
+typedef struct {
+	TensorInfo *t;
+	uint64_t n;
+	const uint8_t *data;
+} Table;
 
-static float *tensor(const char *name, uint64_t want, int required) {
-	for (uint64_t i = 0; i < n_tensors; i++) {
-		if (strcmp(tensors[i].name, name) == 0) {
-			if (tensors[i].type != 0) die("not an F32 tensor (convert with gguf -type f32): ", name);
-			if (want && tensors[i].n != want) die("unexpected size of ", name);
-			return (float *)(data_section + tensors[i].offset);
+static Table gguf_table, hf_table;
+
+// lookup returns the F32 tensor name of tab with want elements (any
+// number if 0), or NULL when it is missing and not required.
+static float *lookup(const Table *tab, const char *name, uint64_t want, int required) {
+	for (uint64_t i = 0; i < tab->n; i++) {
+		if (strcmp(tab->t[i].name, name) == 0) {
+			if (tab->t[i].type != 0) die("not an F32 tensor (for a GGUF: convert with gguf -type f32): ", name);
+			if (want && tab->t[i].n != want) die("unexpected size of ", name);
+			return (float *)(tab->data + tab->t[i].offset);
 		}
 	}
 	if (required) die("missing tensor ", name);
 	return NULL;
+}
+
+// layers points w's per-layer tensors at tab's, named by fmt (with the
+// layer and the part's name) for the parts names[0..8] in Weights order.
+static void layers(const Table *tab, const Config *p, Weights *w, const char *fmt, const char *const names[9]) {
+	int d = p->dim, kv = p->n_kv_heads * p->head_dim, h = p->hidden_dim;
+	float **slots[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->ffn_norm, w->w1, w->w2, w->w3};
+	uint64_t sizes[] = {d, (uint64_t)d * d, (uint64_t)kv * d, (uint64_t)kv * d, (uint64_t)d * d, d, (uint64_t)h * d, (uint64_t)h * d, (uint64_t)h * d};
+	for (int s = 0; s < 9; s++) {
+		for (int l = 0; l < p->n_layers; l++) {
+			char name[96];
+			snprintf(name, sizeof name, fmt, l, names[s]);
+			slots[s][l] = lookup(tab, name, sizes[s], 1);
+		}
+	}
 }
 
 static void load(const char *path, Config *p, Weights *w) {
@@ -121,7 +144,7 @@ static void load(const char *path, Config *p, Weights *w) {
 	Cursor c = {base, base + st.st_size};
 	if (memcmp(take(&c, 4), "GGUF", 4) != 0) die("not a GGUF file: ", path);
 	if (u32(&c) != 3) die("not GGUF version 3: ", path);
-	n_tensors = u64(&c);
+	uint64_t n_tensors = u64(&c);
 	uint64_t n_kv = u64(&c);
 	uint64_t alignment = 32;
 	memset(p, 0, sizeof *p);
@@ -145,7 +168,7 @@ static void load(const char *path, Config *p, Weights *w) {
 		else if (!strcmp(key, "llama.rope.freq_base")) p->rope_theta = (float)v;
 		else if (!strcmp(key, "llama.attention.layer_norm_rms_epsilon")) p->eps = (float)v;
 	}
-	tensors = calloc(n_tensors, sizeof *tensors);
+	TensorInfo *tensors = calloc(n_tensors, sizeof *tensors);
 	for (uint64_t i = 0; i < n_tensors; i++) {
 		uint64_t len = u64(&c);
 		const uint8_t *name = take(&c, len);
@@ -157,35 +180,25 @@ static void load(const char *path, Config *p, Weights *w) {
 		tensors[i].offset = u64(&c);
 	}
 	uint64_t pos = (uint64_t)(c.p - base);
-	data_section = base + (pos + alignment - 1) / alignment * alignment;
+	gguf_table = (Table){tensors, n_tensors, base + (pos + alignment - 1) / alignment * alignment};
 	if (!p->n_kv_heads) p->n_kv_heads = p->n_heads;
 	if (!p->head_dim) p->head_dim = p->dim / p->n_heads;
 	if (p->head_dim * p->n_heads != p->dim) die("head_dim · heads != dim is not supported", NULL);
 
-	int L = p->n_layers, d = p->dim, kv = p->n_kv_heads * p->head_dim, h = p->hidden_dim;
-	w->token_embd = tensor("token_embd.weight", (uint64_t)p->vocab_size * d, 1);
-	w->output_norm = tensor("output_norm.weight", d, 1);
-	w->output = tensor("output.weight", (uint64_t)p->vocab_size * d, 0);
+	int d = p->dim;
+	const Table *tab = &gguf_table;
+	w->token_embd = lookup(tab, "token_embd.weight", (uint64_t)p->vocab_size * d, 1);
+	w->output_norm = lookup(tab, "output_norm.weight", d, 1);
+	w->output = lookup(tab, "output.weight", (uint64_t)p->vocab_size * d, 0);
 	if (!w->output) w->output = w->token_embd; // tied
-	w->rope_freqs = tensor("rope_freqs.weight", p->head_dim / 2, 0);
+	w->rope_freqs = lookup(tab, "rope_freqs.weight", p->head_dim / 2, 0);
 	float ***slots[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->ffn_norm, &w->w1, &w->w2, &w->w3};
-	const char *names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"};
-	uint64_t sizes[] = {d, (uint64_t)d * d, (uint64_t)kv * d, (uint64_t)kv * d, (uint64_t)d * d, d, (uint64_t)h * d, (uint64_t)h * d, (uint64_t)h * d};
-	for (int s = 0; s < 9; s++) {
-		*slots[s] = calloc(L, sizeof(float *));
-		for (int l = 0; l < L; l++) {
-			char name[80];
-			snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[s]);
-			(*slots[s])[l] = tensor(name, sizes[s], 1);
-		}
-	}
+	for (int s = 0; s < 9; s++) *slots[s] = calloc(p->n_layers, sizeof(float *));
+	const char *const names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"};
+	layers(tab, p, w, "blk.%d.%s.weight", names);
 }
 
 // ---------------------------------------------------------- safetensors
-
-static TensorInfo *hf;
-static uint64_t n_hf;
-static const uint8_t *hf_data;
 
 static const char *skip_ws(const char *p) {
 	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
@@ -244,8 +257,8 @@ static void load_safetensors(const char *path) {
 	char *json = malloc(n + 1);
 	memcpy(json, base + 8, n);
 	json[n] = 0;
-	hf_data = base + 8 + n;
-	hf = calloc(n / 16 + 1, sizeof *hf); // every entry takes more than 16 bytes
+	TensorInfo *hf = calloc(n / 16 + 1, sizeof *hf); // every entry takes more than 16 bytes
+	uint64_t n_hf = 0;
 	const char *p = skip_ws(json);
 	if (*p++ != '{') die("bad safetensors header: ", path);
 	for (p = skip_ws(p); *p == '"'; p = skip_ws(p)) {
@@ -268,39 +281,21 @@ static void load_safetensors(const char *path) {
 		if (*p == ',') p++;
 	}
 	free(json);
-}
-
-static float *hf_tensor(const char *name, uint64_t want, int required) {
-	for (uint64_t i = 0; i < n_hf; i++) {
-		if (strcmp(hf[i].name, name) == 0) {
-			if (hf[i].type != 0) die("not an F32 tensor: ", name);
-			if (want && hf[i].n != want) die("unexpected size of ", name);
-			return (float *)(hf_data + hf[i].offset);
-		}
-	}
-	if (required) die("missing tensor ", name);
-	return NULL;
+	hf_table = (Table){hf, n_hf, base + 8 + n};
 }
 
 // use_safetensors points w at the checkpoint's tensors.
 static void use_safetensors(const char *path, const Config *p, Weights *w) {
 	load_safetensors(path);
-	int L = p->n_layers, d = p->dim, kv = p->n_kv_heads * p->head_dim, h = p->hidden_dim;
-	w->token_embd = hf_tensor("model.embed_tokens.weight", (uint64_t)p->vocab_size * d, 1);
-	w->output_norm = hf_tensor("model.norm.weight", d, 1);
-	w->output = hf_tensor("lm_head.weight", (uint64_t)p->vocab_size * d, 0);
+	int d = p->dim;
+	const Table *tab = &hf_table;
+	w->token_embd = lookup(tab, "model.embed_tokens.weight", (uint64_t)p->vocab_size * d, 1);
+	w->output_norm = lookup(tab, "model.norm.weight", d, 1);
+	w->output = lookup(tab, "lm_head.weight", (uint64_t)p->vocab_size * d, 0);
 	if (!w->output) w->output = w->token_embd; // tied
-	float **slots[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->ffn_norm, w->w1, w->w2, w->w3};
-	const char *names[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-	                       "post_attention_layernorm", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj"};
-	uint64_t sizes[] = {d, (uint64_t)d * d, (uint64_t)kv * d, (uint64_t)kv * d, (uint64_t)d * d, d, (uint64_t)h * d, (uint64_t)h * d, (uint64_t)h * d};
-	for (int s = 0; s < 9; s++) {
-		for (int l = 0; l < L; l++) {
-			char name[96];
-			snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, names[s]);
-			slots[s][l] = hf_tensor(name, sizes[s], 1);
-		}
-	}
+	const char *const names[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+	                             "post_attention_layernorm", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj"};
+	layers(tab, p, w, "model.layers.%d.%s.weight", names);
 }
 
 // ------------------------------------------------------------- forward
@@ -359,7 +354,7 @@ static float *forward(const Config *p, const Weights *w, State *s, int token, in
 		matmul(v, s->xb, w->wv[l], dim, kv_dim);
 		// RoPE: on pairs (j, j + hd/2) of each head in the Hugging Face
 		// layout, on interleaved pairs in GGUF's.
-		for (int i = 0; hf && i < dim; i += hd) {
+		for (int i = 0; hf_table.n && i < dim; i += hd) {
 			for (int j = 0; j < hd / 2; j++) {
 				float freq = 1.0f / powf(p->rope_theta, 2 * j / (float)hd);
 				if (w->rope_freqs) freq /= w->rope_freqs[j];
@@ -373,7 +368,7 @@ static float *forward(const Config *p, const Weights *w, State *s, int token, in
 				}
 			}
 		}
-		for (int i = 0; !hf && i < dim; i += 2) {
+		for (int i = 0; !hf_table.n && i < dim; i += 2) {
 			int j = i % hd;
 			float freq = 1.0f / powf(p->rope_theta, j / (float)hd);
 			if (w->rope_freqs) freq /= w->rope_freqs[j / 2];
