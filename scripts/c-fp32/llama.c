@@ -134,14 +134,24 @@ static void layers(const Table *tab, const Config *p, Weights *w, const char *fm
 	}
 }
 
-static void load(const char *path, Config *p, Weights *w) {
+// map_file maps path read-only and prefaulted with mmap flags (advised
+// MADV_HUGEPAGE with huge) and sets *size.
+static const uint8_t *map_file(const char *path, int flags, int huge, size_t *size) {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0) die("cannot open ", path);
 	struct stat st;
 	fstat(fd, &st);
-	const uint8_t *base = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+	const uint8_t *base = mmap(NULL, st.st_size, PROT_READ, flags | MAP_POPULATE, fd, 0);
 	if (base == MAP_FAILED) die("mmap failed: ", path);
-	Cursor c = {base, base + st.st_size};
+	if (huge) madvise((void *)base, st.st_size, MADV_HUGEPAGE);
+	*size = st.st_size;
+	return base;
+}
+
+static void load(const char *path, Config *p, Weights *w) {
+	size_t size;
+	const uint8_t *base = map_file(path, MAP_PRIVATE, 0, &size);
+	Cursor c = {base, base + size};
 	if (memcmp(take(&c, 4), "GGUF", 4) != 0) die("not a GGUF file: ", path);
 	if (u32(&c) != 3) die("not GGUF version 3: ", path);
 	uint64_t n_tensors = u64(&c);
@@ -244,16 +254,12 @@ static const char *field(const char *p, const char *end, const char *key) {
 // load_safetensors maps path as Gearbox does (read-only, shared, advised
 // for huge pages) and indexes its tensors.
 static void load_safetensors(const char *path) {
-	int fd = open(path, O_RDONLY);
-	if (fd < 0) die("cannot open ", path);
-	struct stat st;
-	fstat(fd, &st);
-	const uint8_t *base = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (base == MAP_FAILED) die("mmap failed: ", path);
-	madvise((void *)base, st.st_size, MADV_HUGEPAGE);
+	size_t size;
+	const uint8_t *base = map_file(path, MAP_SHARED, 1, &size);
 	uint64_t n;
+	if (size < 8) die("bad safetensors header: ", path);
 	memcpy(&n, base, 8);
-	if (n > (uint64_t)st.st_size - 8) die("bad safetensors header: ", path);
+	if (n > size - 8) die("bad safetensors header: ", path);
 	char *json = malloc(n + 1);
 	memcpy(json, base + 8, n);
 	json[n] = 0;
