@@ -134,11 +134,7 @@ func attendGroup(out, q []float32, g int, cache *kvcache.Cache, layer int, table
 			tensor.Scores(scores[:gh*n], qh, keys[a*d:e*d], gh, n, d)
 			for i := range gh {
 				s := scores[i*n : (i+1)*n]
-				bm := float32(math.Inf(-1))
-				for j := range s {
-					s[j] *= scale
-					bm = max(bm, s[j])
-				}
+				bm := tensor.ScaleMax(scale, s)
 				o := oh[i*d : (i+1)*d]
 				sms[i].tile(o, s, bm)
 				tensor.AxpyRows(o, s, vals[a*d:e*d])

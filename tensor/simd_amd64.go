@@ -95,9 +95,58 @@ func axpyRows(y, a, w []float32) {
 	}
 	_ = w[(rows-1)*n+n-1]
 	axpyRowsAVX2(&y[0], &a[0], &w[0], nv, n, rows)
+	if nv == n {
+		return
+	}
 	for r, v := range a {
 		axpyGo(v, w[r*n+nv:(r+1)*n], y[nv:])
 	}
+}
+
+// scoresAsm is Scores straight onto the dot-tile kernels, for k a
+// nonzero multiple of 16 and m ≤ gemvMaxM; it reports false, doing
+// nothing, otherwise. It calls the kernels dotRows would, in its order
+// (AVX-512 quads of rows, then pairs, then a single row, four keys at a
+// time), so the scores are bit for bit the general path's, without its
+// Go wrappers around every tile: a decode attention block of 16 keys and
+// one query head spent half its time in them.
+func scoresAsm(s, x, w []float32, m, n, k int) bool {
+	if !useAsm || k == 0 || k%16 != 0 || m > gemvMaxM {
+		return false
+	}
+	if m == 0 || n == 0 {
+		return true
+	}
+	_, _, _ = x[m*k-1], w[n*k-1], s[m*n-1]
+	quads := 0
+	if useAVX512 {
+		quads = m / 4
+	}
+	var sum [gemvMaxM * 4]float32
+	j := 0
+	for ; j+4 <= n; j += 4 {
+		wj := &w[j*k]
+		if quads > 0 {
+			clear(sum[:quads*16])
+			dotQuadsAVX512(k, &x[0], k, quads, wj, k, &sum[0])
+		}
+		for i := 4 * quads; i < m; i += 2 {
+			if i+1 < m {
+				dot2x4AVX2(k, &x[i*k], k, wj, k, &sum[i*4])
+			} else {
+				dot1x4AVX2(k, &x[i*k], wj, k, &sum[i*4])
+			}
+		}
+		for i := range m {
+			copy(s[i*n+j:i*n+j+4], sum[i*4:i*4+4])
+		}
+	}
+	for ; j < n; j++ {
+		for i := range m {
+			s[i*n+j] = dot(x[i*k:(i+1)*k], w[j*k:(j+1)*k])
+		}
+	}
+	return true
 }
 
 func axpy(alpha float32, x, y []float32) {

@@ -75,6 +75,18 @@ func MaxIndex(x []float32) int {
 	return 0
 }
 
+// ScaleMax multiplies x by alpha in place and returns the largest
+// result (NaNs ignored; −Inf for an empty x or one of NaNs only): the
+// scaling and the running maximum of a tile of attention scores, in
+// vector kernels.
+func ScaleMax(alpha float32, x []float32) float32 {
+	if len(x) == 0 {
+		return float32(math.Inf(-1))
+	}
+	scale(alpha, x)
+	return maxOf(x)
+}
+
 // ExpSub replaces x[i] with exp(x[i]-m) and returns their sum: the inner
 // step of a softmax or an online softmax, where m is at least max(x) so no
 // term overflows. It allocates nothing.
