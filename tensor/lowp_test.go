@@ -658,17 +658,26 @@ func TestMatMulWs(t *testing.T) {
 	MatMulWs(nil, make([]float32, k), 1, Projection{Y: make([]float32, 3), W: NewWeightsF32(make([]float32, 4*k), 4, k)})
 }
 
-// TestScoresAxpyRows checks Scores against Dot for every query and key and
+// TestScoresAxpyRows checks Scores against Dot for every query and key,
+// and bit for bit against its general dot-tile path (the fast path for
+// k a multiple of 16 must call the same kernels in the same order), and
 // AxpyRows against Axpy row by row (bit for bit), over query counts that
-// cross the 32-row pass and key counts that leave a tail of fewer than 4.
+// cross the quads, pairs and the 32-row pass and key counts that leave a
+// tail of fewer than 4.
 func TestScoresAxpyRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	for _, k := range []int{64, 70, 5} {
-		for _, m := range []int{1, 4, 7, 33} {
-			for _, n := range []int{1, 4, 6, 16} {
+	for _, k := range []int{64, 128, 70, 5} {
+		for _, m := range []int{1, 2, 3, 4, 5, 7, 8, 32, 33} {
+			for _, n := range []int{1, 4, 6, 16, 19} {
 				x, w := randSlice(r, m*k), randSlice(r, n*k)
-				s := make([]float32, m*n)
+				s, tiles := make([]float32, m*n), make([]float32, m*n)
 				Scores(s, x, w, m, n, k)
+				scoresTiles(tiles, x, w, m, n, k)
+				for i := range s {
+					if math.Float32bits(s[i]) != math.Float32bits(tiles[i]) {
+						t.Fatalf("k=%d m=%d n=%d: Scores s[%d]=%v, the dot-tile path %v", k, m, n, i, s[i], tiles[i])
+					}
+				}
 				for i := range m {
 					for j := range n {
 						want := Dot(x[i*k:(i+1)*k], w[j*k:(j+1)*k])

@@ -18,9 +18,13 @@ func Scores(s, x, w []float32, m, n, k int) {
 	case len(s) < m*n || len(x) < m*k || len(w) < n*k:
 		panic(fmt.Sprintf("tensor.Scores: len(s)=%d len(x)=%d len(w)=%d for m=%d n=%d k=%d", len(s), len(x), len(w), m, n, k))
 	}
-	if scoresAsm(s, x, w, m, n, k) {
-		return
+	if !scoresAsm(s, x, w, m, n, k) {
+		scoresTiles(s, x, w, m, n, k)
 	}
+}
+
+// scoresTiles is Scores by dotRows, a gemvMaxM rows of x at a time.
+func scoresTiles(s, x, w []float32, m, n, k int) {
 	var sum [gemvMaxM * 4]float32
 	for i0 := 0; i0 < m; i0 += gemvMaxM {
 		mm := min(gemvMaxM, m-i0)
