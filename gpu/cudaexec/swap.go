@@ -68,12 +68,11 @@ func (e *Executor) swap(ctx context.Context, swaps []forward.Swap, out bool) (in
 	defer e.swapMu.Unlock()
 	var parts []swapPart
 	err := e.do(func() error {
-		if err := e.allocSwapStage(); err != nil {
+		var err error
+		if parts, err = e.swapParts(swaps, out); err != nil || len(parts) == 0 {
 			return err
 		}
-		var err error
-		parts, err = e.swapParts(swaps, out)
-		return err
+		return e.allocSwapStage()
 	})
 	var n int64
 	for _, c := range parts {
