@@ -119,10 +119,16 @@ static float *lookup(const Table *tab, const char *name, uint64_t want, int requ
 	return NULL;
 }
 
-// layers points w's per-layer tensors at tab's, named by fmt (with the
-// layer and the part's name) for the parts names[0..8] in Weights order.
-static void layers(const Table *tab, const Config *p, Weights *w, const char *fmt, const char *const names[9]) {
+// point sets w's tensors to tab's: the embedding, final norm and output
+// (tied to the embedding when absent) named by globals, and per layer the
+// parts names[0..8], in Weights order, named by fmt (with the layer and
+// the part's name).
+static void point(const Table *tab, const Config *p, Weights *w, const char *const globals[3], const char *fmt, const char *const names[9]) {
 	int d = p->dim, kv = p->n_kv_heads * p->head_dim, h = p->hidden_dim;
+	w->token_embd = lookup(tab, globals[0], (uint64_t)p->vocab_size * d, 1);
+	w->output_norm = lookup(tab, globals[1], d, 1);
+	w->output = lookup(tab, globals[2], (uint64_t)p->vocab_size * d, 0);
+	if (!w->output) w->output = w->token_embd; // tied
 	float **slots[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->ffn_norm, w->w1, w->w2, w->w3};
 	uint64_t sizes[] = {d, (uint64_t)d * d, (uint64_t)kv * d, (uint64_t)kv * d, (uint64_t)d * d, d, (uint64_t)h * d, (uint64_t)h * d, (uint64_t)h * d};
 	for (int s = 0; s < 9; s++) {
@@ -195,17 +201,12 @@ static void load(const char *path, Config *p, Weights *w) {
 	if (!p->head_dim) p->head_dim = p->dim / p->n_heads;
 	if (p->head_dim * p->n_heads != p->dim) die("head_dim · heads != dim is not supported", NULL);
 
-	int d = p->dim;
-	const Table *tab = &gguf_table;
-	w->token_embd = lookup(tab, "token_embd.weight", (uint64_t)p->vocab_size * d, 1);
-	w->output_norm = lookup(tab, "output_norm.weight", d, 1);
-	w->output = lookup(tab, "output.weight", (uint64_t)p->vocab_size * d, 0);
-	if (!w->output) w->output = w->token_embd; // tied
-	w->rope_freqs = lookup(tab, "rope_freqs.weight", p->head_dim / 2, 0);
+	w->rope_freqs = lookup(&gguf_table, "rope_freqs.weight", p->head_dim / 2, 0);
 	float ***slots[] = {&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo, &w->ffn_norm, &w->w1, &w->w2, &w->w3};
 	for (int s = 0; s < 9; s++) *slots[s] = calloc(p->n_layers, sizeof(float *));
+	const char *const globals[] = {"token_embd.weight", "output_norm.weight", "output.weight"};
 	const char *const names[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"};
-	layers(tab, p, w, "blk.%d.%s.weight", names);
+	point(&gguf_table, p, w, globals, "blk.%d.%s.weight", names);
 }
 
 // ---------------------------------------------------------- safetensors
@@ -293,15 +294,10 @@ static void load_safetensors(const char *path) {
 // use_safetensors points w at the checkpoint's tensors.
 static void use_safetensors(const char *path, const Config *p, Weights *w) {
 	load_safetensors(path);
-	int d = p->dim;
-	const Table *tab = &hf_table;
-	w->token_embd = lookup(tab, "model.embed_tokens.weight", (uint64_t)p->vocab_size * d, 1);
-	w->output_norm = lookup(tab, "model.norm.weight", d, 1);
-	w->output = lookup(tab, "lm_head.weight", (uint64_t)p->vocab_size * d, 0);
-	if (!w->output) w->output = w->token_embd; // tied
+	const char *const globals[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
 	const char *const names[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
 	                             "post_attention_layernorm", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj"};
-	layers(tab, p, w, "model.layers.%d.%s.weight", names);
+	point(&hf_table, p, w, globals, "model.layers.%d.%s.weight", names);
 }
 
 // ------------------------------------------------------------- forward
