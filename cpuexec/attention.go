@@ -93,12 +93,7 @@ func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []
 		a, e := max(from, start)-start, min(to, start+bs)-start
 		s := scores[a:e]
 		tensor.DotRowsHalf(dt, s, q, cache.HalfKeys(layer, blk, head)[a*d:e*d])
-		bm := float32(math.Inf(-1))
-		for j := range s {
-			s[j] *= scale
-			bm = max(bm, s[j])
-		}
-		sm.tile(out, s, bm)
+		sm.tile(out, s, tensor.ScaleMax(scale, s))
 		tensor.AxpyRowsHalf(dt, out, s, cache.HalfValues(layer, blk, head)[a*d:e*d])
 	}
 	return sm.finish(out)
