@@ -433,6 +433,7 @@ func (m *MPI) watch() {
 		case <-t.C:
 		}
 		m.mu.Lock()
+		var peerAbort error
 		kept := m.background[:0]
 		for _, op := range m.background {
 			if !m.test(op) {
@@ -442,12 +443,20 @@ func (m *MPI) watch() {
 			op.pin.Unpin()
 			if op.standing {
 				src := op.statuses[0].source
-				m.abortLocal(fmt.Errorf("comm: MPI rank %d aborted: %s", src, op.b(0)), false)
+				peerAbort = fmt.Errorf("comm: MPI rank %d aborted: %s", src, op.b(0))
 			}
 		}
 		clear(m.background[len(kept):])
 		m.background = kept
 		m.mu.Unlock()
+		// Outside m.mu: a local Abort running at the same moment holds
+		// abortOnce while it takes m.mu to tell the others, so taking
+		// them in the other order here deadlocked both (seen under load
+		// in TestMPIFailure/hang: two ranks timing out at once, one's
+		// notice arriving as the other aborted).
+		if peerAbort != nil {
+			m.abortLocal(peerAbort, false)
+		}
 	}
 }
 
