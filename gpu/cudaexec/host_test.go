@@ -51,7 +51,8 @@ type hostOps struct {
 
 // hostSide emulates the side stream: its copies are queued and land when
 // sideDone is first asked at least delay after the last mark, so tests
-// can keep a swap-in in flight while steps run.
+// can keep a swap in flight while steps run. (Its gathers, launched as
+// kernels, run at once: they read KV that no step is writing.)
 type hostSide struct {
 	delay  time.Duration
 	queued []func()
