@@ -133,15 +133,7 @@ func seesawSwap(t *testing.T, x *Executor, ref *oracle.Model, cp, cd parallel.Pl
 		t.Fatalf("swap-out under %s: %d bytes, %v; want %d", cp.Name, n, err, oneWay)
 	}
 	for i := range prompts {
-		for j, db := range blocks[i] {
-			for l := 0; l < cfg.Layers; l++ {
-				for h := 0; h < cfg.KVHeads; h++ {
-					if got := hostKV(x, hostBlocks[i][j], l, h); !bytes.Equal(got, prefilled[[3]int{l, h, db}]) {
-						t.Fatalf("host block %d layer %d head %d differs from device block %d after swap-out", hostBlocks[i][j], l, h, db)
-					}
-				}
-			}
-		}
+		sameKV(t, cfg, prefilled, blocks[i], hostBlocks[i], func(b, l, h int) []byte { return hostKV(x, b, l, h) }, "host block after swap-out under "+cp.Name)
 	}
 
 	// Transition to cd: weights from the host copy, the pool re-laid out.
@@ -153,15 +145,7 @@ func seesawSwap(t *testing.T, x *Executor, ref *oracle.Model, cp, cd parallel.Pl
 	}
 	pulled := deviceKV(t, x)
 	for i := range prompts {
-		for j := range blocks[i] {
-			for l := 0; l < cfg.Layers; l++ {
-				for h := 0; h < cfg.KVHeads; h++ {
-					if !bytes.Equal(pulled[[3]int{l, h, moved[i][j]}], prefilled[[3]int{l, h, blocks[i][j]}]) {
-						t.Fatalf("device block %d layer %d head %d after swap-in under %s differs from block %d after prefill", moved[i][j], l, h, cd.Name, blocks[i][j])
-					}
-				}
-			}
-		}
+		sameKV(t, cfg, prefilled, blocks[i], moved[i], inMap(pulled), "device block after swap-in under "+cd.Name)
 	}
 	if x.SwapBytes() != 2*oneWay {
 		t.Fatalf("SwapBytes %d, want %d", x.SwapBytes(), 2*oneWay)
@@ -281,6 +265,27 @@ func deviceKV(t *testing.T, x *Executor) map[[3]int][]byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// sameKV fails t unless, for every layer and KV head, block to[i] as got
+// reads it holds the KV that device block from[i] held in before (keyed
+// as deviceKV keys it).
+func sameKV(t *testing.T, cfg *model.Config, before map[[3]int][]byte, from, to []int, got func(block, layer, head int) []byte, what string) {
+	t.Helper()
+	for i := range from {
+		for l := range cfg.Layers {
+			for h := range cfg.KVHeads {
+				if !bytes.Equal(got(to[i], l, h), before[[3]int{l, h, from[i]}]) {
+					t.Fatalf("%s: block %d layer %d head %d differs from device block %d before", what, to[i], l, h, from[i])
+				}
+			}
+		}
+	}
+}
+
+// inMap reads blocks out of a deviceKV snapshot, for sameKV.
+func inMap(kv map[[3]int][]byte) func(block, layer, head int) []byte {
+	return func(b, l, h int) []byte { return kv[[3]int{l, h, b}] }
 }
 
 // hostKV is one head of one layer of a host block of x's store: keys then
@@ -619,24 +624,7 @@ func TestSwapsBesideStepOnHost(t *testing.T) {
 		t.Logf("%s: the step ended at %v, the swap at %v", name, stepped, r.at)
 	}
 	beside("swap-out", func() (int64, error) { return x.SwapOut(ctx, []forward.Swap{{Device: ab, Host: host}}) })
-	for l := range m.Config.Layers {
-		for h := range m.Config.KVHeads {
-			for i := range ab {
-				if got := hostKV(x, host[i], l, h); !bytes.Equal(got, before[[3]int{l, h, ab[i]}]) {
-					t.Fatalf("layer %d head %d: host block %d after swap-out differs from device block %d", l, h, host[i], ab[i])
-				}
-			}
-		}
-	}
+	sameKV(t, m.Config, before, ab, host, func(b, l, h int) []byte { return hostKV(x, b, l, h) }, "host block after swap-out")
 	beside("swap-in", func() (int64, error) { return x.SwapIn(ctx, []forward.Swap{{Device: moved, Host: host}}) })
-	after := deviceKV(t, x)
-	for l := range m.Config.Layers {
-		for h := range m.Config.KVHeads {
-			for i := range ab {
-				if !bytes.Equal(after[[3]int{l, h, moved[i]}], before[[3]int{l, h, ab[i]}]) {
-					t.Fatalf("layer %d head %d: device block %d after swap-in differs from block %d swapped out", l, h, moved[i], ab[i])
-				}
-			}
-		}
-	}
+	sameKV(t, m.Config, before, ab, moved, inMap(deviceKV(t, x)), "device block after swap-in")
 }
