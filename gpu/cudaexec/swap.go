@@ -168,9 +168,18 @@ func (e *Executor) partLayout(c swapPart) (run, size int64, at func(kv, li, i in
 	return run, size, func(kv, li, i int) int64 { return (int64(kv*layers+li)*int64(m) + int64(i)) * run }
 }
 
-// stored is part c's run of (kv, local layer, block i) in the host store.
-func (e *Executor) stored(c swapPart, run int64, kv, li, i int) []byte {
-	return unsafe.Slice((*byte)(e.hostRun(kv == 0, c.host[i], c.s.Layers.Lo+li, c.s.Heads)), run)
+// eachRun calls f with every run of part c, (kv, local layer, block i), as
+// it sits in the host stage and in the host store.
+func (e *Executor) eachRun(c swapPart, stage []byte, f func(staged, stored []byte)) {
+	run, _, at := e.partLayout(c)
+	for kv := range 2 {
+		for li := range c.s.Layers.Len() {
+			for i, hb := range c.host {
+				stored := unsafe.Slice((*byte)(e.hostRun(kv == 0, hb, c.s.Layers.Lo+li, c.s.Heads)), run)
+				f(stage[at(kv, li, i):at(kv, li, i)+run], stored)
+			}
+		}
+	}
 }
 
 // swapOutPart moves part c from the device cache into the host store
@@ -184,7 +193,7 @@ func (e *Executor) stored(c swapPart, run int64, kv, li, i int) []byte {
 // write only others. It returns the bytes moved between device and host.
 func (e *Executor) swapOutPart(c swapPart) (int64, error) {
 	m, layers := len(c.dev), c.s.Layers.Len()
-	run, size, at := e.partLayout(c)
+	_, size, at := e.partLayout(c)
 	stage := e.stageHost.buf
 	err := e.do(func() error {
 		rk := e.ranks[c.r]
@@ -223,13 +232,7 @@ func (e *Executor) swapOutPart(c swapPart) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for kv := range 2 {
-		for li := range layers {
-			for i := range m {
-				copy(e.stored(c, run, kv, li, i), stage[at(kv, li, i):])
-			}
-		}
-	}
+	e.eachRun(c, stage, func(staged, stored []byte) { copy(stored, staged) })
 	return size, nil
 }
 
@@ -247,13 +250,7 @@ func (e *Executor) swapInPart(c swapPart) (int64, error) {
 	m, layers := len(c.dev), c.s.Layers.Len()
 	run, size, at := e.partLayout(c)
 	stage := e.stageHost.buf
-	for kv := range 2 {
-		for li := range layers {
-			for i := range m {
-				copy(stage[at(kv, li, i):at(kv, li, i)+run], e.stored(c, run, kv, li, i))
-			}
-		}
-	}
+	e.eachRun(c, stage, func(staged, stored []byte) { copy(staged, stored) })
 	err := e.do(func() error {
 		rk := e.ranks[c.r]
 		cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
