@@ -554,13 +554,7 @@ type swapResult struct {
 // scheduled nor preempted until finishSwaps sees the copy done (P5),
 // while the loop steps the others.
 func (e *Engine) startSwap(ctx context.Context, b *bgSwap, out bool) {
-	sw, ok := e.exec.(Swapper)
-	if !ok || sw.HostBlocks() == 0 {
-		return
-	}
-	e.mu.Lock()
-	plans := e.swapPlans(out)
-	e.mu.Unlock()
+	sw, plans := e.swapPlans(out)
 	if len(plans) == 0 {
 		return
 	}
@@ -568,14 +562,9 @@ func (e *Engine) startSwap(ctx context.Context, b *bgSwap, out bool) {
 		b.done = make(chan swapResult, 1)
 	}
 	b.plans = plans
-	swaps := hostSwaps(plans)
 	go func() {
 		var r swapResult
-		if out {
-			r.bytes, r.err = sw.SwapOut(ctx, swaps)
-		} else {
-			r.bytes, r.err = sw.SwapIn(ctx, swaps)
-		}
+		r.bytes, r.err = copySwaps(ctx, sw, plans, out)
 		b.done <- r
 		e.signal()
 	}()
@@ -613,11 +602,18 @@ func (e *Engine) finishSwap(b *bgSwap, wait bool) (bool, error) {
 
 // swapPlans asks the scheduler for the swaps of one direction: out, the
 // running requests past their prompt as far as the host tier has room;
-// in, the parked requests as far as device blocks allow. Called with e.mu
-// held.
-func (e *Engine) swapPlans(out bool) []sched.HostSwap {
+// in, the parked requests as far as device blocks allow. It returns the
+// runner's Swapper with them, and no plans when the runner has no host
+// tier.
+func (e *Engine) swapPlans(out bool) (Swapper, []sched.HostSwap) {
+	sw, ok := e.exec.(Swapper)
+	if !ok || sw.HostBlocks() == 0 {
+		return nil, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !out {
-		return e.sched.SwapIn(0)
+		return sw, e.sched.SwapIn(0)
 	}
 	var plans []sched.HostSwap
 	for _, id := range e.sched.Decoding() {
@@ -627,7 +623,16 @@ func (e *Engine) swapPlans(out bool) []sched.HostSwap {
 		}
 		plans = append(plans, p)
 	}
-	return plans
+	return sw, plans
+}
+
+// copySwaps has sw copy plans, out to the host tier or in from it, and
+// returns the bytes copied.
+func copySwaps(ctx context.Context, sw Swapper, plans []sched.HostSwap, out bool) (int64, error) {
+	if out {
+		return sw.SwapOut(ctx, hostSwaps(plans))
+	}
+	return sw.SwapIn(ctx, hostSwaps(plans))
 }
 
 // swapNow parks the requests past their prompt on the runner's host
@@ -635,23 +640,11 @@ func (e *Engine) swapPlans(out bool) []sched.HostSwap {
 // far as device blocks allow (in), and returns how many it moved. A
 // failed copy undoes the swaps; the requests stay where they were.
 func (e *Engine) swapNow(ctx context.Context, out bool) (int, error) {
-	sw, ok := e.exec.(Swapper)
-	if !ok || sw.HostBlocks() == 0 {
-		return 0, nil
-	}
-	e.mu.Lock()
-	plans := e.swapPlans(out)
-	e.mu.Unlock()
+	sw, plans := e.swapPlans(out)
 	if len(plans) == 0 {
 		return 0, nil
 	}
-	var n int64
-	var err error
-	if out {
-		n, err = sw.SwapOut(ctx, hostSwaps(plans))
-	} else {
-		n, err = sw.SwapIn(ctx, hostSwaps(plans))
-	}
+	n, err := copySwaps(ctx, sw, plans, out)
 	if err := e.endSwaps(plans, n, err); err != nil {
 		return 0, err
 	}
