@@ -20,8 +20,10 @@
 // (tensor.MatMulW: float32, BF16, F16 or Q8_0, accumulating in float32);
 // activations are float32. The KV cache is float32 by default, or BF16 or
 // F16 (Options.KVDType): keys and values are rounded to nearest as they
-// are written and attention widens them in registers and accumulates in
-// float32 (attendPagedHalf), at half the cache's bytes.
+// are written, at half the cache's bytes, and attention accumulates in
+// float32: the rank program's attention (attendGroup) widens a block at a
+// time into a buffer and attends it as float32 keys and values, CSPS's
+// and CSA's partials (attendPagedHalf) widen in registers.
 //
 // Invariant: under every placement, the executor computes the same
 // function as the naive float64 forward pass kept in the tests, for any

@@ -469,7 +469,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 		rows, base = st.real, st.first
 	}
 	// Units are a row's runs of consecutive local heads that share a KV
-	// head; a float32 cache attends each run's heads together.
+	// head, attended together.
 	var runs [][2]int
 	for j := 0; j < hq; {
 		kv := (sh.Chunk.QLo + j) / group
@@ -477,7 +477,6 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 		runs = append(runs, [2]int{j, e})
 		j = e
 	}
-	half := rk.cache.Half()
 	rk.e.pool.Run(rows*len(runs), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			// Interleave early and late rows so the pool's contiguous
@@ -496,15 +495,8 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 			j0, j1 := run[0], run[1]
 			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
 			table := mb.seqs[st.tokSeq[t]].Blocks
-			if !half {
-				attendGroup(out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
-					j1-j0, rk.cache, l, table, kv, from, p+1, scale)
-				continue
-			}
-			for j := j0; j < j1; j++ {
-				attendPagedHalf(out[r*outStride+j*d:r*outStride+(j+1)*d], q[r*qStride+j*d:r*qStride+(j+1)*d],
-					rk.cache, l, table, kv, from, p+1, scale)
-			}
+			attendGroup(out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
+				j1-j0, rk.cache, l, table, kv, from, p+1, scale)
 		}
 	})
 }

@@ -60,6 +60,16 @@ func dot4RowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, quads int, out *float
 //go:noescape
 func decodeBF16AVX2(dst *float32, src *uint16, n int)
 
+// decodeBF16AVX512 widens n bfloat16 to float32; n%16 == 0, n > 0.
+//
+//go:noescape
+func decodeBF16AVX512(dst *float32, src *uint16, n int)
+
+// decodeF16AVX512 widens n binary16 to float32; n%16 == 0, n > 0.
+//
+//go:noescape
+func decodeF16AVX512(dst *float32, src *uint16, n int)
+
 // decodeF16AVX2 widens n binary16 to float32; n%8 == 0, n > 0.
 //
 //go:noescape
@@ -86,25 +96,37 @@ func dotRowsQ8AVX2(xq *int8, xd *float32, w *uint8, nb, rows int, out *float32)
 func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, nb, rows int, out *float32)
 
 func decodeBF16(dst []float32, src []uint16) {
-	n := len(dst) &^ 7
-	if useAsm && n > 0 {
-		_ = src[n-1]
-		decodeBF16AVX2(&dst[0], &src[0], n)
-	} else {
-		n = 0
+	n := 0
+	if useAsm {
+		n = widenAsm(dst, src, decodeBF16AVX512, decodeBF16AVX2)
 	}
 	decodeBF16Go(dst[n:], src[n:])
 }
 
 func decodeF16(dst []float32, src []uint16) {
-	n := len(dst) &^ 7
-	if useAsm && f16cAvailable && n > 0 {
-		_ = src[n-1]
-		decodeF16AVX2(&dst[0], &src[0], n)
-	} else {
-		n = 0
+	n := 0
+	if useAsm && f16cAvailable {
+		n = widenAsm(dst, src, decodeF16AVX512, decodeF16AVX2)
 	}
 	decodeF16Go(dst[n:], src[n:])
+}
+
+// widenAsm widens the leading whole vectors of src into dst, 16 at a time
+// by wide (AVX-512) where it may run, then 8 at a time by narrow, and
+// returns how many it widened.
+func widenAsm(dst []float32, src []uint16, wide, narrow func(dst *float32, src *uint16, n int)) int {
+	n := 0
+	if w := len(dst) &^ 15; useAVX512 && w > 0 {
+		_ = src[w-1]
+		wide(&dst[0], &src[0], w)
+		n = w
+	}
+	if w := len(dst) &^ 7; w > n {
+		_ = src[w-1]
+		narrow(&dst[n], &src[n], w-n)
+		n = w
+	}
+	return n
 }
 
 func dequantQ8(dst []float32, q []uint8, scale float32) {

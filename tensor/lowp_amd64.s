@@ -247,6 +247,67 @@ def16:
 	VZEROUPPER
 	RET
 
+// func decodeBF16AVX512(dst *float32, src *uint16, n int)
+TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), SI
+	MOVQ src+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	CMPQ CX, $32
+	JLT  debf16z
+
+debf32z:
+	VPMOVZXWD (DI)(AX*1), Z0
+	VPMOVZXWD 32(DI)(AX*1), Z1
+	VPSLLD $16, Z0, Z0
+	VPSLLD $16, Z1, Z1
+	VMOVUPS Z0, (SI)(AX*2)
+	VMOVUPS Z1, 64(SI)(AX*2)
+	ADDQ $64, AX
+	SUBQ $32, CX
+	CMPQ CX, $32
+	JGE  debf32z
+	TESTQ CX, CX
+	JZ   debfzdone
+
+debf16z:
+	VPMOVZXWD (DI)(AX*1), Z0
+	VPSLLD $16, Z0, Z0
+	VMOVUPS Z0, (SI)(AX*2)
+
+debfzdone:
+	VZEROUPPER
+	RET
+
+// func decodeF16AVX512(dst *float32, src *uint16, n int)
+TEXT ·decodeF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), SI
+	MOVQ src+8(FP), DI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+	CMPQ CX, $32
+	JLT  def16z
+
+def32z:
+	VCVTPH2PS (DI)(AX*1), Z0
+	VCVTPH2PS 32(DI)(AX*1), Z1
+	VMOVUPS Z0, (SI)(AX*2)
+	VMOVUPS Z1, 64(SI)(AX*2)
+	ADDQ $64, AX
+	SUBQ $32, CX
+	CMPQ CX, $32
+	JGE  def32z
+	TESTQ CX, CX
+	JZ   defzdone
+
+def16z:
+	VCVTPH2PS (DI)(AX*1), Z0
+	VMOVUPS Z0, (SI)(AX*2)
+
+defzdone:
+	VZEROUPPER
+	RET
+
 // func dequantQ8AVX2(dst *float32, q *uint8, scale float32, n int)
 TEXT ·dequantQ8AVX2(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), SI

@@ -161,6 +161,27 @@ func TestDecodeKernels(t *testing.T) {
 		same("DecodeBF16", func(i int) float32 { return FromBF16(all[i]) })
 		DecodeF16(got, all)
 		same("DecodeF16", func(i int) float32 { return FromF16(all[i]) })
+		for n := range 72 { // every mix of 32-, 16- and 8-wide steps and a tail
+			src := all[1000 : 1000+n]
+			for _, f := range []struct {
+				name   string
+				decode func([]float32, []uint16)
+				one    func(uint16) float32
+			}{{"DecodeBF16", DecodeBF16, FromBF16}, {"DecodeF16", DecodeF16, FromF16}} {
+				dst := make([]float32, n+1)
+				dst[n] = 7 // past the end: untouched
+				f.decode(dst[:n], src)
+				for i, g := range dst {
+					w := float32(7)
+					if i < n {
+						w = f.one(src[i])
+					}
+					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+						t.Fatalf("%s of %d: [%d] = %v, want %v", f.name, n, i, g, w)
+					}
+				}
+			}
+		}
 		got = got[:len(q)]
 		dequantQ8(got, q, 0.375)
 		same("dequantQ8", func(i int) float32 { return float32(int(q[i])-128) * 0.375 })
