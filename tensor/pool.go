@@ -107,8 +107,18 @@ func (p *Pool) Run(n int, fn func(lo, hi int)) {
 	if j.finished.Load() != j.chunks {
 		runtime.Gosched()
 	}
+	// The poll takes done's value itself: the last chunk's finisher sends
+	// it just after counting the chunk, and a caller that saw the count
+	// and then blocked on done would park for those nanoseconds, leaving
+	// its P idle (see spin).
 	var start time.Time
-	for i := 0; j.finished.Load() != j.chunks && !spun(i, &start); i++ {
+	for i := 0; !spun(i, &start); i++ {
+		select {
+		case <-j.done:
+			j.release()
+			return
+		default:
+		}
 	}
 	<-j.done
 	j.release()
