@@ -39,8 +39,17 @@ func gemv(y, x, w []float32, m, k, n int, acc bool) gemvWork {
 		// One row of w at a time keeps a single sequential stream per
 		// worker, which reads w about 25% faster than four rows at once.
 		return gemvWork{units: n, run: func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				put(y, j, dot(x, w[j*k:(j+1)*k]), acc)
+			if !acc {
+				dotRowsF32(y[lo:hi], x, w[lo*k:hi*k], k)
+				return
+			}
+			var sum [64]float32
+			for j := lo; j < hi; j += len(sum) {
+				s := sum[:min(len(sum), hi-j)]
+				dotRowsF32(s, x, w[j*k:(j+len(s))*k], k)
+				for i, v := range s {
+					y[j+i] += v
+				}
 			}
 		}}
 	}
@@ -85,6 +94,13 @@ func dotRows(m, k int, x []float32, ldx int, w []float32, ldw int, sum []float32
 		for t, v := range out[:rows*4] {
 			sum[i*4+t] += v
 		}
+	}
+}
+
+// dotRowsF32Go is the portable dotRowsF32.
+func dotRowsF32Go(out, x, w []float32, k int) {
+	for r := range out {
+		out[r] = dot(x, w[r*k:(r+1)*k])
 	}
 }
 

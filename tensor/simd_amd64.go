@@ -32,6 +32,12 @@ func dotAVX2(a, b *float32, n int) float32
 //go:noescape
 func axpyAVX2(alpha float32, x, y *float32, n int)
 
+// dotRowsAVX2 sets out[r] to the dot product of x with row r < rows of w
+// (row stride ldw), each summed as dotAVX2 sums it; k%8 == 0, k, rows > 0.
+//
+//go:noescape
+func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
+
 // axpyRowsAVX2 adds Σ_r a[r]·w[r·ldw+i] to y[i] for i < n (n%8 == 0),
 // rows rows > 0, keeping y in registers across the rows.
 //
@@ -84,6 +90,18 @@ func dot(a, b []float32) float32 {
 		return dotGo(a, b)
 	}
 	return dotAVX2(&a[0], &b[0], n) + dotGo(a[n:], b[n:])
+}
+
+// dotRowsF32 sets out[r] = dot(x, w[r·k:(r+1)·k]) for r < len(out), bit
+// for bit, in one assembly loop where k is whole vectors.
+func dotRowsF32(out, x, w []float32, k int) {
+	rows := len(out)
+	if !useAsm || k == 0 || k%8 != 0 || rows == 0 {
+		dotRowsF32Go(out, x, w, k)
+		return
+	}
+	_, _ = x[k-1], w[rows*k-1]
+	dotRowsAVX2(&x[0], &w[0], k, k, rows, &out[0])
 }
 
 func axpyRows(y, a, w []float32) {

@@ -96,6 +96,70 @@ dotdone:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
+// out[r] = x·w[r·ldw : r·ldw+k] for r < rows, each row as dotAVX2 sums it
+// (the same accumulators and reduction, so the same bits); k%8 == 0.
+TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), R8
+	MOVQ w+8(FP), R9
+	MOVQ k+16(FP), R10
+	MOVQ ldw+24(FP), R11
+	SHLQ $2, R11
+	MOVQ rows+32(FP), R12
+	MOVQ out+40(FP), DX
+
+drrow:
+	MOVQ R8, SI
+	MOVQ R9, DI
+	MOVQ R10, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	CMPQ CX, $32
+	JLT drdot8
+
+drdot32:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	CMPQ CX, $32
+	JGE  drdot32
+
+drdot8:
+	CMPQ CX, $8
+	JLT  drdone
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  drdot8
+
+drdone:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	MOVSS X0, (DX)
+	ADDQ $4, DX
+	ADDQ R11, R9
+	DECQ R12
+	JNZ  drrow
+	VZEROUPPER
+	RET
+
 // func axpyAVX2(alpha float32, x, y *float32, n int)
 TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
 	VBROADCASTSS alpha+0(FP), Y15

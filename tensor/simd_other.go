@@ -15,6 +15,7 @@ const avx512Available = false
 var useAsm, useAVX512 = false, false
 
 func dot(a, b []float32) float32                    { return dotGo(a, b) }
+func dotRowsF32(out, x, w []float32, k int)         { dotRowsF32Go(out, x, w, k) }
 func axpy(alpha float32, x, y []float32)            { axpyGo(alpha, x, y) }
 func axpyRows(y, a, w []float32)                    { axpyRowsGo(y, a, w) }
 func scale(alpha float32, x []float32)              { scaleGo(alpha, x) }

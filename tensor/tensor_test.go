@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -353,4 +354,32 @@ func TestExpSub(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMatMulOneRow holds the m = 1 product (one dot-product loop over a
+// worker's rows of w) to dot, bit for bit, for MatMul and MatMulAcc, with
+// k in whole vectors, with a tail and below one vector, and row counts
+// that split unevenly over 3 threads and pass the accumulating loop's
+// 64-row buffer.
+func TestMatMulOneRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	pool := NewPool(3)
+	defer pool.Close()
+	forEachImpl(t, func(t *testing.T) {
+		for _, k := range []int{768, 64, 8, 20, 5} {
+			for _, n := range []int{1, 7, 64, 200} {
+				x, w, y0 := randSlice(r, k), randSlice(r, n*k), randSlice(r, n)
+				y := make([]float32, n)
+				MatMul(pool, y, x, w, 1, k, n)
+				ya := slices.Clone(y0)
+				MatMulAcc(pool, ya, x, w, 1, k, n)
+				for j := range n {
+					d := dot(x, w[j*k:(j+1)*k])
+					if y[j] != d || ya[j] != y0[j]+d {
+						t.Fatalf("k=%d n=%d row %d: MatMul %v, MatMulAcc %v; dot %v (+%v)", k, n, j, y[j], ya[j], d, y0[j])
+					}
+				}
+			}
+		}
+	})
 }
