@@ -116,12 +116,15 @@ const widenElems = 2048
 // blocks, attended in place; a BF16 or F16 cache's are widenElems/d keys
 // widened to float32 from one block or several, so that the softmax and
 // the calls per key are spread over as many keys as the buffer holds.
-func attendGroup(out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) {
+//
+// sc is scratch space, which a caller keeps for many calls: Go zeroes
+// every array it declares, 24 KiB here, and a decode token makes a call
+// per KV head per layer.
+func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) {
 	bs, d := cache.BlockSize, cache.HeadDim
 	half := cache.Half()
-	var scores [groupHeads * kvcache.MaxBlockSize]float32
+	scores, wk, wv := sc.scores[:], sc.wk[:], sc.wv[:]
 	var sms [groupHeads]softmax
-	var wk, wv [widenElems]float32
 	room := max(1, min(kvcache.MaxBlockSize, widenElems/d)) // keys a widened tile holds
 	for h0 := 0; h0 < g; h0 += groupHeads {
 		gh := min(groupHeads, g-h0)
@@ -137,7 +140,7 @@ func attendGroup(out, q []float32, g int, cache *kvcache.Cache, layer int, table
 			}
 			a, e := max(from, start)-start, min(to, start+bs)-start
 			if !half {
-				attendTile(oh, qh, sm, scores[:], cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], scale)
+				attendTile(oh, qh, sm, scores, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], scale)
 				continue
 			}
 			keys, vals := cache.HalfKeys(layer, blk, head), cache.HalfValues(layer, blk, head)
@@ -147,18 +150,25 @@ func attendGroup(out, q []float32, g int, cache *kvcache.Cache, layer int, table
 				widen(cache.DType, wv[fill*d:(fill+n)*d], vals[a*d:(a+n)*d])
 				fill, a = fill+n, a+n
 				if fill == room {
-					attendTile(oh, qh, sm, scores[:], wk[:fill*d], wv[:fill*d], scale)
+					attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], scale)
 					fill = 0
 				}
 			}
 		}
 		if fill > 0 {
-			attendTile(oh, qh, sm, scores[:], wk[:fill*d], wv[:fill*d], scale)
+			attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], scale)
 		}
 		for i := range sm {
 			sm[i].finish(oh[i*d : (i+1)*d])
 		}
 	}
+}
+
+// attendScratch is attendGroup's scratch: the scores of a tile for every
+// head of a group, and a 16-bit cache's tile of keys and values widened.
+type attendScratch struct {
+	scores [groupHeads * kvcache.MaxBlockSize]float32
+	wk, wv [widenElems]float32
 }
 
 // attendTile adds a tile of consecutive float32 keys and values (d =

@@ -478,6 +478,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 		j = e
 	}
 	rk.e.pool.Run(rows*len(runs), func(lo, hi int) {
+		var sc attendScratch
 		for i := lo; i < hi; i++ {
 			// Interleave early and late rows so the pool's contiguous
 			// chunks get equal causal work (row r attends to r+1 keys).
@@ -495,7 +496,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 			j0, j1 := run[0], run[1]
 			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
 			table := mb.seqs[st.tokSeq[t]].Blocks
-			attendGroup(out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
+			attendGroup(&sc, out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
 				j1-j0, rk.cache, l, table, kv, from, p+1, scale)
 		}
 	})

@@ -98,7 +98,7 @@ func dotRowsQ8VNNI(xq *int8, xc *int32, xd *float32, w *uint8, nb, rows int, out
 func decodeBF16(dst []float32, src []uint16) {
 	n := 0
 	if useAsm {
-		n = widenAsm(dst, src, decodeBF16AVX512, decodeBF16AVX2)
+		n = widenAsm(BF16, dst, src)
 	}
 	decodeBF16Go(dst[n:], src[n:])
 }
@@ -106,24 +106,32 @@ func decodeBF16(dst []float32, src []uint16) {
 func decodeF16(dst []float32, src []uint16) {
 	n := 0
 	if useAsm && f16cAvailable {
-		n = widenAsm(dst, src, decodeF16AVX512, decodeF16AVX2)
+		n = widenAsm(F16, dst, src)
 	}
 	decodeF16Go(dst[n:], src[n:])
 }
 
-// widenAsm widens the leading whole vectors of src into dst, 16 at a time
-// by wide (AVX-512) where it may run, then 8 at a time by narrow, and
-// returns how many it widened.
-func widenAsm(dst []float32, src []uint16, wide, narrow func(dst *float32, src *uint16, n int)) int {
+// widenAsm widens the leading whole vectors of src, BF16 or F16 (dt),
+// into dst, 16 at a time where the AVX-512 kernels may run, then 8 at a
+// time, and returns how many it widened.
+func widenAsm(dt DType, dst []float32, src []uint16) int {
 	n := 0
 	if w := len(dst) &^ 15; useAVX512 && w > 0 {
 		_ = src[w-1]
-		wide(&dst[0], &src[0], w)
+		if dt == BF16 {
+			decodeBF16AVX512(&dst[0], &src[0], w)
+		} else {
+			decodeF16AVX512(&dst[0], &src[0], w)
+		}
 		n = w
 	}
 	if w := len(dst) &^ 7; w > n {
 		_ = src[w-1]
-		narrow(&dst[n], &src[n], w-n)
+		if dt == BF16 {
+			decodeBF16AVX2(&dst[n], &src[n], w-n)
+		} else {
+			decodeF16AVX2(&dst[n], &src[n], w-n)
+		}
 		n = w
 	}
 	return n
