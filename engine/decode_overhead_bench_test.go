@@ -24,8 +24,9 @@ import (
 // kernel threads into three nested times, measured in every op one after
 // the other:
 //
-//   - engine-ms: a token of Engine.Generate (greedy, 64 tokens after a
-//     23-token prompt, DecodeTime over the tokens after the first), what
+//   - engine-ms: a token of Engine.Generate (greedy, 128 tokens after a
+//     23-token prompt, as scripts/c-fp32-compare runs gearbox generate
+//     and the C program; DecodeTime over the tokens after the first), what
 //     gearbox generate reports: scheduling, the executor step, sampling,
 //     detokenizing and the hand-offs between the loop and the caller;
 //   - step-ms: the executor's Step alone at the same positions (a second
@@ -82,7 +83,7 @@ func heapCopy(w *tensor.Weights) *tensor.Weights {
 func decodeOverhead(b *testing.B, cfg *model.Config, w *model.Weights, tok *tokenizer.Tokenizer) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	const prompt, gen = 23, 65
+	const prompt, gen = 23, 128
 	blocks := (prompt + gen + 15) / 16
 	newExec := func() *cpuexec.Executor {
 		r, err := cpuexec.NewExecutor(cfg, w, cpuexec.Options{BlockSize: 16, NumBlocks: blocks, Pool: pool})
