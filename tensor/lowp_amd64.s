@@ -247,66 +247,50 @@ def16:
 	VZEROUPPER
 	RET
 
+// BF16Z widens the 16 bfloat16 at off(DI)(AX*1) into the floats of z.
+#define BF16Z(off, z) \
+	VPMOVZXWD off(DI)(AX*1), z; \
+	VPSLLD $16, z, z
+
+// F16Z widens the 16 binary16 at off(DI)(AX*1) into the floats of z.
+#define F16Z(off, z) \
+	VCVTPH2PS off(DI)(AX*1), z
+
+// WIDEN512 is the body of the AVX-512 widening kernels (dst *float32, src
+// *uint16, n int; n%16 == 0, n > 0): 32 values a step by WIDEN (BF16Z or
+// F16Z), then the last 16; l32, l16 and done name its labels.
+#define WIDEN512(WIDEN, l32, l16, done) \
+	MOVQ dst+0(FP), SI; \
+	MOVQ src+8(FP), DI; \
+	MOVQ n+16(FP), CX; \
+	XORQ AX, AX; \
+	CMPQ CX, $32; \
+	JLT  l16; \
+l32: \
+	WIDEN(0, Z0); \
+	WIDEN(32, Z1); \
+	VMOVUPS Z0, (SI)(AX*2); \
+	VMOVUPS Z1, 64(SI)(AX*2); \
+	ADDQ $64, AX; \
+	SUBQ $32, CX; \
+	CMPQ CX, $32; \
+	JGE  l32; \
+	TESTQ CX, CX; \
+	JZ   done; \
+l16: \
+	WIDEN(0, Z0); \
+	VMOVUPS Z0, (SI)(AX*2); \
+done: \
+	VZEROUPPER; \
+	RET
+
 // func decodeBF16AVX512(dst *float32, src *uint16, n int)
 TEXT ·decodeBF16AVX512(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), SI
-	MOVQ src+8(FP), DI
-	MOVQ n+16(FP), CX
-	XORQ AX, AX
-	CMPQ CX, $32
-	JLT  debf16z
-
-debf32z:
-	VPMOVZXWD (DI)(AX*1), Z0
-	VPMOVZXWD 32(DI)(AX*1), Z1
-	VPSLLD $16, Z0, Z0
-	VPSLLD $16, Z1, Z1
-	VMOVUPS Z0, (SI)(AX*2)
-	VMOVUPS Z1, 64(SI)(AX*2)
-	ADDQ $64, AX
-	SUBQ $32, CX
-	CMPQ CX, $32
-	JGE  debf32z
-	TESTQ CX, CX
-	JZ   debfzdone
-
-debf16z:
-	VPMOVZXWD (DI)(AX*1), Z0
-	VPSLLD $16, Z0, Z0
-	VMOVUPS Z0, (SI)(AX*2)
-
-debfzdone:
-	VZEROUPPER
-	RET
+	WIDEN512(BF16Z, debf32z, debf16z, debfzdone)
 
 // func decodeF16AVX512(dst *float32, src *uint16, n int)
 TEXT ·decodeF16AVX512(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), SI
-	MOVQ src+8(FP), DI
-	MOVQ n+16(FP), CX
-	XORQ AX, AX
-	CMPQ CX, $32
-	JLT  def16z
-
-def32z:
-	VCVTPH2PS (DI)(AX*1), Z0
-	VCVTPH2PS 32(DI)(AX*1), Z1
-	VMOVUPS Z0, (SI)(AX*2)
-	VMOVUPS Z1, 64(SI)(AX*2)
-	ADDQ $64, AX
-	SUBQ $32, CX
-	CMPQ CX, $32
-	JGE  def32z
-	TESTQ CX, CX
-	JZ   defzdone
-
-def16z:
-	VCVTPH2PS (DI)(AX*1), Z0
-	VMOVUPS Z0, (SI)(AX*2)
-
-defzdone:
-	VZEROUPPER
-	RET
+	WIDEN512(F16Z, def32z, def16z, defzdone)
 
 // func dequantQ8AVX2(dst *float32, q *uint8, scale float32, n int)
 TEXT ·dequantQ8AVX2(SB), NOSPLIT, $0-32

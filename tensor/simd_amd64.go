@@ -27,13 +27,10 @@ var useAVX512 = avx512Available
 // floats unless noted; the Go wrappers below finish the tails.
 
 //go:noescape
-func dotAVX2(a, b *float32, n int) float32
-
-//go:noescape
 func axpyAVX2(alpha float32, x, y *float32, n int)
 
 // dotRowsAVX2 sets out[r] to the dot product of x with row r < rows of w
-// (row stride ldw), each summed as dotAVX2 sums it; k%8 == 0, k, rows > 0.
+// (row stride ldw); k%8 == 0, k, rows > 0. dot is its one-row case.
 //
 //go:noescape
 func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
@@ -89,7 +86,9 @@ func dot(a, b []float32) float32 {
 	if !useAsm || n == 0 {
 		return dotGo(a, b)
 	}
-	return dotAVX2(&a[0], &b[0], n) + dotGo(a[n:], b[n:])
+	var r float32
+	dotRowsAVX2(&a[0], &b[0], n, n, 1, &r)
+	return r + dotGo(a[n:], b[n:])
 }
 
 // dotRowsF32 sets out[r] = dot(x, w[r·k:(r+1)·k]) for r < len(out), bit

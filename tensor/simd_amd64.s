@@ -47,58 +47,9 @@
 	VMOVUPS 0(R11), Y5; \
 	VMOVUPS 32(R11), Y6
 
-// func dotAVX2(a, b *float32, n int) float32
-TEXT ·dotAVX2(SB), NOSPLIT, $0-28
-	MOVQ a+0(FP), SI
-	MOVQ b+8(FP), DI
-	MOVQ n+16(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	CMPQ CX, $32
-	JLT dot8
-
-dot32:
-	VMOVUPS (SI), Y4
-	VMOVUPS 32(SI), Y5
-	VMOVUPS 64(SI), Y6
-	VMOVUPS 96(SI), Y7
-	VFMADD231PS (DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	CMPQ CX, $32
-	JGE  dot32
-
-dot8:
-	CMPQ CX, $8
-	JLT  dotdone
-	VMOVUPS (SI), Y4
-	VFMADD231PS (DI), Y4, Y0
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  dot8
-
-dotdone:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+24(FP)
-	RET
-
 // func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
-// out[r] = x·w[r·ldw : r·ldw+k] for r < rows, each row as dotAVX2 sums it
-// (the same accumulators and reduction, so the same bits); k%8 == 0.
+// out[r] = x·w[r·ldw : r·ldw+k] for r < rows (k%8 == 0): four 8-lane
+// accumulators over 32 elements a step, then 8 at a time into the first.
 TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-48
 	MOVQ x+0(FP), R8
 	MOVQ w+8(FP), R9
