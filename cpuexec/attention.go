@@ -44,61 +44,6 @@ func (o *softmax) finish(out []float32) float32 {
 	return o.m + float32(math.Log(float64(o.sum)))
 }
 
-// attendPaged writes softmax(q·Kᵀ·scale)·V over key positions [from, to) of
-// one KV head into out, walking the block table one block at a time with an
-// online softmax, and returns the log-sum-exp of the scaled scores so that
-// partial results over disjoint key ranges can be merged. Blocks whose id
-// in table is negative are skipped (another rank holds them), so the result
-// is the partial over this cache's keys; with none it writes zeros and
-// returns -Inf.
-func attendPaged(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
-	bs, d := cache.BlockSize, cache.HeadDim
-	var scores [kvcache.MaxBlockSize]float32
-	sm := newSoftmax(out)
-	for start := from - from%bs; start < to; start += bs {
-		blk := table[start/bs]
-		if blk < 0 {
-			continue // held by another rank (CSPS's sequence-sharded KV)
-		}
-		keys, vals := cache.Keys(layer, blk, head), cache.Values(layer, blk, head)
-		a, e := max(from, start)-start, min(to, start+bs)-start
-		bm := float32(math.Inf(-1))
-		for j := a; j < e; j++ {
-			s := tensor.Dot(q, keys[j*d:(j+1)*d]) * scale
-			scores[j] = s
-			bm = max(bm, s)
-		}
-		sm.tile(out, scores[a:e], bm)
-		for j := a; j < e; j++ {
-			tensor.Axpy(scores[j], vals[j*d:(j+1)*d], out)
-		}
-	}
-	return sm.finish(out)
-}
-
-// attendPagedHalf is attendPaged over a BF16 or F16 cache: per block, the
-// scores of q against the block's keys and their weighted sum of its
-// values are each one pass over the stored 16-bit elements
-// (tensor.DotRowsHalf, tensor.AxpyRowsHalf), widened in registers and
-// accumulated in float32; the online softmax is attendPaged's.
-func attendPagedHalf(out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
-	bs, d, dt := cache.BlockSize, cache.HeadDim, cache.DType
-	var scores [kvcache.MaxBlockSize]float32
-	sm := newSoftmax(out)
-	for start := from - from%bs; start < to; start += bs {
-		blk := table[start/bs]
-		if blk < 0 {
-			continue
-		}
-		a, e := max(from, start)-start, min(to, start+bs)-start
-		s := scores[a:e]
-		tensor.DotRowsHalf(dt, s, q, cache.HalfKeys(layer, blk, head)[a*d:e*d])
-		sm.tile(out, s, tensor.ScaleMax(scale, s))
-		tensor.AxpyRowsHalf(dt, out, s, cache.HalfValues(layer, blk, head)[a*d:e*d])
-	}
-	return sm.finish(out)
-}
-
 // groupHeads is how many query heads attendGroup takes at once: the
 // scores of a block of keys for all of them stay on the stack.
 const groupHeads = 8
@@ -109,18 +54,24 @@ const groupHeads = 8
 // shape, 32 keys were as fast as 64 or faster, 16 slower by 5–10%.
 const widenElems = 2048
 
-// attendGroup is attendPaged for g query heads that share KV head head,
-// held d apart in q and written d apart to out (the LSEs are not
-// returned): the keys and values are read once for up to groupHeads
-// heads, a tile at a time (attendTile). A float32 cache's tiles are its
-// blocks, attended in place; a BF16 or F16 cache's are widenElems/d keys
-// widened to float32 from one block or several, so that the softmax and
-// the calls per key are spread over as many keys as the buffer holds.
+// attendGroup writes softmax(q_h·Kᵀ·scale)·V over key positions [from,
+// to) of KV head head into out for the g query heads q_h that share it,
+// held d apart in q and written d apart to out, walking the block table
+// with an online softmax; blocks whose id in table is negative are
+// skipped (another rank holds them: CSPS's sequence-sharded KV), and a
+// head that sees no key gets zeros. With lse non-nil, lse[h] is head h's
+// log-sum-exp of the scaled scores (−Inf for none), so that partials over
+// disjoint keys can be merged. The keys and values are read once for up
+// to groupHeads heads, a tile at a time (attendTile). A float32 cache's
+// tiles are its blocks, attended in place; a BF16 or F16 cache's are
+// widenElems/d keys widened to float32 from one block or several, so
+// that the softmax and the calls per key are spread over as many keys as
+// the buffer holds.
 //
 // sc is scratch space, which a caller keeps for many calls: Go zeroes
 // every array it declares, 24 KiB here, and a decode token makes a call
 // per KV head per layer.
-func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) {
+func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32, lse []float32) {
 	bs, d := cache.BlockSize, cache.HeadDim
 	half := cache.Half()
 	scores, wk, wv := sc.scores[:], sc.wk[:], sc.wv[:]
@@ -159,9 +110,25 @@ func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cach
 			attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], scale)
 		}
 		for i := range sm {
-			sm[i].finish(oh[i*d : (i+1)*d])
+			l := sm[i].finish(oh[i*d : (i+1)*d])
+			if lse != nil {
+				lse[h0+i] = l
+			}
 		}
 	}
+}
+
+// attendHead is attendGroup for one query head: it writes softmax(q·Kᵀ·
+// scale)·V over key positions [from, to) of KV head head into out and
+// returns the log-sum-exp of the scaled scores, so that partial results
+// over disjoint key ranges can be merged (CSPS, CSA). Blocks whose id in
+// table is negative are skipped (another rank holds them), so the result
+// is the partial over this cache's keys; with none it writes zeros and
+// returns -Inf.
+func attendHead(sc *attendScratch, out, q []float32, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32) float32 {
+	var lse [1]float32
+	attendGroup(sc, out, q, 1, cache, layer, table, head, from, to, scale, lse[:])
+	return lse[0]
 }
 
 // attendScratch is attendGroup's scratch: the scores of a tile for every

@@ -118,16 +118,13 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 
 	// Level 1 over the rank's own SPT, every head; then the importance
 	// the next layer ranks by.
-	attend := attendPaged
-	if rk.cache.Half() {
-		attend = attendPagedHalf
-	}
 	rk.e.pool.Run(len(mine)*nh, func(lo, hi int) {
+		var sc attendScratch
 		for u := lo; u < hi; u++ {
 			t := &p.toks[mine[u/nh]]
 			h := u % nh
 			out := st.attn[t.row*qs+h*d : t.row*qs+(h+1)*d]
-			w.locLse[t.row*nh+h] = attend(out, st.q[t.row*qs+h*d:t.row*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+			w.locLse[t.row*nh+h] = attendHead(&sc, out, st.q[t.row*qs+h*d:t.row*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
 		}
 	})
 	// Kept levels of the rank's tokens, from the previous layer's

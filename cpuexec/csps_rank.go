@@ -260,10 +260,6 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	qs := cfg.Heads * d
-	attend := attendPaged
-	if rk.cache.Half() {
-		attend = attendPagedHalf
-	}
 	nsp := spHi - spLo
 	units := nsp * hq
 	if own {
@@ -271,6 +267,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	}
 	rk.e.pool.Run(units, func(lo, hi int) {
 		var tmp [maxHeadDim]float32
+		var sc attendScratch
 		for u := lo; u < hi; u++ {
 			if u < nsp*hq {
 				k, j := spLo+u/hq, u%hq
@@ -285,7 +282,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				lse := attendRows(out, q, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, d)
 				if p.holds(me, t.seq, t.from, t.mid) {
 					part := tmp[:d]
-					l2 := attend(part, q, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
+					l2 := attendHead(&sc, part, q, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
 					lse = mergePartial(out, lse, part, l2)
 				}
 				w.spLse[k*hq+j] = lse
@@ -298,7 +295,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				continue
 			}
 			out := st.attn[r*qs+h*d : r*qs+(h+1)*d]
-			w.locLse[r*cfg.Heads+h] = attend(out, st.q[r*qs+h*d:r*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+			w.locLse[r*cfg.Heads+h] = attendHead(&sc, out, st.q[r*qs+h*d:r*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
 		}
 	})
 }
@@ -364,15 +361,12 @@ func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
 	grow(&w.part, roff)
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
-	attend := attendPaged
-	if rk.cache.Half() {
-		attend = attendPagedHalf
-	}
 	rk.e.pool.Run(len(units), func(lo, hi int) {
+		var sc attendScratch
 		for _, u := range units[lo:hi] {
 			t := &p.toks[u.tok]
 			out := w.part[u.out : u.out+d]
-			w.part[u.out+d] = attend(out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
+			w.part[u.out+d] = attendHead(&sc, out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
 		}
 	})
 	for g := range n {
@@ -511,11 +505,11 @@ func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
 	return m + float32(math.Log(s))
 }
 
-// attendRows is attendPaged over keys and values held in rows of a buffer
+// attendRows is attendHead over keys and values held in rows of a buffer
 // instead of the paged cache: the key at position k is
 // rows[(k−first)·stride+kOff:][:d] and its value at vOff. It attends to
-// positions [from, to) in tiles aligned at absolute multiples of bs, in
-// attendPaged's order, and returns the log-sum-exp.
+// positions [from, to) in tiles aligned at absolute multiples of bs, a
+// Dot and an Axpy per key, and returns the log-sum-exp.
 func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, d int) float32 {
 	var scores [kvcache.MaxBlockSize]float32
 	sm := newSoftmax(out)

@@ -21,9 +21,8 @@
 // activations are float32. The KV cache is float32 by default, or BF16 or
 // F16 (Options.KVDType): keys and values are rounded to nearest as they
 // are written, at half the cache's bytes, and attention accumulates in
-// float32: the rank program's attention (attendGroup) widens a block at a
-// time into a buffer and attends it as float32 keys and values, CSPS's
-// and CSA's partials (attendPagedHalf) widen in registers.
+// float32: attendGroup widens 32 keys and values at a time into a buffer
+// and attends them as float32 ones.
 //
 // Invariant: under every placement, the executor computes the same
 // function as the naive float64 forward pass kept in the tests, for any

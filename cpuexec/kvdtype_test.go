@@ -350,7 +350,7 @@ func TestAttendGroup(t *testing.T) {
 					from, to := span[0], span[1]
 					for _, c := range []*kvcache.Cache{hc, fc} {
 						got := make([]float32, g*d)
-						attendGroup(new(attendScratch), got, q, g, c, 0, held, 1, from, to, 0.125)
+						attendGroup(new(attendScratch), got, q, g, c, 0, held, 1, from, to, 0.125, nil)
 						for h := range g {
 							ref := attentionF64(q[h*d:(h+1)*d], fc, held, 1, from, to, 0.125)
 							for i, r := range ref {

@@ -497,7 +497,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
 			table := mb.seqs[st.tokSeq[t]].Blocks
 			attendGroup(&sc, out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
-				j1-j0, rk.cache, l, table, kv, from, p+1, scale)
+				j1-j0, rk.cache, l, table, kv, from, p+1, scale, nil)
 		}
 	})
 }

@@ -902,11 +902,3 @@ q8wnext:
 // func axpyRowsAVX2(y, a, w *float32, n, ldw, rows int)
 TEXT ·axpyRowsAVX2(SB), NOSPLIT, $0-48
 	AXPYROWS(F32W, 2, 32, 64, 96, 128, 32)
-
-// func axpyRowsBF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
-TEXT ·axpyRowsBF16AVX2(SB), NOSPLIT, $0-48
-	AXPYROWS(BF16W, 1, 16, 32, 48, 64, 16)
-
-// func axpyRowsF16AVX2(y, a *float32, w *uint16, n, ldw, rows int)
-TEXT ·axpyRowsF16AVX2(SB), NOSPLIT, $0-48
-	AXPYROWS(F16W, 1, 16, 32, 48, 64, 16)

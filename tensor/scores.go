@@ -46,8 +46,8 @@ func scoresTiles(s, x, w []float32, m, n, k int) {
 }
 
 // AxpyRows adds Σ_r a[r]·w[r·len(y)+i] to y[i] for every i, row by row in
-// order: the float32 counterpart of AxpyRowsHalf, bit for bit
-// Axpy(a[r], row r, y) for each row in turn. len(w) must be at least
+// order, bit for bit Axpy(a[r], row r, y) for each row in turn, with y
+// kept in registers across the rows. len(w) must be at least
 // len(a)·len(y).
 func AxpyRows(y, a, w []float32) {
 	n := len(y)
