@@ -104,116 +104,74 @@ done: \
 #define F32W(off, y) \
 	VMOVUPS off(DI)(AX*1), y
 
-// func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
-// One row at a time, 32 weights a step in four accumulators: AX is the
-// byte offset into the w row, AX*2 into x.
-TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-48
-	MOVQ x+0(FP), SI
-	MOVQ w+8(FP), DI
-	MOVQ k+16(FP), BX
-	MOVQ ldw+24(FP), R8
-	SHLQ $1, R8
-	MOVQ rows+32(FP), R9
-	MOVQ out+40(FP), DX
-
-bfrow:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	XORQ AX, AX
-	MOVQ BX, CX
-	SUBQ $32, CX
-	JLT  bftail
-
-bf32:
-	BF16W(0, Y4)
-	BF16W(16, Y5)
-	BF16W(32, Y6)
-	BF16W(48, Y7)
-	VFMADD231PS (SI)(AX*2), Y4, Y0
-	VFMADD231PS 32(SI)(AX*2), Y5, Y1
-	VFMADD231PS 64(SI)(AX*2), Y6, Y2
-	VFMADD231PS 96(SI)(AX*2), Y7, Y3
-	ADDQ $64, AX
-	SUBQ $32, CX
-	JGE  bf32
-
-bftail:
-	ADDQ $32, CX
-	JZ   bfdone
-
-bf8:
-	BF16W(0, Y4)
-	VFMADD231PS (SI)(AX*2), Y4, Y0
-	ADDQ $16, AX
-	SUBQ $8, CX
-	JNZ  bf8
-
-bfdone:
-	HSUM4Y
-	VMOVSS X0, (DX)
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R9
-	JNZ  bfrow
-	VZEROUPPER
+// DOTROWS is the body of the dotRows kernels (x *float32, w, k, ldw,
+// rows int, out *float32): out[r] = x·w[r·ldw : r·ldw+k] for r < rows
+// (k%8 == 0, k, rows > 0), one row at a time, 32 elements a step into
+// four accumulators, then 8 at a time into the first, summed by HSUM4Y.
+// W(off, y) loads 8 elements of the row at byte offset off (from DI, AX
+// its byte offset in the row) as floats; SH is log2 of an element's
+// bytes, O1-O3 the byte offsets of a step's second to fourth vectors of
+// w, G32 and G8 the bytes of 32 and 8 elements, XS the scale from AX to
+// the byte offset into x. The labels are row, c32, tail, c8 and done.
+#define DOTROWS(W, SH, O1, O2, O3, G32, G8, XS, row, c32, tail, c8, done) \
+	MOVQ x+0(FP), SI; \
+	MOVQ w+8(FP), DI; \
+	MOVQ k+16(FP), BX; \
+	MOVQ ldw+24(FP), R8; \
+	SHLQ $SH, R8; \
+	MOVQ rows+32(FP), R9; \
+	MOVQ out+40(FP), DX; \
+row: \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	XORQ AX, AX; \
+	MOVQ BX, CX; \
+	SUBQ $32, CX; \
+	JLT  tail; \
+c32: \
+	W(0, Y4); \
+	W(O1, Y5); \
+	W(O2, Y6); \
+	W(O3, Y7); \
+	VFMADD231PS (SI)(AX*XS), Y4, Y0; \
+	VFMADD231PS 32(SI)(AX*XS), Y5, Y1; \
+	VFMADD231PS 64(SI)(AX*XS), Y6, Y2; \
+	VFMADD231PS 96(SI)(AX*XS), Y7, Y3; \
+	ADDQ $G32, AX; \
+	SUBQ $32, CX; \
+	JGE  c32; \
+tail: \
+	ADDQ $32, CX; \
+	JZ   done; \
+c8: \
+	W(0, Y4); \
+	VFMADD231PS (SI)(AX*XS), Y4, Y0; \
+	ADDQ $G8, AX; \
+	SUBQ $8, CX; \
+	JNZ  c8; \
+done: \
+	HSUM4Y; \
+	VMOVSS X0, (DX); \
+	ADDQ $4, DX; \
+	ADDQ R8, DI; \
+	DECQ R9; \
+	JNZ  row; \
+	VZEROUPPER; \
 	RET
+
+// func dotRowsBF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
+TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-48
+	DOTROWS(BF16W, 1, 16, 32, 48, 64, 16, 2, bfrow, bf32, bftail, bf8, bfdone)
 
 // func dotRowsF16AVX2(x *float32, w *uint16, k, ldw, rows int, out *float32)
-// As dotRowsBF16AVX2, widening with F16C.
 TEXT ·dotRowsF16AVX2(SB), NOSPLIT, $0-48
-	MOVQ x+0(FP), SI
-	MOVQ w+8(FP), DI
-	MOVQ k+16(FP), BX
-	MOVQ ldw+24(FP), R8
-	SHLQ $1, R8
-	MOVQ rows+32(FP), R9
-	MOVQ out+40(FP), DX
+	DOTROWS(F16W, 1, 16, 32, 48, 64, 16, 2, hfrow, hf32, hftail, hf8, hfdone)
 
-hfrow:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	XORQ AX, AX
-	MOVQ BX, CX
-	SUBQ $32, CX
-	JLT  hftail
-
-hf32:
-	F16W(0, Y4)
-	F16W(16, Y5)
-	F16W(32, Y6)
-	F16W(48, Y7)
-	VFMADD231PS (SI)(AX*2), Y4, Y0
-	VFMADD231PS 32(SI)(AX*2), Y5, Y1
-	VFMADD231PS 64(SI)(AX*2), Y6, Y2
-	VFMADD231PS 96(SI)(AX*2), Y7, Y3
-	ADDQ $64, AX
-	SUBQ $32, CX
-	JGE  hf32
-
-hftail:
-	ADDQ $32, CX
-	JZ   hfdone
-
-hf8:
-	F16W(0, Y4)
-	VFMADD231PS (SI)(AX*2), Y4, Y0
-	ADDQ $16, AX
-	SUBQ $8, CX
-	JNZ  hf8
-
-hfdone:
-	HSUM4Y
-	VMOVSS X0, (DX)
-	ADDQ $4, DX
-	ADDQ R8, DI
-	DECQ R9
-	JNZ  hfrow
-	VZEROUPPER
-	RET
+// func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
+TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-48
+	DOTROWS(F32W, 2, 32, 64, 96, 128, 32, 1, frow, f32s, ftail, f8, fdone)
 
 // func decodeBF16AVX2(dst *float32, src *uint16, n int)
 TEXT ·decodeBF16AVX2(SB), NOSPLIT, $0-24
