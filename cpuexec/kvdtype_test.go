@@ -306,8 +306,9 @@ func TestKVDTypeRefused(t *testing.T) {
 
 // TestAttendGroup holds decode attention over a BF16 or F16 cache, and
 // over a float32 cache holding the same values widened, to a float64
-// reference within 1e-5: block sizes whose widened tiles span 16 blocks,
-// 4 and half of one, query groups of 1 to 9 heads, a window starting
+// reference within 1e-5: block sizes whose widened tiles (32 keys of
+// head_dim 64) span 8 blocks, 2 and a quarter of one, query groups of 1
+// to 9 heads, a window starting
 // inside a block, an end inside one and a block held by another rank.
 func TestAttendGroup(t *testing.T) {
 	const d, ctx = 64, 300

@@ -30,7 +30,8 @@ var useAVX512 = avx512Available
 func axpyAVX2(alpha float32, x, y *float32, n int)
 
 // dotRowsAVX2 sets out[r] to the dot product of x with row r < rows of w
-// (row stride ldw); k%8 == 0, k, rows > 0. dot is its one-row case.
+// (row stride ldw); k%8 == 0, k, rows > 0. dot is its one-row case. It
+// is in lowp_amd64.s, sharing DOTROWS with the 16-bit row kernels.
 //
 //go:noescape
 func dotRowsAVX2(x, w *float32, k, ldw, rows int, out *float32)
