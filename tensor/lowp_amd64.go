@@ -11,6 +11,10 @@ var f16cAvailable = asmAvailable && cpu.X86.HasF16C
 // vnniAvailable reports whether the AVX-512 VNNI Q8_0 kernel can run.
 var vnniAvailable = avx512Available && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
+// bwAvailable reports whether decodeBF16AVX512 can run: its 16-bit to
+// 32-bit VPMOVZXWD on 512-bit registers is AVX-512 BW.
+var bwAvailable = avx512Available && cpu.X86.HasAVX512BW
+
 // Assembly kernels of the low-precision products (lowp_amd64.s).
 
 // dotRowsBF16AVX2 sets out[r] = Σ_{kk<k} x[kk]·bf16(w[r·ldw+kk]) for
@@ -60,7 +64,8 @@ func dot4RowsBF16EOAVX512(xeo *float32, w *uint16, k, ldw, quads int, out *float
 //go:noescape
 func decodeBF16AVX2(dst *float32, src *uint16, n int)
 
-// decodeBF16AVX512 widens n bfloat16 to float32; n%16 == 0, n > 0.
+// decodeBF16AVX512 widens n bfloat16 to float32; n%16 == 0, n > 0; it
+// needs AVX-512 BW (bwAvailable).
 //
 //go:noescape
 func decodeBF16AVX512(dst *float32, src *uint16, n int)
@@ -116,7 +121,7 @@ func decodeF16(dst []float32, src []uint16) {
 // time, and returns how many it widened.
 func widenAsm(dt DType, dst []float32, src []uint16) int {
 	n := 0
-	if w := len(dst) &^ 15; useAVX512 && w > 0 {
+	if w := len(dst) &^ 15; useAVX512 && (dt == F16 || bwAvailable) && w > 0 {
 		_ = src[w-1]
 		if dt == BF16 {
 			decodeBF16AVX512(&dst[0], &src[0], w)
