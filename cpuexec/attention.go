@@ -91,7 +91,7 @@ func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cach
 			}
 			a, e := max(from, start)-start, min(to, start+bs)-start
 			if !half {
-				attendTile(oh, qh, sm, scores, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], scale)
+				attendTile(oh, qh, sm, scores, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], e-a, d, scale)
 				continue
 			}
 			keys, vals := cache.HalfKeys(layer, blk, head), cache.HalfValues(layer, blk, head)
@@ -101,13 +101,13 @@ func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cach
 				widen(cache.DType, wv[fill*d:(fill+n)*d], vals[a*d:(a+n)*d])
 				fill, a = fill+n, a+n
 				if fill == room {
-					attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], scale)
+					attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], fill, d, scale)
 					fill = 0
 				}
 			}
 		}
 		if fill > 0 {
-			attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], scale)
+			attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], fill, d, scale)
 		}
 		for i := range sm {
 			l := sm[i].finish(oh[i*d : (i+1)*d])
@@ -138,22 +138,21 @@ type attendScratch struct {
 	wk, wv [widenElems]float32
 }
 
-// attendTile adds a tile of consecutive float32 keys and values (d =
-// len(out)/len(sm) apiece) to the online softmaxes sm of the len(sm)
-// query heads q, whose outputs are out: the scores of every head by one
-// tensor.Scores, each key read once for all of them, into scores; then
-// per head the scaling, the softmax's tile and the weighted values
-// (tensor.AxpyRows).
-func attendTile(out, q []float32, sm []softmax, scores, keys, vals []float32, scale float32) {
+// attendTile adds a tile of n float32 keys and values, row j of each at
+// keys[j·ld:] and vals[j·ld:] (d = len(out)/len(sm) elements apiece), to
+// the online softmaxes sm of the len(sm) query heads q, whose outputs are
+// out: the scores of every head by one tensor.Scores, each key read once
+// for all of them, into scores; then per head the scaling, the softmax's
+// tile and the weighted values (tensor.AxpyRows).
+func attendTile(out, q []float32, sm []softmax, scores, keys, vals []float32, n, ld int, scale float32) {
 	gh := len(sm)
 	d := len(out) / gh
-	n := len(keys) / d
-	tensor.Scores(scores[:gh*n], q, keys, gh, n, d)
+	tensor.Scores(scores[:gh*n], q, keys, gh, n, d, ld)
 	for i := range sm {
 		s := scores[i*n : (i+1)*n]
 		o := out[i*d : (i+1)*d]
 		sm[i].tile(o, s, tensor.ScaleMax(scale, s))
-		tensor.AxpyRows(o, s, vals)
+		tensor.AxpyRows(o, s, vals, ld)
 	}
 }
 

@@ -245,10 +245,11 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 		u.at = w.csaOut[csaKey{u.v, u.h, u.tok}]
 	}
 	rk.e.pool.Run(len(w.csaUnits), func(lo, hi int) {
+		var sc attendScratch
 		for _, u := range w.csaUnits[lo:hi] {
 			at := u.at
 			keys := w.csaKeys[u.keys*2*d:]
-			w.part[at+d] = attendRows(w.part[at:at+d], w.recv[u.q:u.q+d], keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, d)
+			attendRows(&sc, w.part[at:at+d], w.recv[u.q:u.q+d], 1, keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, w.part[at+d:at+d+1])
 		}
 	})
 	rtotal = 0

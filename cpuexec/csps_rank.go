@@ -7,9 +7,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/forward"
-	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
-	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // cspsWorker is one rank's CSPS program and its scratch, grown to the
@@ -260,8 +258,17 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	qs := cfg.Heads * d
+	// The SP units are a token's runs of the chunk's heads that share a
+	// KV head, attended together.
+	var runs [][2]int
+	for j := 0; j < hq; {
+		e := min(hq, ((ch.QLo+j)/group+1)*group-ch.QLo)
+		runs = append(runs, [2]int{j, e})
+		j = e
+	}
 	nsp := spHi - spLo
-	units := nsp * hq
+	spUnits := nsp * len(runs)
+	units := spUnits
 	if own {
 		units += st.nl * cfg.Heads
 	}
@@ -269,26 +276,30 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 		var tmp [maxHeadDim]float32
 		var sc attendScratch
 		for u := lo; u < hi; u++ {
-			if u < nsp*hq {
-				k, j := spLo+u/hq, u%hq
+			if u < spUnits {
+				k, run := spLo+u/len(runs), runs[u%len(runs)]
+				j0, j1 := run[0], run[1]
 				t := &p.toks[p.spToks[k]]
-				h := ch.QLo + j
+				h := ch.QLo + j0
 				kv := h/group - ch.KVLo
-				q := w.rows[k*wd+j*d : k*wd+(j+1)*d]
-				out := w.spOut[k*qc+j*d : k*qc+(j+1)*d]
+				q := w.rows[k*wd+j0*d : k*wd+j1*d]
+				out := w.spOut[k*qc+j0*d : k*qc+j1*d]
+				lse := w.spLse[k*hq+j0 : k*hq+j1]
 				first := p.seqFirstSP[t.seq]
 				base := p.toks[p.spToks[first]].pos
 				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
-				lse := attendRows(out, q, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, d)
+				attendRows(&sc, out, q, j1-j0, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, lse)
 				if p.holds(me, t.seq, t.from, t.mid) {
-					part := tmp[:d]
-					l2 := attendHead(&sc, part, q, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
-					lse = mergePartial(out, lse, part, l2)
+					for i := range j1 - j0 {
+						part := tmp[:d]
+						o := out[i*d : (i+1)*d]
+						l2 := attendHead(&sc, part, q[i*d:(i+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
+						lse[i] = mergePartial(o, lse[i], part, l2)
+					}
 				}
-				w.spLse[k*hq+j] = lse
 				continue
 			}
-			v := u - nsp*hq
+			v := u - spUnits
 			r, h := v/cfg.Heads, v%cfg.Heads
 			t := &p.toks[p.own[me][r]]
 			if t.sp || t.csa {
@@ -505,30 +516,31 @@ func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
 	return m + float32(math.Log(s))
 }
 
-// attendRows is attendHead over keys and values held in rows of a buffer
-// instead of the paged cache: the key at position k is
+// attendRows is attendGroup over keys and values held in rows of a buffer
+// instead of the paged cache, for the g query heads q (d = len(q)/g
+// apiece) that share them: the key at position k is
 // rows[(k−first)·stride+kOff:][:d] and its value at vOff. It attends to
-// positions [from, to) in tiles aligned at absolute multiples of bs, a
-// Dot and an Axpy per key, and returns the log-sum-exp.
-func attendRows(out, q, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, d int) float32 {
-	var scores [kvcache.MaxBlockSize]float32
-	sm := newSoftmax(out)
-	for start := from - from%bs; start < to; start += bs {
-		a, e := max(from, start)-start, min(to, start+bs)-start
-		bm := float32(math.Inf(-1))
-		for j := a; j < e; j++ {
-			r := (start + j - first) * stride
-			s := tensor.Dot(q, rows[r+kOff:r+kOff+d]) * scale
-			scores[j] = s
-			bm = max(bm, s)
+// positions [from, to) in tiles aligned at absolute multiples of bs, as
+// attendGroup walks a float32 cache's blocks, writes each head's output
+// to out (d apart) and its log-sum-exp to lse[h].
+func attendRows(sc *attendScratch, out, q []float32, g int, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, lse []float32) {
+	d := len(q) / g
+	var sms [groupHeads]softmax
+	for h0 := 0; h0 < g; h0 += groupHeads {
+		gh := min(groupHeads, g-h0)
+		qh, oh, sm := q[h0*d:(h0+gh)*d], out[h0*d:(h0+gh)*d], sms[:gh]
+		for i := range sm {
+			sm[i] = newSoftmax(oh[i*d : (i+1)*d])
 		}
-		sm.tile(out, scores[a:e], bm)
-		for j := a; j < e; j++ {
-			r := (start + j - first) * stride
-			tensor.Axpy(scores[j], rows[r+vOff:r+vOff+d], out)
+		for start := from - from%bs; start < to; start += bs {
+			a, e := max(from, start), min(to, start+bs)
+			r := (a - first) * stride
+			attendTile(oh, qh, sm, sc.scores[:], rows[r+kOff:], rows[r+vOff:], e-a, stride, scale)
+		}
+		for i := range sm {
+			lse[h0+i] = sm[i].finish(oh[i*d : (i+1)*d])
 		}
 	}
-	return sm.finish(out)
 }
 
 // pipeComms are the rank's handles on two groups of every rank, labelled

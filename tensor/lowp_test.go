@@ -683,40 +683,44 @@ func TestMatMulWs(t *testing.T) {
 // and bit for bit against its general dot-tile path (the fast path for
 // k a multiple of 16 must call the same kernels in the same order), and
 // AxpyRows against Axpy row by row (bit for bit), over query counts that
-// cross the quads, pairs and the 32-row pass and key counts that leave a
-// tail of fewer than 4.
+// cross the quads, pairs and the 32-row pass, key counts that leave a
+// tail of fewer than 4, and key and value rows back to back or further
+// apart (ldw > k).
 func TestScoresAxpyRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	for _, k := range []int{64, 128, 70, 5} {
-		for _, m := range []int{1, 2, 3, 4, 5, 7, 8, 32, 33} {
-			for _, n := range []int{1, 4, 6, 16, 19} {
-				x, w := randSlice(r, m*k), randSlice(r, n*k)
-				s, tiles := make([]float32, m*n), make([]float32, m*n)
-				Scores(s, x, w, m, n, k)
-				scoresTiles(tiles, x, w, m, n, k)
-				for i := range s {
-					if math.Float32bits(s[i]) != math.Float32bits(tiles[i]) {
-						t.Fatalf("k=%d m=%d n=%d: Scores s[%d]=%v, the dot-tile path %v", k, m, n, i, s[i], tiles[i])
-					}
-				}
-				for i := range m {
-					for j := range n {
-						want := Dot(x[i*k:(i+1)*k], w[j*k:(j+1)*k])
-						if math.Abs(float64(s[i*n+j]-want)) > 1e-5*(1+math.Abs(float64(want))) {
-							t.Fatalf("k=%d m=%d n=%d: s[%d,%d]=%v, Dot %v", k, m, n, i, j, s[i*n+j], want)
+		for _, pad := range []int{0, 3, 64} {
+			ldw := k + pad
+			for _, m := range []int{1, 2, 3, 4, 5, 7, 8, 32, 33} {
+				for _, n := range []int{1, 4, 6, 16, 19} {
+					x, w := randSlice(r, m*k), randSlice(r, (n-1)*ldw+k)
+					s, tiles := make([]float32, m*n), make([]float32, m*n)
+					Scores(s, x, w, m, n, k, ldw)
+					scoresTiles(tiles, x, w, m, n, k, ldw)
+					for i := range s {
+						if math.Float32bits(s[i]) != math.Float32bits(tiles[i]) {
+							t.Fatalf("k=%d ldw=%d m=%d n=%d: Scores s[%d]=%v, the dot-tile path %v", k, ldw, m, n, i, s[i], tiles[i])
 						}
 					}
-				}
-				a := randSlice(r, n)
-				y, want := randSlice(r, k), make([]float32, k)
-				copy(want, y)
-				AxpyRows(y, a, w)
-				for j := range n {
-					Axpy(a[j], w[j*k:(j+1)*k], want)
-				}
-				for i := range y {
-					if y[i] != want[i] {
-						t.Fatalf("k=%d n=%d: AxpyRows y[%d]=%v, Axpy row by row %v", k, n, i, y[i], want[i])
+					for i := range m {
+						for j := range n {
+							want := Dot(x[i*k:(i+1)*k], w[j*ldw:j*ldw+k])
+							if math.Abs(float64(s[i*n+j]-want)) > 1e-5*(1+math.Abs(float64(want))) {
+								t.Fatalf("k=%d ldw=%d m=%d n=%d: s[%d,%d]=%v, Dot %v", k, ldw, m, n, i, j, s[i*n+j], want)
+							}
+						}
+					}
+					a := randSlice(r, n)
+					y, want := randSlice(r, k), make([]float32, k)
+					copy(want, y)
+					AxpyRows(y, a, w, ldw)
+					for j := range n {
+						Axpy(a[j], w[j*ldw:j*ldw+k], want)
+					}
+					for i := range y {
+						if y[i] != want[i] {
+							t.Fatalf("k=%d ldw=%d n=%d: AxpyRows y[%d]=%v, Axpy row by row %v", k, ldw, n, i, y[i], want[i])
+						}
 					}
 				}
 			}

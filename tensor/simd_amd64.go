@@ -104,20 +104,20 @@ func dotRowsF32(out, x, w []float32, k int) {
 	dotRowsAVX2(&x[0], &w[0], k, k, rows, &out[0])
 }
 
-func axpyRows(y, a, w []float32) {
+func axpyRows(y, a, w []float32, ldw int) {
 	n, rows := len(y), len(a)
 	nv := n &^ 7
 	if !useAsm || nv == 0 || rows == 0 {
-		axpyRowsGo(y, a, w)
+		axpyRowsGo(y, a, w, ldw)
 		return
 	}
-	_ = w[(rows-1)*n+n-1]
-	axpyRowsAVX2(&y[0], &a[0], &w[0], nv, n, rows)
+	_ = w[(rows-1)*ldw+n-1]
+	axpyRowsAVX2(&y[0], &a[0], &w[0], nv, ldw, rows)
 	if nv == n {
 		return
 	}
 	for r, v := range a {
-		axpyGo(v, w[r*n+nv:(r+1)*n], y[nv:])
+		axpyGo(v, w[r*ldw+nv:r*ldw+n], y[nv:])
 	}
 }
 
@@ -128,14 +128,14 @@ func axpyRows(y, a, w []float32) {
 // time), so the scores are bit for bit the general path's, without its
 // Go wrappers around every tile: a decode attention block of 16 keys and
 // one query head spent half its time in them.
-func scoresAsm(s, x, w []float32, m, n, k int) bool {
+func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 	if !useAsm || k == 0 || k%16 != 0 || m > gemvMaxM {
 		return false
 	}
 	if m == 0 || n == 0 {
 		return true
 	}
-	_, _, _ = x[m*k-1], w[n*k-1], s[m*n-1]
+	_, _, _ = x[m*k-1], w[(n-1)*ldw+k-1], s[m*n-1]
 	quads := 0
 	if useAVX512 {
 		quads = m / 4
@@ -143,16 +143,16 @@ func scoresAsm(s, x, w []float32, m, n, k int) bool {
 	var sum [gemvMaxM * 4]float32
 	j := 0
 	for ; j+4 <= n; j += 4 {
-		wj := &w[j*k]
+		wj := &w[j*ldw]
 		if quads > 0 {
 			clear(sum[:quads*16])
-			dotQuadsAVX512(k, &x[0], k, quads, wj, k, &sum[0])
+			dotQuadsAVX512(k, &x[0], k, quads, wj, ldw, &sum[0])
 		}
 		for i := 4 * quads; i < m; i += 2 {
 			if i+1 < m {
-				dot2x4AVX2(k, &x[i*k], k, wj, k, &sum[i*4])
+				dot2x4AVX2(k, &x[i*k], k, wj, ldw, &sum[i*4])
 			} else {
-				dot1x4AVX2(k, &x[i*k], wj, k, &sum[i*4])
+				dot1x4AVX2(k, &x[i*k], wj, ldw, &sum[i*4])
 			}
 		}
 		for i := range m {
@@ -161,7 +161,7 @@ func scoresAsm(s, x, w []float32, m, n, k int) bool {
 	}
 	for ; j < n; j++ {
 		for i := range m {
-			s[i*n+j] = dot(x[i*k:(i+1)*k], w[j*k:(j+1)*k])
+			s[i*n+j] = dot(x[i*k:(i+1)*k], w[j*ldw:j*ldw+k])
 		}
 	}
 	return true
