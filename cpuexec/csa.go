@@ -118,13 +118,14 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 
 	// Level 1 over the rank's own SPT, every head; then the importance
 	// the next layer ranks by.
-	rk.e.pool.Run(len(mine)*nh, func(lo, hi int) {
+	kvh := cfg.KVHeads
+	rk.e.pool.Run(len(mine)*kvh, func(lo, hi int) {
 		var sc attendScratch
 		for u := lo; u < hi; u++ {
-			t := &p.toks[mine[u/nh]]
-			h := u % nh
-			out := st.attn[t.row*qs+h*d : t.row*qs+(h+1)*d]
-			w.locLse[t.row*nh+h] = attendHead(&sc, out, st.q[t.row*qs+h*d:t.row*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+			t := &p.toks[mine[u/kvh]]
+			h0, h1 := u%kvh*group, (u%kvh+1)*group
+			attendGroup(&sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], u%kvh, t.from, t.to, scale,
+				w.locLse[t.row*nh+h0:t.row*nh+h1])
 		}
 	})
 	// Kept levels of the rank's tokens, from the previous layer's

@@ -152,9 +152,6 @@ func NewCSPS(cfg *model.Config, w *model.Weights, opts CSPSOptions) (*CSPS, erro
 	if err != nil {
 		return nil, err
 	}
-	if cfg.HeadDim > maxHeadDim {
-		return nil, fmt.Errorf("cpuexec: csps supports head dimensions up to %d, the model has %d", maxHeadDim, cfg.HeadDim)
-	}
 	if opts.SPTMax < 0 {
 		return nil, fmt.Errorf("cpuexec: csps: negative SPT length %d", opts.SPTMax)
 	}

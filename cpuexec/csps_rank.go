@@ -270,11 +270,11 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	spUnits := nsp * len(runs)
 	units := spUnits
 	if own {
-		units += st.nl * cfg.Heads
+		units += st.nl * cfg.KVHeads
 	}
 	rk.e.pool.Run(units, func(lo, hi int) {
-		var tmp [maxHeadDim]float32
 		var sc attendScratch
+		part, plse := make([]float32, group*d), make([]float32, group) // a run's partials over the cache
 		for u := lo; u < hi; u++ {
 			if u < spUnits {
 				k, run := spLo+u/len(runs), runs[u%len(runs)]
@@ -290,29 +290,26 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
 				attendRows(&sc, out, q, j1-j0, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, lse)
 				if p.holds(me, t.seq, t.from, t.mid) {
-					for i := range j1 - j0 {
-						part := tmp[:d]
-						o := out[i*d : (i+1)*d]
-						l2 := attendHead(&sc, part, q[i*d:(i+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale)
-						lse[i] = mergePartial(o, lse[i], part, l2)
+					g := j1 - j0
+					attendGroup(&sc, part[:g*d], q, g, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale, plse[:g])
+					for i := range g {
+						lse[i] = mergePartial(out[i*d:(i+1)*d], lse[i], part[i*d:(i+1)*d], plse[i])
 					}
 				}
 				continue
 			}
 			v := u - spUnits
-			r, h := v/cfg.Heads, v%cfg.Heads
+			r, kvh := v/cfg.KVHeads, v%cfg.KVHeads
 			t := &p.toks[p.own[me][r]]
 			if t.sp || t.csa {
 				continue
 			}
-			out := st.attn[r*qs+h*d : r*qs+(h+1)*d]
-			w.locLse[r*cfg.Heads+h] = attendHead(&sc, out, st.q[r*qs+h*d:r*qs+(h+1)*d], rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.to, scale)
+			h0, h1 := kvh*group, (kvh+1)*group
+			attendGroup(&sc, st.attn[r*qs+h0*d:r*qs+h1*d], st.q[r*qs+h0*d:r*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kvh, t.from, t.to, scale,
+				w.locLse[r*cfg.Heads+h0:r*cfg.Heads+h1])
 		}
 	})
 }
-
-// maxHeadDim bounds the head dimension of a partial held on the stack.
-const maxHeadDim = 512
 
 // moveQueries sends the query rows of this rank's attention units to the
 // ranks holding cached keys of their ranges, computes the partials other
