@@ -44,6 +44,13 @@ type microRecorder struct {
 	uneven  int // decode steps whose resident count k does not divide
 }
 
+// InlineSwaps has the engine run Seesaw's swaps between steps rather than
+// beside them, so that which sequences are resident at each decode step,
+// and so the resident counts the test needs (an odd one above k), follow
+// from the schedule alone and not from when a background swap lands (a
+// loaded machine once gave only counts of 1 and 2).
+func (r *microRecorder) InlineSwaps() bool { return true }
+
 func (r *microRecorder) Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error) {
 	decode, total := true, 0
 	for _, s := range b.Seqs {
