@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -116,6 +117,19 @@ func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cach
 			}
 		}
 	}
+}
+
+// headRuns cuts the query heads [h.QLo, h.QHi) into runs of consecutive
+// heads that share a KV head (group query heads to a KV head), as
+// [lo, hi) pairs counted from h.QLo: the units attendGroup takes.
+func headRuns(h parallel.Heads, group int) [][2]int {
+	var runs [][2]int
+	for j, n := 0, h.QHi-h.QLo; j < n; {
+		e := min(n, ((h.QLo+j)/group+1)*group-h.QLo)
+		runs = append(runs, [2]int{j, e})
+		j = e
+	}
+	return runs
 }
 
 // attendHead is attendGroup for one query head: it writes softmax(q·Kᵀ·

@@ -122,9 +122,9 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 	rk.e.pool.Run(len(mine)*kvh, func(lo, hi int) {
 		var sc attendScratch
 		for u := lo; u < hi; u++ {
-			t := &p.toks[mine[u/kvh]]
-			h0, h1 := u%kvh*group, (u%kvh+1)*group
-			attendGroup(&sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], u%kvh, t.from, t.to, scale,
+			t, kv := &p.toks[mine[u/kvh]], u%kvh
+			h0, h1 := kv*group, (kv+1)*group
+			attendGroup(&sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kv, t.from, t.to, scale,
 				w.locLse[t.row*nh+h0:t.row*nh+h1])
 		}
 	})

@@ -260,12 +260,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	qs := cfg.Heads * d
 	// The SP units are a token's runs of the chunk's heads that share a
 	// KV head, attended together.
-	var runs [][2]int
-	for j := 0; j < hq; {
-		e := min(hq, ((ch.QLo+j)/group+1)*group-ch.QLo)
-		runs = append(runs, [2]int{j, e})
-		j = e
-	}
+	runs := headRuns(ch, group)
 	nsp := spHi - spLo
 	spUnits := nsp * len(runs)
 	units := spUnits

@@ -461,7 +461,6 @@ func (rk *rank) UnpackHeads() {
 func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qStride int, out []float32, outStride int) {
 	cfg, st := rk.e.cfg, &rk.st
 	d := cfg.HeadDim
-	hq := sh.Chunk.QHi - sh.Chunk.QLo
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	rows, base := st.total, 0
@@ -470,13 +469,7 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	}
 	// Units are a row's runs of consecutive local heads that share a KV
 	// head, attended together.
-	var runs [][2]int
-	for j := 0; j < hq; {
-		kv := (sh.Chunk.QLo + j) / group
-		e := min(hq, (kv+1)*group-sh.Chunk.QLo)
-		runs = append(runs, [2]int{j, e})
-		j = e
-	}
+	runs := headRuns(sh.Chunk, group)
 	rk.e.pool.Run(rows*len(runs), func(lo, hi int) {
 		var sc attendScratch
 		for i := lo; i < hi; i++ {
