@@ -54,7 +54,7 @@ type spRun struct {
 	m      *model.Model
 	c      *CSPS
 	single *Executor
-	maxRel float64 // largest |CSPS − one rank| / max(|one rank|, 1) seen by stepLast
+	maxRel float64 // largest |CSPS − one rank| over the row's largest |one rank| seen by stepLast
 }
 
 func newSPRun(t *testing.T, m *model.Model, ranks, perRank int, pool *tensor.Pool) *spRun {
@@ -96,8 +96,8 @@ func (r *spRun) step(what string, seqs []*spSeq, n []int) []float32 {
 
 // stepLast runs the pending tokens of seqs (n[i] each, the last one's
 // logits) on both executors, checks the logits and the greedy tokens agree
-// and returns the CSPS logits.
-func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) []float32 {
+// and returns the CSPS logits and one rank's.
+func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) (got, want []float32) {
 	r.t.Helper()
 	var b forward.Batch
 	for i, s := range seqs {
@@ -108,15 +108,15 @@ func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) []float32 {
 		r.t.Fatal(err)
 	}
 	got = append([]float32(nil), got...)
-	want, err := r.single.Step(context.Background(), &b, r.single.KVPlacement())
+	want, err = r.single.Step(context.Background(), &b, r.single.KVPlacement())
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	want = append([]float32(nil), want...)
 	v := r.m.Config.Vocab
 	assertLogitsClose(r.t, what, got, want, v)
-	for i := range got {
-		d := math.Abs(float64(got[i]-want[i])) / math.Max(math.Abs(float64(want[i])), 1)
-		r.maxRel = math.Max(r.maxRel, d)
+	for i := range seqs {
+		r.maxRel = math.Max(r.maxRel, maxRelDiff(got[i*v:(i+1)*v], want[i*v:(i+1)*v]))
 	}
 	for i := range seqs {
 		if a, b := tensor.MaxIndex(got[i*v:(i+1)*v]), tensor.MaxIndex(want[i*v:(i+1)*v]); a != b {
@@ -126,7 +126,7 @@ func (r *spRun) stepLast(what string, seqs []*spSeq, n []int) []float32 {
 	for i, s := range seqs {
 		s.done += n[i]
 	}
-	return got
+	return got, want
 }
 
 // spread splits blocks over ranks 0..k-1 as evenly as possible, the last
@@ -213,43 +213,53 @@ func checkCSPSOracle(t *testing.T, l loaded, pool *tensor.Pool, configure func(i
 	}
 }
 
-// TestCSPSDecodeMovesQuery decodes a long prompt whose KV is sharded over
-// g ranks, beside short prompts living whole on single ranks, for 64
-// greedy steps: tokens equal one rank's, logits within 1e-4, new KV lands
-// on the last shard, and each decode step moves exactly, per layer, the
-// long request's q (every head) to each other shard and (O, LSE) back:
-// no KV byte.
+// TestCSPSDecodeMovesQuery (T9) decodes a long prompt whose KV is sharded
+// over g ranks, beside short prompts living whole on single ranks, for 64
+// greedy steps: tokens equal one rank's; every logits row is within 1e-6
+// of one rank's, relative to the row's largest logit; against the float64
+// oracle SP decode is no less accurate than one rank (checked every 8
+// steps); new KV lands on the last shard; and each decode step moves
+// exactly, per layer, the long request's q (every head) to each other
+// shard and (O, LSE) back: no KV byte.
+//
+// The spec's 1e-6 is read relative to the row's largest logit. Element by
+// element (relative, with a floor of 1) the two executors differ by up to
+// about 4.5e-6, but one rank is itself 3–4e-6 from the oracle by that
+// measure on this fixture, so no bound below that separates a fault from
+// float32 rounding: the oracle comparison is what shows SP adds no error.
 func TestCSPSDecodeMovesQuery(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	steps := 64
 	for _, kv := range []int{2, 1} {
-		m := loadParallelFixture(t, kv)
-		cfg := m.Config
+		l := load(t, parallelFixture(kv))
+		cfg := l.m.Config
+		v := cfg.Vocab
 		for _, g := range []int{2, 4, 8} {
 			t.Run(fmt.Sprintf("kv=%d/g=%d", kv, g), func(t *testing.T) {
-				r := newSPRun(t, m, g, 96, pool)
+				r := newSPRun(t, l.m, g, 96, pool)
 				alloc := newSPAlloc(g, 96)
 				const prompt = 60
 				ranks, counts := spread(prompt/4, g)
 				last := ranks[len(ranks)-1]
-				long := &spSeq{tokens: fixture.Tokens(21, prompt, cfg.Vocab), blocks: alloc.table(ranks, counts)}
+				long := &spSeq{tokens: fixture.Tokens(21, prompt, v), blocks: alloc.table(ranks, counts)}
 				long.blocks = append(long.blocks, alloc.table([]int{last}, []int{(steps + 3) / 4})...)
 				seqs := []*spSeq{long}
 				for i, rk := range []int{0, g / 2, g - 1} {
-					s := &spSeq{tokens: fixture.Tokens(30+i, 5+3*i, cfg.Vocab)}
+					s := &spSeq{tokens: fixture.Tokens(30+i, 5+3*i, v)}
 					s.blocks = alloc.table([]int{rk}, []int{(len(s.tokens) + steps + 3) / 4})
 					seqs = append(seqs, s)
 				}
 				n := make([]int, len(seqs))
 				d := cfg.HeadDim
 				perLayer := int64((g-1)*(cfg.Heads*d+cfg.Heads*(d+1))) * 4 // q out, (O, LSE) back, float32
+				var spErr, oneErr float64                                     // against the oracle
 				for step := range steps {
 					for i, s := range seqs {
 						n[i] = len(s.tokens) - s.done
 					}
 					before := r.c.CommStats()
-					logits := r.stepLast(fmt.Sprintf("step %d", step), seqs, n)
+					logits, one := r.stepLast(fmt.Sprintf("step %d", step), seqs, n)
 					delta := r.c.CommStats().Sub(before)
 					if step > 0 {
 						a2a := delta.Kind(comm.KindAllToAll).SentBytes
@@ -258,17 +268,38 @@ func TestCSPSDecodeMovesQuery(t *testing.T) {
 								step, delta.Total().SentBytes, a2a, int64(cfg.Layers)*perLayer)
 						}
 					}
+					if step%8 == 0 || step == steps-1 {
+						for i, s := range seqs {
+							rows := l.ref.Logits(s.tokens)
+							exact := rows[len(rows)-1]
+							spErr = math.Max(spErr, oracleError(logits[i*v:(i+1)*v], exact))
+							oneErr = math.Max(oneErr, oracleError(one[i*v:(i+1)*v], exact))
+						}
+					}
 					for i, s := range seqs {
-						s.tokens = append(s.tokens, tensor.MaxIndex(logits[i*cfg.Vocab:(i+1)*cfg.Vocab]))
+						s.tokens = append(s.tokens, tensor.MaxIndex(logits[i*v:(i+1)*v]))
 					}
 				}
-				t.Logf("largest logit error against one rank over %d steps: %.2g (relative, floor 1)", steps, r.maxRel)
-				if r.maxRel > 1e-5 {
-					t.Fatalf("logits drift %.2g from one rank's", r.maxRel)
+				t.Logf("over %d steps: largest logit error against one rank %.2g of the row's largest; against the oracle (relative, floor 1) SP %.2g, one rank %.2g",
+					steps, r.maxRel, spErr, oneErr)
+				if r.maxRel > 1e-6 {
+					t.Errorf("logits drift %.2g from one rank's, relative to the row's largest; T9 allows 1e-6", r.maxRel)
+				}
+				if spErr > 1.25*oneErr {
+					t.Errorf("SP decode is %.2g from the oracle, one rank %.2g: SP adds error", spErr, oneErr)
 				}
 			})
 		}
 	}
+}
+
+// oracleError is max |got − exact| / max(|exact|, 1) over a logits row.
+func oracleError(got []float32, exact []float64) float64 {
+	e := 0.0
+	for i, x := range exact {
+		e = math.Max(e, math.Abs(float64(got[i])-x)/math.Max(math.Abs(x), 1))
+	}
+	return e
 }
 
 // TestCSPSMicroPartitions (T3): SP-NTP pipelined over M ∈ {2, 4, 16}

@@ -19,9 +19,15 @@ var equivalencePlans = []string{
 	"pp=2", "pp=2,tp=2", "dp=2", "dp=2,sp=2",
 }
 
+// parallelFixture is loadParallelFixture's checkpoint: 8 query heads and
+// kvHeads KV heads over 3 layers.
+func parallelFixture(kvHeads int) fixture.Spec {
+	return fixture.Spec{Heads: 8, KVHeads: kvHeads, Layers: 3, Intermediate: 96, Seed: uint64(100 + kvHeads)}
+}
+
 func loadParallelFixture(t testing.TB, kvHeads int) *model.Model {
 	t.Helper()
-	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: kvHeads, Layers: 3, Intermediate: 96, Seed: uint64(100 + kvHeads)})
+	dir, err := fixture.Dir(t.TempDir(), parallelFixture(kvHeads))
 	if err != nil {
 		t.Fatal(err)
 	}
