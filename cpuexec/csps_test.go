@@ -253,7 +253,7 @@ func TestCSPSDecodeMovesQuery(t *testing.T) {
 				n := make([]int, len(seqs))
 				d := cfg.HeadDim
 				perLayer := int64((g-1)*(cfg.Heads*d+cfg.Heads*(d+1))) * 4 // q out, (O, LSE) back, float32
-				var spErr, oneErr float64                                     // against the oracle
+				var spErr, oneErr float64                                  // against the oracle
 				for step := range steps {
 					for i, s := range seqs {
 						n[i] = len(s.tokens) - s.done
