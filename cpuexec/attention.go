@@ -2,6 +2,7 @@ package cpuexec
 
 import (
 	"math"
+	"sync"
 
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
@@ -55,68 +56,164 @@ const groupHeads = 8
 // shape, 32 keys were as fast as 64 or faster, 16 slower by 5–10%.
 const widenElems = 2048
 
+// Bounds of attendBlock's passes over several rows: at most
+// blockQueries query vectors (rows × heads) and blockQueryElems floats of
+// them gathered at once, and scoreElems scores of a tile.
+const (
+	blockQueries    = 64
+	blockQueryElems = 4096
+	scoreElems      = 4096
+)
+
+// blockRows is how many rows of g query heads of head_dim d attendBlock
+// takes in one pass (1 when a row's heads alone fill the bounds).
+func blockRows(g, d int) int {
+	gh := min(g, groupHeads)
+	return max(1, min(blockQueries/gh, blockQueryElems/(gh*d)))
+}
+
+// queries is the block of query rows attendBlock takes: rows consecutive
+// tokens of one sequence, row i's g heads at q[i·qStride:] (d apart), its
+// output written to out[i·outStride:]. Row i attends to key positions
+// [from, to+i), the window's last ones with window > 0.
+type queries struct {
+	q, out             []float32
+	qStride, outStride int
+	g, rows            int
+	from, to, window   int
+}
+
+// keys is the key positions row i attends to, [lo, hi).
+func (b *queries) keys(i int) (lo, hi int) {
+	lo, hi = b.from, b.to+i
+	if b.window > 0 {
+		lo = max(lo, hi-b.window)
+	}
+	return lo, hi
+}
+
 // attendGroup writes softmax(q_h·Kᵀ·scale)·V over key positions [from,
 // to) of KV head head into out for the g query heads q_h that share it,
-// held d apart in q and written d apart to out, walking the block table
-// with an online softmax; blocks whose id in table is negative are
-// skipped (another rank holds them: CSPS's sequence-sharded KV), and a
-// head that sees no key gets zeros. With lse non-nil, lse[h] is head h's
-// log-sum-exp of the scaled scores (−Inf for none), so that partials over
-// disjoint keys can be merged. The keys and values are read once for up
-// to groupHeads heads, a tile at a time (attendTile). A float32 cache's
-// tiles are its blocks, attended in place; a BF16 or F16 cache's are
-// widenElems/d keys widened to float32 from one block or several, so
-// that the softmax and the calls per key are spread over as many keys as
-// the buffer holds.
-//
-// sc is scratch space, which a caller keeps for many calls: Go zeroes
-// every array it declares, 24 KiB here, and a decode token makes a call
-// per KV head per layer.
+// held d apart in q and written d apart to out (attendBlock for one
+// row). With lse non-nil, lse[h] is head h's log-sum-exp of the scaled
+// scores (−Inf for none), so that partials over disjoint keys can be
+// merged.
 func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32, lse []float32) {
-	bs, d := cache.BlockSize, cache.HeadDim
-	half := cache.Half()
-	scores, wk, wv := sc.scores[:], sc.wk[:], sc.wv[:]
-	var sms [groupHeads]softmax
-	room := max(1, min(kvcache.MaxBlockSize, widenElems/d)) // keys a widened tile holds
-	for h0 := 0; h0 < g; h0 += groupHeads {
-		gh := min(groupHeads, g-h0)
-		qh, oh, sm := q[h0*d:(h0+gh)*d], out[h0*d:(h0+gh)*d], sms[:gh]
-		for i := range gh {
-			sm[i] = newSoftmax(oh[i*d : (i+1)*d])
-		}
-		fill := 0 // keys widened into wk, wv and not yet attended
-		for start := from - from%bs; start < to; start += bs {
-			blk := table[start/bs]
-			if blk < 0 {
-				continue
-			}
-			a, e := max(from, start)-start, min(to, start+bs)-start
-			if !half {
-				attendTile(oh, qh, sm, scores, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], e-a, d, scale)
-				continue
-			}
-			keys, vals := cache.HalfKeys(layer, blk, head), cache.HalfValues(layer, blk, head)
-			for a < e {
-				n := min(e-a, room-fill)
-				widen(cache.DType, wk[fill*d:(fill+n)*d], keys[a*d:(a+n)*d])
-				widen(cache.DType, wv[fill*d:(fill+n)*d], vals[a*d:(a+n)*d])
-				fill, a = fill+n, a+n
-				if fill == room {
-					attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], fill, d, scale)
-					fill = 0
-				}
-			}
-		}
-		if fill > 0 {
-			attendTile(oh, qh, sm, scores, wk[:fill*d], wv[:fill*d], fill, d, scale)
-		}
-		for i := range sm {
-			l := sm[i].finish(oh[i*d : (i+1)*d])
+	attendBlock(sc, queries{q: q, out: out, g: g, rows: 1, from: from, to: to}, cache, layer, table, head, scale, lse)
+}
+
+// attendBlock attends the block of query rows b to KV head head of the
+// cache, walking the block table with an online softmax per query head
+// and row; blocks whose id in table is negative are skipped (another
+// rank holds them: CSPS's sequence-sharded KV), and a head that sees no
+// key gets zeros. With lse non-nil, lse[i·g+h] is row i's head h's
+// log-sum-exp of the scaled scores (−Inf for none).
+//
+// The keys and values are read once a tile for every query vector of a
+// pass: up to groupHeads heads of one row, or of as many rows as
+// blockRows allows, whose queries are gathered side by side so that one
+// tensor.Scores takes them all; each row then softmaxes and sums the
+// tile's keys it sees (its causal range). A float32 cache's tiles for a
+// single row are its blocks, attended in place; otherwise a tile is up
+// to widenElems/d keys copied (or widened from BF16 or F16) from one
+// block or several, so that the calls per key are spread over as many
+// keys as the buffer holds. Over a whole prompt this reads each key
+// blockRows times fewer than row by row, from L1 instead of the cache.
+//
+// sc is scratch space, which a caller keeps for many calls (getScratch).
+func attendBlock(sc *attendScratch, b queries, cache *kvcache.Cache, layer int, table []int, head int, scale float32, lse []float32) {
+	d := cache.HeadDim
+	rb := blockRows(b.g, d)
+	for h0 := 0; h0 < b.g; h0 += groupHeads {
+		gh := min(groupHeads, b.g-h0)
+		for r0 := 0; r0 < b.rows; r0 += rb {
+			pass := b
+			pass.q, pass.out = b.q[r0*b.qStride+h0*d:], b.out[r0*b.outStride+h0*d:]
+			pass.g, pass.rows, pass.to = gh, min(rb, b.rows-r0), b.to+r0
+			var l []float32
 			if lse != nil {
-				lse[h0+i] = l
+				l = lse[r0*b.g+h0:]
+			}
+			sc.attendPass(pass, b.g, cache, layer, table, head, scale, l)
+		}
+	}
+}
+
+// attendPass is one pass of attendBlock: b.rows rows of b.g ≤ groupHeads
+// heads; row i's head h log-sum-exp goes to lse[i·lseStride+h].
+func (sc *attendScratch) attendPass(b queries, lseStride int, cache *kvcache.Cache, layer int, table []int, head int, scale float32, lse []float32) {
+	bs, d, g := cache.BlockSize, cache.HeadDim, b.g
+	nq := b.rows * g
+	qv := b.q[:g*d]
+	if b.rows > 1 {
+		qv = sc.q[:nq*d]
+		for i := range b.rows {
+			copy(qv[i*g*d:(i+1)*g*d], b.q[i*b.qStride:i*b.qStride+g*d])
+		}
+	}
+	sm := sc.sm[:nq]
+	for i := range b.rows {
+		for h := range g {
+			sm[i*g+h] = newSoftmax(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
+		}
+	}
+	inPlace := !cache.Half() && b.rows == 1
+	room := max(1, min(kvcache.MaxBlockSize, widenElems/d, scoreElems/nq)) // keys a gathered tile holds
+	wk, wv := sc.wk[:], sc.wv[:]
+	fill, ts := 0, 0 // keys gathered into wk, wv from position ts on, not yet attended
+	flush := func() {
+		if fill > 0 {
+			sc.attendTile(b, qv, sm, wk, wv, d, ts, fill, scale)
+			fill = 0
+		}
+	}
+	from, _ := b.keys(0)
+	_, to := b.keys(b.rows - 1)
+	for start := from - from%bs; start < to; start += bs {
+		blk := table[start/bs]
+		if blk < 0 {
+			flush() // a tile's keys are consecutive positions
+			continue
+		}
+		a, e := max(from, start)-start, min(to, start+bs)-start
+		if inPlace {
+			sc.attendTile(b, qv, sm, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], d, start+a, e-a, scale)
+			continue
+		}
+		for a < e {
+			if fill == 0 {
+				ts = start + a
+			}
+			n := min(e-a, room-fill)
+			gatherKV(cache, layer, blk, head, a, n, wk[fill*d:(fill+n)*d], wv[fill*d:(fill+n)*d])
+			fill, a = fill+n, a+n
+			if fill == room {
+				flush()
 			}
 		}
 	}
+	flush()
+	for i := range b.rows {
+		for h := range g {
+			l := sm[i*g+h].finish(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
+			if lse != nil {
+				lse[i*lseStride+h] = l
+			}
+		}
+	}
+}
+
+// gatherKV copies n keys and values of block blk from offset a on into
+// k and v as float32 (widening a BF16 or F16 cache's).
+func gatherKV(cache *kvcache.Cache, layer, blk, head, a, n int, k, v []float32) {
+	d := cache.HeadDim
+	if !cache.Half() {
+		copy(k, cache.Keys(layer, blk, head)[a*d:(a+n)*d])
+		copy(v, cache.Values(layer, blk, head)[a*d:(a+n)*d])
+		return
+	}
+	widen(cache.DType, k, cache.HalfKeys(layer, blk, head)[a*d:(a+n)*d])
+	widen(cache.DType, v, cache.HalfValues(layer, blk, head)[a*d:(a+n)*d])
 }
 
 // headRuns cuts the query heads [h.QLo, h.QHi) into runs of consecutive
@@ -145,28 +242,63 @@ func attendHead(sc *attendScratch, out, q []float32, cache *kvcache.Cache, layer
 	return lse[0]
 }
 
-// attendScratch is attendGroup's scratch: the scores of a tile for every
-// head of a group, and a 16-bit cache's tile of keys and values widened.
+// attendScratch is attendBlock's scratch: a pass's gathered queries,
+// their softmaxes, the scores of a tile for all of them, and a tile of
+// keys and values gathered or widened to float32. Go zeroes every array
+// it declares, 56 KiB here, so callers take one from getScratch for a
+// pool chunk's calls instead of declaring it.
 type attendScratch struct {
-	scores [groupHeads * kvcache.MaxBlockSize]float32
+	q      [blockQueryElems]float32
+	sm     [blockQueries]softmax
+	scores [scoreElems]float32
 	wk, wv [widenElems]float32
 }
 
-// attendTile adds a tile of n float32 keys and values, row j of each at
-// keys[j·ld:] and vals[j·ld:] (d = len(out)/len(sm) elements apiece), to
-// the online softmaxes sm of the len(sm) query heads q, whose outputs are
-// out: the scores of every head by one tensor.Scores, each key read once
-// for all of them, into scores; then per head the scaling, the softmax's
-// tile and the weighted values (tensor.AxpyRows).
-func attendTile(out, q []float32, sm []softmax, scores, keys, vals []float32, n, ld int, scale float32) {
-	gh := len(sm)
-	d := len(out) / gh
-	tensor.Scores(scores[:gh*n], q, keys, gh, n, d, ld)
-	for i := range sm {
-		s := scores[i*n : (i+1)*n]
-		o := out[i*d : (i+1)*d]
-		sm[i].tile(o, s, tensor.ScaleMax(scale, s))
-		tensor.AxpyRows(o, s, vals, ld)
+var attendScratches = sync.Pool{New: func() any { return new(attendScratch) }}
+
+// getScratch takes an attendScratch; putScratch gives it back.
+func getScratch() *attendScratch { return attendScratches.Get().(*attendScratch) }
+
+func putScratch(sc *attendScratch) { attendScratches.Put(sc) }
+
+// attendTile adds a tile of n float32 keys and values at positions [ts,
+// ts+n), row j of each at keys[j·ld:] and vals[j·ld:], to the online
+// softmaxes sm of the pass b, whose query vectors are qv (row by row, g
+// heads a row): the scores of the rows that see any of the tile by one
+// tensor.Scores, each key read once for all of them; then per row and
+// head, over the keys the row sees, the scaling, the softmax's tile and
+// the weighted values (tensor.AxpyRows).
+func (sc *attendScratch) attendTile(b queries, qv []float32, sm []softmax, keys, vals []float32, ld, ts, n int, scale float32) {
+	g, d := b.g, len(qv)/(b.g*b.rows)
+	// The rows that see the tile are consecutive: both ends of a row's
+	// range grow with the row.
+	ia, ib := 0, b.rows
+	for ia < ib {
+		if _, hi := b.keys(ia); hi > ts {
+			break
+		}
+		ia++
+	}
+	for ib > ia {
+		if lo, _ := b.keys(ib - 1); lo < ts+n {
+			break
+		}
+		ib--
+	}
+	if ia == ib {
+		return
+	}
+	scores := sc.scores[:(ib-ia)*g*n]
+	tensor.Scores(scores, qv[ia*g*d:ib*g*d], keys, (ib-ia)*g, n, d, ld)
+	for i := ia; i < ib; i++ {
+		lo, hi := b.keys(i)
+		a, e := max(lo, ts)-ts, min(hi, ts+n)-ts
+		for h := range g {
+			s := scores[((i-ia)*g+h)*n:][a:e]
+			o := b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d]
+			sm[i*g+h].tile(o, s, tensor.ScaleMax(scale, s))
+			tensor.AxpyRows(o, s, vals[a*ld:], ld)
+		}
 	}
 }
 

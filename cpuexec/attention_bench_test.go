@@ -12,9 +12,11 @@ import (
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
-// attentionBench is one layer of decode attention of the 1B shape (32
-// query heads, 8 KV heads, head_dim 64) over a filled KV cache: batch
-// sequences of ctxLen tokens each, run as rank.attention runs it.
+// attentionBench is one layer of attention of the 1B shape (32 query
+// heads, 8 KV heads, head_dim 64) over a filled KV cache, run as
+// rank.attention runs it: batch sequences whose last rows tokens are the
+// queries, the last at position ctxLen (rows 1: decode; rows ctxLen+1: a
+// whole prompt's prefill).
 type attentionBench struct {
 	rk     *rank
 	mb     *micro
@@ -23,7 +25,7 @@ type attentionBench struct {
 	qs     int
 }
 
-func newAttentionBench(tb testing.TB, pool *tensor.Pool, kv kvcache.Layout, batch, ctxLen int) *attentionBench {
+func newAttentionBench(tb testing.TB, pool *tensor.Pool, kv kvcache.Layout, batch, ctxLen, rows int) *attentionBench {
 	cfg := &model.Config{Heads: 32, KVHeads: 8, HeadDim: 64}
 	per := (ctxLen + kv.BlockSize) / kv.BlockSize
 	kv.Layers, kv.KVHeads, kv.HeadDim, kv.NumBlocks = 1, cfg.KVHeads, cfg.HeadDim, batch*per
@@ -54,13 +56,17 @@ func newAttentionBench(tb testing.TB, pool *tensor.Pool, kv kvcache.Layout, batc
 			}
 			cache.Put(0, blocks, pos, k, v)
 		}
-		mb.seqs = append(mb.seqs, forward.SeqBatch{Tokens: []int{1}, Pos: ctxLen, Blocks: blocks, NumLogits: 1})
-		st.tokSeq = append(st.tokSeq, s)
-		st.tokPos = append(st.tokPos, ctxLen)
+		first := ctxLen + 1 - rows
+		mb.seqs = append(mb.seqs, forward.SeqBatch{Tokens: make([]int, rows), Pos: first, Blocks: blocks, NumLogits: 1})
+		for pos := first; pos <= ctxLen; pos++ {
+			st.tokSeq = append(st.tokSeq, s)
+			st.tokPos = append(st.tokPos, pos)
+		}
 	}
-	st.total, st.real, st.nl = batch, batch, batch
+	n := batch * rows
+	st.total, st.real, st.nl = n, n, n
 	x.sh = &parallel.Shard{SPSize: 1, Chunk: parallel.Heads{QLo: 0, QHi: cfg.Heads, KVLo: 0, KVHi: cfg.KVHeads}}
-	x.q, x.out = make([]float32, batch*x.qs), make([]float32, batch*x.qs)
+	x.q, x.out = make([]float32, n*x.qs), make([]float32, n*x.qs)
 	for i := range x.q {
 		x.q[i] = next()
 	}
@@ -88,7 +94,7 @@ func BenchmarkDecodeAttention(b *testing.B) {
 			b.Run(fmt.Sprintf("ctx=%d/batch=%d", ctxLen, batch), func(b *testing.B) {
 				xs := make([]*attentionBench, len(kvDTypes))
 				for i, dt := range kvDTypes {
-					xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, batch, ctxLen)
+					xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, batch, ctxLen, 1)
 					xs[i].run()
 				}
 				spent := make([]time.Duration, len(kvDTypes))
@@ -111,5 +117,39 @@ func BenchmarkDecodeAttention(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPrefillAttention times one layer of causal attention of the
+// 1B shape on two threads for a whole prompt of 512, 2k and 4k tokens,
+// over a KV cache in float32, BF16 and F16, each format timed apart as in
+// BenchmarkDecodeAttention. It reports each format's milliseconds per
+// layer and GFLOP/s (4·head_dim FLOPs per query head and visible key:
+// the scores and the weighted values).
+func BenchmarkPrefillAttention(b *testing.B) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, n := range []int{512, 2048, 4096} {
+		b.Run(fmt.Sprintf("prompt=%d", n), func(b *testing.B) {
+			xs := make([]*attentionBench, len(kvDTypes))
+			for i, dt := range kvDTypes {
+				xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, 1, n-1, n)
+			}
+			spent := make([]time.Duration, len(kvDTypes))
+			b.ResetTimer()
+			for range b.N {
+				for i, x := range xs {
+					start := time.Now()
+					x.run()
+					spent[i] += time.Since(start)
+				}
+			}
+			flops := 4 * 64 * 32 * float64(n) * float64(n+1) / 2
+			for i, dt := range kvDTypes {
+				sec := spent[i].Seconds() / float64(b.N)
+				b.ReportMetric(sec*1e3, dt.String()+"-ms/layer")
+				b.ReportMetric(flops/sec/1e9, dt.String()+"-GFLOP/s")
+			}
+		})
 	}
 }

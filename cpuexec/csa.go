@@ -120,11 +120,12 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 	// the next layer ranks by.
 	kvh := cfg.KVHeads
 	rk.e.pool.Run(len(mine)*kvh, func(lo, hi int) {
-		var sc attendScratch
+		sc := getScratch()
+		defer putScratch(sc)
 		for u := lo; u < hi; u++ {
 			t, kv := &p.toks[mine[u/kvh]], u%kvh
 			h0, h1 := kv*group, (kv+1)*group
-			attendGroup(&sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kv, t.from, t.to, scale,
+			attendGroup(sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kv, t.from, t.to, scale,
 				w.locLse[t.row*nh+h0:t.row*nh+h1])
 		}
 	})
@@ -246,11 +247,12 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 		u.at = w.csaOut[csaKey{u.v, u.h, u.tok}]
 	}
 	rk.e.pool.Run(len(w.csaUnits), func(lo, hi int) {
-		var sc attendScratch
+		sc := getScratch()
+		defer putScratch(sc)
 		for _, u := range w.csaUnits[lo:hi] {
 			at := u.at
 			keys := w.csaKeys[u.keys*2*d:]
-			attendRows(&sc, w.part[at:at+d], w.recv[u.q:u.q+d], 1, keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, w.part[at+d:at+d+1])
+			attendRows(sc, w.part[at:at+d], w.recv[u.q:u.q+d], 1, keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, w.part[at+d:at+d+1])
 		}
 	})
 	rtotal = 0

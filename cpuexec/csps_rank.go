@@ -268,7 +268,8 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 		units += st.nl * cfg.KVHeads
 	}
 	rk.e.pool.Run(units, func(lo, hi int) {
-		var sc attendScratch
+		sc := getScratch()
+		defer putScratch(sc)
 		part, plse := make([]float32, group*d), make([]float32, group) // a run's partials over the cache
 		for u := lo; u < hi; u++ {
 			if u < spUnits {
@@ -283,10 +284,10 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				first := p.seqFirstSP[t.seq]
 				base := p.toks[p.spToks[first]].pos
 				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
-				attendRows(&sc, out, q, j1-j0, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, lse)
+				attendRows(sc, out, q, j1-j0, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, lse)
 				if p.holds(me, t.seq, t.from, t.mid) {
 					g := j1 - j0
-					attendGroup(&sc, part[:g*d], q, g, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale, plse[:g])
+					attendGroup(sc, part[:g*d], q, g, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale, plse[:g])
 					for i := range g {
 						lse[i] = mergePartial(out[i*d:(i+1)*d], lse[i], part[i*d:(i+1)*d], plse[i])
 					}
@@ -300,7 +301,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				continue
 			}
 			h0, h1 := kvh*group, (kvh+1)*group
-			attendGroup(&sc, st.attn[r*qs+h0*d:r*qs+h1*d], st.q[r*qs+h0*d:r*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kvh, t.from, t.to, scale,
+			attendGroup(sc, st.attn[r*qs+h0*d:r*qs+h1*d], st.q[r*qs+h0*d:r*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kvh, t.from, t.to, scale,
 				w.locLse[r*cfg.Heads+h0:r*cfg.Heads+h1])
 		}
 	})
@@ -365,11 +366,12 @@ func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	rk.e.pool.Run(len(units), func(lo, hi int) {
-		var sc attendScratch
+		sc := getScratch()
+		defer putScratch(sc)
 		for _, u := range units[lo:hi] {
 			t := &p.toks[u.tok]
 			out := w.part[u.out : u.out+d]
-			w.part[u.out+d] = attendHead(&sc, out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
+			w.part[u.out+d] = attendHead(sc, out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
 		}
 	})
 	for g := range n {
@@ -517,20 +519,20 @@ func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
 // to out (d apart) and its log-sum-exp to lse[h].
 func attendRows(sc *attendScratch, out, q []float32, g int, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, lse []float32) {
 	d := len(q) / g
-	var sms [groupHeads]softmax
 	for h0 := 0; h0 < g; h0 += groupHeads {
 		gh := min(groupHeads, g-h0)
-		qh, oh, sm := q[h0*d:(h0+gh)*d], out[h0*d:(h0+gh)*d], sms[:gh]
+		b := queries{q: q[h0*d:], out: out[h0*d:], g: gh, rows: 1, from: from, to: to}
+		sm := sc.sm[:gh]
 		for i := range sm {
-			sm[i] = newSoftmax(oh[i*d : (i+1)*d])
+			sm[i] = newSoftmax(b.out[i*d : (i+1)*d])
 		}
 		for start := from - from%bs; start < to; start += bs {
 			a, e := max(from, start), min(to, start+bs)
 			r := (a - first) * stride
-			attendTile(oh, qh, sm, sc.scores[:], rows[r+kOff:], rows[r+vOff:], e-a, stride, scale)
+			sc.attendTile(b, q[h0*d:(h0+gh)*d], sm, rows[r+kOff:], rows[r+vOff:], stride, a, e-a, scale)
 		}
 		for i := range sm {
-			lse[h0+i] = sm[i].finish(oh[i*d : (i+1)*d])
+			lse[h0+i] = sm[i].finish(b.out[i*d : (i+1)*d])
 		}
 	}
 }

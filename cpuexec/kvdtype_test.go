@@ -304,14 +304,17 @@ func TestKVDTypeRefused(t *testing.T) {
 	}
 }
 
-// TestAttendGroup holds decode attention over a BF16 or F16 cache, and
-// over a float32 cache holding the same values widened, to a float64
-// reference within 1e-5: block sizes whose widened tiles (32 keys of
-// head_dim 64) span 8 blocks, 2 and a quarter of one, query groups of 1
-// to 9 heads, a window starting
-// inside a block, an end inside one and a block held by another rank.
-func TestAttendGroup(t *testing.T) {
-	const d, ctx = 64, 300
+// TestAttendBlock holds attention over a BF16 or F16 cache, and over a
+// float32 cache holding the same values widened, to a float64 reference
+// within 1e-5, outputs and log-sum-exps: block sizes whose gathered
+// tiles (32 keys of head_dim 64) span 8 blocks, 2 and a quarter of one;
+// query groups of 1 to 9 heads; one query row (decode, attendGroup) and
+// blocks of 5 and 40 consecutive rows (a prompt's chunk: 40 takes
+// several passes), each row seeing one key more than the last, with and
+// without a sliding window; ranges starting inside a block, ending
+// inside one, and a block held by another rank.
+func TestAttendBlock(t *testing.T) {
+	const d, ctx, scale = 64, 300, 0.125
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 		for _, bs := range []int{4, 16, 128} {
 			l := kvcache.Layout{Layers: 1, KVHeads: 2, HeadDim: d, BlockSize: bs, NumBlocks: 2 * (ctx/bs + 1)}
@@ -343,21 +346,44 @@ func TestAttendGroup(t *testing.T) {
 			held := slices.Clone(table)
 			held[1] = -1 // on another rank
 			for _, g := range []int{1, 3, 4, 8, 9} {
-				q := make([]float32, g*d)
-				for i := range q {
-					q[i] = val(7*i) * 2
-				}
-				for _, span := range [][2]int{{0, ctx}, {bs + 1, ctx - 3}, {0, 2*bs - 1}} {
-					from, to := span[0], span[1]
-					for _, c := range []*kvcache.Cache{hc, fc} {
-						got := make([]float32, g*d)
-						attendGroup(new(attendScratch), got, q, g, c, 0, held, 1, from, to, 0.125, nil)
-						for h := range g {
-							ref := attentionF64(q[h*d:(h+1)*d], fc, held, 1, from, to, 0.125)
-							for i, r := range ref {
-								if e := math.Abs(float64(got[h*d+i]) - r); e > 1e-5*math.Max(1, math.Abs(r)) {
-									t.Fatalf("%s cache of %s values, bs=%d g=%d keys [%d,%d) head %d element %d: %g, float64 reference %g",
-										c.DType, dt, bs, g, from, to, h, i, got[h*d+i], r)
+				for _, rows := range []int{1, 5, 40} {
+					// Rows are 2g+1 heads apart, outputs 2g: strides
+					// beyond the heads attended.
+					qs, os := (2*g+1)*d, 2*g*d
+					q := make([]float32, rows*qs)
+					for i := range q {
+						q[i] = val(7*i%len(rnd)) * 2
+					}
+					for _, span := range [][2]int{{0, ctx - 39}, {bs + 1, ctx - 42}, {0, 2*bs - 1}} {
+						for _, window := range []int{0, 2*bs + 3} {
+							b := queries{q: q, qStride: qs, outStride: os, g: g, rows: rows, from: span[0], to: span[1], window: window}
+							for _, c := range []*kvcache.Cache{hc, fc} {
+								b.out = make([]float32, rows*os)
+								lse := make([]float32, rows*g)
+								if rows == 1 && window == 0 {
+									attendGroup(getScratch(), b.out, q[:g*d], g, c, 0, held, 1, b.from, b.to, scale, lse)
+								} else {
+									attendBlock(getScratch(), b, c, 0, held, 1, scale, lse)
+								}
+								for r := range rows {
+									from, to := b.from, b.to+r // row r sees one key more than row r−1
+									if window > 0 {
+										from = max(from, to-window)
+									}
+									for h := range g {
+										ref, refLSE := attentionF64(q[r*qs+h*d:r*qs+(h+1)*d], fc, held, 1, from, to, scale)
+										got := b.out[r*os+h*d : r*os+(h+1)*d]
+										for i, x := range ref {
+											if e := math.Abs(float64(got[i]) - x); e > 1e-5*math.Max(1, math.Abs(x)) {
+												t.Fatalf("%s cache of %s values, bs=%d g=%d rows=%d window=%d: row %d keys [%d,%d) head %d element %d: %g, float64 reference %g",
+													c.DType, dt, bs, g, rows, window, r, from, to, h, i, got[i], x)
+											}
+										}
+										if e := math.Abs(float64(lse[r*g+h]) - refLSE); e > 1e-5*math.Max(1, math.Abs(refLSE)) {
+											t.Fatalf("%s cache, bs=%d g=%d rows=%d window=%d: row %d head %d log-sum-exp %g, float64 reference %g",
+												c.DType, bs, g, rows, window, r, h, lse[r*g+h], refLSE)
+										}
+									}
 								}
 							}
 						}
@@ -369,8 +395,9 @@ func TestAttendGroup(t *testing.T) {
 }
 
 // attentionF64 is softmax(q·Kᵀ·scale)·V in float64 over keys [from, to)
-// of KV head head of a float32 cache, skipping blocks whose id is negative.
-func attentionF64(q []float32, c *kvcache.Cache, table []int, head, from, to int, scale float64) []float64 {
+// of KV head head of a float32 cache, skipping blocks whose id is
+// negative, and the log-sum-exp of the scaled scores.
+func attentionF64(q []float32, c *kvcache.Cache, table []int, head, from, to int, scale float64) ([]float64, float64) {
 	d, bs := c.HeadDim, c.BlockSize
 	var ws []float64
 	var rows [][]float32
@@ -401,5 +428,5 @@ func attentionF64(q []float32, c *kvcache.Cache, table []int, head, from, to int
 	for i := range out {
 		out[i] /= sum
 	}
-	return out
+	return out, top + math.Log(sum)
 }

@@ -66,6 +66,7 @@ type rankState struct {
 	hl, logits []float32 // [L, hidden], [L, vocab slice]
 	gathered   []float32 // [L, vocab] all-gathered logits slices
 	lrows      []int     // local rows with logits
+	blocks     [][2]int  // attention's blocks of rows: first row, rows
 	outRows    []int     // rows of the step's output this rank wrote
 	counts     []int     // per TP member element counts
 
@@ -467,30 +468,40 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	if sh.SPSize == 1 {
 		rows, base = st.real, st.first
 	}
-	// Units are a row's runs of consecutive local heads that share a KV
-	// head, attended together.
+	// Units are a block's runs of consecutive local heads that share a KV
+	// head, attended together; a block is up to blockRows consecutive
+	// rows of one sequence (consecutive positions: a prompt's chunk), or
+	// a decode's one row.
 	runs := headRuns(sh.Chunk, group)
-	rk.e.pool.Run(rows*len(runs), func(lo, hi int) {
-		var sc attendScratch
+	rb := blockRows(group, d)
+	st.blocks = st.blocks[:0]
+	for r := 0; r < rows; {
+		n, seq := 1, st.tokSeq[base+r]
+		for n < rb && r+n < rows && st.tokSeq[base+r+n] == seq {
+			n++
+		}
+		st.blocks = append(st.blocks, [2]int{r, n})
+		r += n
+	}
+	nb := len(st.blocks)
+	rk.e.pool.Run(nb*len(runs), func(lo, hi int) {
+		sc := getScratch()
+		defer putScratch(sc)
 		for i := lo; i < hi; i++ {
-			// Interleave early and late rows so the pool's contiguous
+			// Interleave early and late blocks so the pool's contiguous
 			// chunks get equal causal work (row r attends to r+1 keys).
 			k, run := i/len(runs), runs[i%len(runs)]
-			r := k / 2
+			blk := st.blocks[k/2]
 			if k%2 == 1 {
-				r = rows - 1 - k/2
+				blk = st.blocks[nb-1-k/2]
 			}
-			t := base + r
+			r, t := blk[0], base+blk[0]
 			p := st.tokPos[t]
-			from := 0
-			if cfg.SlidingWindow > 0 && p+1 > cfg.SlidingWindow {
-				from = p + 1 - cfg.SlidingWindow
-			}
 			j0, j1 := run[0], run[1]
 			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
-			table := mb.seqs[st.tokSeq[t]].Blocks
-			attendGroup(&sc, out[r*outStride+j0*d:r*outStride+j1*d], q[r*qStride+j0*d:r*qStride+j1*d],
-				j1-j0, rk.cache, l, table, kv, from, p+1, scale, nil)
+			b := queries{q: q[r*qStride+j0*d:], out: out[r*outStride+j0*d:], qStride: qStride, outStride: outStride,
+				g: j1 - j0, rows: blk[1], to: p + 1, window: cfg.SlidingWindow}
+			attendBlock(sc, b, rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, scale, nil)
 		}
 	})
 }
