@@ -73,14 +73,18 @@ func blockRows(g, d int) int {
 }
 
 // queries is the block of query rows attendBlock takes: rows consecutive
-// tokens of one sequence, row i's g heads at q[i·qStride:] (d apart), its
-// output written to out[i·outStride:]. Row i attends to key positions
-// [from, to+i), the window's last ones with window > 0.
+// tokens of one sequence, row i's g heads of head_dim d at q[i·qStride:], its
+// output written to out[i·outStride:] and, with lse non-nil, its heads'
+// log-sum-exps of the scaled scores to lse[i·lseStride:] (−Inf for a
+// head that sees no key), so that partials over disjoint keys can be
+// merged. Row i attends to key positions [from, to+i), the last window of
+// them with window > 0, and none from stop on with stop > 0.
 type queries struct {
-	q, out             []float32
-	qStride, outStride int
-	g, rows            int
-	from, to, window   int
+	q, out, lse                   []float32
+	qStride, outStride, lseStride int
+	d, g, rows                    int
+	from, to, window, stop        int
+	scale                         float32
 }
 
 // keys is the key positions row i attends to, [lo, hi).
@@ -89,60 +93,90 @@ func (b *queries) keys(i int) (lo, hi int) {
 	if b.window > 0 {
 		lo = max(lo, hi-b.window)
 	}
+	if b.stop > 0 {
+		hi = min(hi, b.stop)
+	}
 	return lo, hi
+}
+
+// tiles walks keys and values for attendBlock: walk hands every held key
+// of positions [from, to) to sc.attendTile, in tiles of consecutive
+// positions, for the pass b whose queries are qv and softmaxes sm.
+type tiles interface {
+	walk(sc *attendScratch, b *queries, qv []float32, sm []softmax, from, to int)
+}
+
+// cacheTiles are the keys and values of KV head head of a layer of the
+// paged cache, under a block table whose negative ids are skipped
+// (another rank holds them: CSPS's sequence-sharded KV).
+type cacheTiles struct {
+	cache       *kvcache.Cache
+	layer, head int
+	table       []int
+}
+
+// rowTiles are keys and values held in rows of a buffer: the key at
+// position k is rows[(k−first)·stride+kOff:][:d] and its value at vOff,
+// walked in tiles aligned at absolute multiples of bs.
+type rowTiles struct {
+	rows                          []float32
+	stride, kOff, vOff, first, bs int
 }
 
 // attendGroup writes softmax(q_h·Kᵀ·scale)·V over key positions [from,
 // to) of KV head head into out for the g query heads q_h that share it,
 // held d apart in q and written d apart to out (attendBlock for one
-// row). With lse non-nil, lse[h] is head h's log-sum-exp of the scaled
-// scores (−Inf for none), so that partials over disjoint keys can be
-// merged.
+// row); with lse non-nil, lse[h] is head h's log-sum-exp.
 func attendGroup(sc *attendScratch, out, q []float32, g int, cache *kvcache.Cache, layer int, table []int, head, from, to int, scale float32, lse []float32) {
-	attendBlock(sc, queries{q: q, out: out, g: g, rows: 1, from: from, to: to}, cache, layer, table, head, scale, lse)
+	b := queries{q: q, out: out, lse: lse, lseStride: g, d: cache.HeadDim, g: g, rows: 1, from: from, to: to, scale: scale}
+	attendBlock(sc, &b, cacheTiles{cache, layer, head, table})
 }
 
-// attendBlock attends the block of query rows b to KV head head of the
-// cache, walking the block table with an online softmax per query head
-// and row; blocks whose id in table is negative are skipped (another
-// rank holds them: CSPS's sequence-sharded KV), and a head that sees no
-// key gets zeros. With lse non-nil, lse[i·g+h] is row i's head h's
-// log-sum-exp of the scaled scores (−Inf for none).
+// attendRows is attendGroup over keys and values held in rows of a buffer
+// instead of the paged cache (rowTiles), for the g query heads q (d =
+// len(q)/g apiece) that share them; it writes lse[h] for every head.
+func attendRows(sc *attendScratch, out, q []float32, g int, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, lse []float32) {
+	b := queries{q: q, out: out, lse: lse, lseStride: g, d: len(q) / g, g: g, rows: 1, from: from, to: to, scale: scale}
+	attendBlock(sc, &b, rowTiles{rows, stride, kOff, vOff, first, bs})
+}
+
+// attendBlock attends the block of query rows b to the keys and values
+// of src with an online softmax per query head and row; a head that sees
+// no key gets zeros.
 //
 // The keys and values are read once a tile for every query vector of a
 // pass: up to groupHeads heads of one row, or of as many rows as
 // blockRows allows, whose queries are gathered side by side so that one
 // tensor.Scores takes them all; each row then softmaxes and sums the
-// tile's keys it sees (its causal range). A float32 cache's tiles for a
-// single row are its blocks, attended in place; otherwise a tile is up
-// to widenElems/d keys copied (or widened from BF16 or F16) from one
-// block or several, so that the calls per key are spread over as many
-// keys as the buffer holds. Over a whole prompt this reads each key
-// blockRows times fewer than row by row, from L1 instead of the cache.
+// tile's keys it sees (its causal range). Over a whole prompt this reads
+// each key blockRows times fewer than row by row, from L1.
 //
 // sc is scratch space, which a caller keeps for many calls (getScratch).
-func attendBlock(sc *attendScratch, b queries, cache *kvcache.Cache, layer int, table []int, head int, scale float32, lse []float32) {
-	d := cache.HeadDim
+func attendBlock(sc *attendScratch, b *queries, src tiles) {
+	if b.rows == 1 && b.g <= groupHeads {
+		sc.attendPass(b, src) // a decode's, or one of CSPS's and CSA's many small calls
+		return
+	}
+	d := b.d
 	rb := blockRows(b.g, d)
 	for h0 := 0; h0 < b.g; h0 += groupHeads {
 		gh := min(groupHeads, b.g-h0)
 		for r0 := 0; r0 < b.rows; r0 += rb {
-			pass := b
+			pass := *b
 			pass.q, pass.out = b.q[r0*b.qStride+h0*d:], b.out[r0*b.outStride+h0*d:]
-			pass.g, pass.rows, pass.to = gh, min(rb, b.rows-r0), b.to+r0
-			var l []float32
-			if lse != nil {
-				l = lse[r0*b.g+h0:]
+			if b.lse != nil {
+				pass.lse = b.lse[r0*b.lseStride+h0:]
 			}
-			sc.attendPass(pass, b.g, cache, layer, table, head, scale, l)
+			pass.g, pass.rows, pass.to = gh, min(rb, b.rows-r0), b.to+r0
+			sc.attendPass(&pass, src)
 		}
 	}
 }
 
 // attendPass is one pass of attendBlock: b.rows rows of b.g ≤ groupHeads
-// heads; row i's head h log-sum-exp goes to lse[i·lseStride+h].
-func (sc *attendScratch) attendPass(b queries, lseStride int, cache *kvcache.Cache, layer int, table []int, head int, scale float32, lse []float32) {
-	bs, d, g := cache.BlockSize, cache.HeadDim, b.g
+// heads, their queries gathered side by side unless there is one row.
+func (sc *attendScratch) attendPass(b *queries, src tiles) {
+	d, g := b.d, b.g
 	nq := b.rows * g
 	qv := b.q[:g*d]
 	if b.rows > 1 {
@@ -157,50 +191,90 @@ func (sc *attendScratch) attendPass(b queries, lseStride int, cache *kvcache.Cac
 			sm[i*g+h] = newSoftmax(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
 		}
 	}
-	inPlace := !cache.Half() && b.rows == 1
-	room := max(1, min(kvcache.MaxBlockSize, widenElems/d, scoreElems/nq)) // keys a gathered tile holds
+	from, _ := b.keys(0)
+	_, to := b.keys(b.rows - 1)
+	src.walk(sc, b, qv, sm, from, to)
+	for i := range b.rows {
+		for h := range g {
+			l := sm[i*g+h].finish(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
+			if b.lse != nil {
+				b.lse[i*b.lseStride+h] = l
+			}
+		}
+	}
+}
+
+// walk attends the cache's keys of [from, to). A float32 cache's tiles
+// are its blocks, attended in place; a BF16 or F16 cache's are up to
+// tileKeys(d) keys widened from one block or several, so that the calls
+// per key are spread over as many keys as the buffer holds. Tiles end at
+// multiples of tileKeys(d) and at skipped blocks, whatever from is, so a
+// query's result does not depend on the block of queries it came in.
+func (c cacheTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softmax, from, to int) {
+	bs, d := c.cache.BlockSize, c.cache.HeadDim
+	room := tileKeys(d)
+	if !c.cache.Half() {
+		for start := from - from%bs; start < to; start += bs {
+			blk := c.table[start/bs]
+			if blk < 0 {
+				continue
+			}
+			keys, vals := c.cache.Keys(c.layer, blk, c.head), c.cache.Values(c.layer, blk, c.head)
+			for a, e := max(from, start), min(to, start+bs); a < e; {
+				n := min(e, (a/room+1)*room) - a
+				sc.attendTile(b, qv, sm, keys[(a-start)*d:], vals[(a-start)*d:], d, a, n)
+				a += n
+			}
+		}
+		return
+	}
 	wk, wv := sc.wk[:], sc.wv[:]
-	fill, ts := 0, 0 // keys gathered into wk, wv from position ts on, not yet attended
+	fill, ts := 0, 0 // keys widened into wk, wv from position ts on, not yet attended
 	flush := func() {
 		if fill > 0 {
-			sc.attendTile(b, qv, sm, wk, wv, d, ts, fill, scale)
+			sc.attendTile(b, qv, sm, wk, wv, d, ts, fill)
 			fill = 0
 		}
 	}
-	from, _ := b.keys(0)
-	_, to := b.keys(b.rows - 1)
 	for start := from - from%bs; start < to; start += bs {
-		blk := table[start/bs]
+		blk := c.table[start/bs]
 		if blk < 0 {
 			flush() // a tile's keys are consecutive positions
 			continue
 		}
-		a, e := max(from, start)-start, min(to, start+bs)-start
-		if inPlace {
-			sc.attendTile(b, qv, sm, cache.Keys(layer, blk, head)[a*d:e*d], cache.Values(layer, blk, head)[a*d:e*d], d, start+a, e-a, scale)
-			continue
-		}
-		for a < e {
+		for a, e := max(from, start), min(to, start+bs); a < e; {
 			if fill == 0 {
-				ts = start + a
+				ts = a
 			}
-			n := min(e-a, room-fill)
-			gatherKV(cache, layer, blk, head, a, n, wk[fill*d:(fill+n)*d], wv[fill*d:(fill+n)*d])
+			n := min(e, (a/room+1)*room) - a
+			gatherKV(c.cache, c.layer, blk, c.head, a-start, n, wk[fill*d:(fill+n)*d], wv[fill*d:(fill+n)*d])
 			fill, a = fill+n, a+n
-			if fill == room {
+			if a%room == 0 {
 				flush()
 			}
 		}
 	}
 	flush()
-	for i := range b.rows {
-		for h := range g {
-			l := sm[i*g+h].finish(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
-			if lse != nil {
-				lse[i*lseStride+h] = l
-			}
+}
+
+// walk attends the buffer's keys of [from, to) in place, in tiles ending
+// at multiples of bs and of tileKeys.
+func (r rowTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softmax, from, to int) {
+	room := tileKeys(b.d)
+	for start := from - from%r.bs; start < to; start += r.bs {
+		for a, e := max(from, start), min(to, start+r.bs); a < e; {
+			n := min(e, (a/room+1)*room) - a
+			at := (a - r.first) * r.stride
+			sc.attendTile(b, qv, sm, r.rows[at+r.kOff:], r.rows[at+r.vOff:], r.stride, a, n)
+			a += n
 		}
 	}
+}
+
+// tileKeys is the most keys of head_dim d attendTile takes at once: what
+// a widened tile holds, and what the scores of blockQueries queries hold.
+func tileKeys(d int) int {
+	return max(1, min(kvcache.MaxBlockSize, widenElems/d, scoreElems/blockQueries))
 }
 
 // gatherKV copies n keys and values of block blk from offset a on into
@@ -268,13 +342,23 @@ func putScratch(sc *attendScratch) { attendScratches.Put(sc) }
 // tensor.Scores, each key read once for all of them; then per row and
 // head, over the keys the row sees, the scaling, the softmax's tile and
 // the weighted values (tensor.AxpyRows).
-func (sc *attendScratch) attendTile(b queries, qv []float32, sm []softmax, keys, vals []float32, ld, ts, n int, scale float32) {
-	g, d := b.g, len(qv)/(b.g*b.rows)
+func (sc *attendScratch) attendTile(b *queries, qv []float32, sm []softmax, keys, vals []float32, ld, ts, n int) {
+	g, d := b.g, b.d
+	if b.rows == 1 { // the walk's range is the row's: it sees every key
+		tensor.Scores(sc.scores[:g*n], qv, keys, g, n, d, ld)
+		for h := range g {
+			s := sc.scores[h*n : (h+1)*n]
+			o := b.out[h*d : (h+1)*d]
+			sm[h].tile(o, s, tensor.ScaleMax(b.scale, s))
+			tensor.AxpyRows(o, s, vals, ld)
+		}
+		return
+	}
 	// The rows that see the tile are consecutive: both ends of a row's
 	// range grow with the row.
 	ia, ib := 0, b.rows
 	for ia < ib {
-		if _, hi := b.keys(ia); hi > ts {
+		if lo, hi := b.keys(ia); hi > ts && lo < hi {
 			break
 		}
 		ia++
@@ -293,10 +377,13 @@ func (sc *attendScratch) attendTile(b queries, qv []float32, sm []softmax, keys,
 	for i := ia; i < ib; i++ {
 		lo, hi := b.keys(i)
 		a, e := max(lo, ts)-ts, min(hi, ts+n)-ts
+		if a >= e {
+			continue
+		}
 		for h := range g {
 			s := scores[((i-ia)*g+h)*n:][a:e]
 			o := b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d]
-			sm[i*g+h].tile(o, s, tensor.ScaleMax(scale, s))
+			sm[i*g+h].tile(o, s, tensor.ScaleMax(b.scale, s))
 			tensor.AxpyRows(o, s, vals[a*ld:], ld)
 		}
 	}

@@ -20,6 +20,7 @@ type cspsWorker struct {
 	rows       []float32 // [SP tokens, chunk q|k|v] in batch order, after the first all-to-all
 	spOut      []float32 // [SP tokens, chunk q] this rank's heads of every SP token
 	spLse      []float32 // [SP tokens, chunk heads]
+	spBlocks   [][2]int  // local's blocks of SP tokens: first, count
 	locLse     []float32 // [own rows, heads]
 	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
 	units      []cspsUnit
@@ -258,11 +259,23 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	qs := cfg.Heads * d
-	// The SP units are a token's runs of the chunk's heads that share a
-	// KV head, attended together.
+	// The SP units are a block's runs of the chunk's heads that share a
+	// KV head, attended together; a block is up to blockRows consecutive
+	// SP tokens of one sequence (consecutive positions).
 	runs := headRuns(ch, group)
-	nsp := spHi - spLo
-	spUnits := nsp * len(runs)
+	rb := blockRows(group, d)
+	blocks := w.spBlocks[:0]
+	for k := spLo; k < spHi; {
+		n, seq := 1, p.toks[p.spToks[k]].seq
+		for n < rb && k+n < spHi && p.toks[p.spToks[k+n]].seq == seq {
+			n++
+		}
+		blocks = append(blocks, [2]int{k, n})
+		k += n
+	}
+	w.spBlocks = blocks
+	nb := len(blocks)
+	spUnits := nb * len(runs)
 	units := spUnits
 	if own {
 		units += st.nl * cfg.KVHeads
@@ -270,26 +283,39 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	rk.e.pool.Run(units, func(lo, hi int) {
 		sc := getScratch()
 		defer putScratch(sc)
-		part, plse := make([]float32, group*d), make([]float32, group) // a run's partials over the cache
+		part, plse := make([]float32, rb*group*d), make([]float32, rb*group) // a block's partials over the cache
 		for u := lo; u < hi; u++ {
 			if u < spUnits {
-				k, run := spLo+u/len(runs), runs[u%len(runs)]
+				// Interleave early and late blocks so the pool's
+				// contiguous chunks get equal causal work.
+				i, run := u/len(runs), runs[u%len(runs)]
+				blk := blocks[i/2]
+				if i%2 == 1 {
+					blk = blocks[nb-1-i/2]
+				}
+				k, n := blk[0], blk[1]
 				j0, j1 := run[0], run[1]
+				g := j1 - j0
 				t := &p.toks[p.spToks[k]]
-				h := ch.QLo + j0
-				kv := h/group - ch.KVLo
-				q := w.rows[k*wd+j0*d : k*wd+j1*d]
-				out := w.spOut[k*qc+j0*d : k*qc+j1*d]
-				lse := w.spLse[k*hq+j0 : k*hq+j1]
+				kv := (ch.QLo+j0)/group - ch.KVLo
 				first := p.seqFirstSP[t.seq]
 				base := p.toks[p.spToks[first]].pos
-				rowsFrom := w.rows[(first+(t.mid-base))*wd:]
-				attendRows(sc, out, q, j1-j0, rowsFrom, wd, qc+kv*d, qc+kc+kv*d, t.mid, t.mid, t.to, p.bs, scale, lse)
+				// In-step keys: row i's [mid_i, to+i), mid_i = max(mid, its
+				// window's start).
+				b := queries{q: w.rows[k*wd+j0*d:], out: w.spOut[k*qc+j0*d:], lse: w.spLse[k*hq+j0:], qStride: wd, outStride: qc, lseStride: hq,
+					d: d, g: g, rows: n, from: t.mid, to: t.to, window: cfg.SlidingWindow, scale: scale}
+				attendBlock(sc, &b, rowTiles{w.rows[first*wd:], wd, qc + kv*d, qc + kc + kv*d, base, p.bs})
+				// Cached keys: row i's [from_i, mid), none past the
+				// piece's start (stop), merged by log-sum-exp.
 				if p.holds(me, t.seq, t.from, t.mid) {
-					g := j1 - j0
-					attendGroup(sc, part[:g*d], q, g, rk.cache, l, p.tables[me][t.seq], h/group, t.from, t.mid, scale, plse[:g])
-					for i := range g {
-						lse[i] = mergePartial(out[i*d:(i+1)*d], lse[i], part[i*d:(i+1)*d], plse[i])
+					c := queries{q: b.q, out: part, lse: plse, qStride: wd, outStride: g * d, lseStride: g,
+						d: d, g: g, rows: n, from: 0, to: t.to, window: cfg.SlidingWindow, stop: t.mid, scale: scale}
+					attendBlock(sc, &c, cacheTiles{rk.cache, l, (ch.QLo + j0) / group, p.tables[me][t.seq]}) // the cache holds every KV head
+					for r := range n {
+						for h := range g {
+							x := &w.spLse[(k+r)*hq+j0+h]
+							*x = mergePartial(w.spOut[(k+r)*qc+(j0+h)*d:][:d], *x, part[(r*g+h)*d:][:d], plse[r*g+h])
+						}
 					}
 				}
 				continue
@@ -508,33 +534,6 @@ func mergePartial(out []float32, lse float32, o []float32, lo float32) float32 {
 		out[i] = out[i]*fa + o[i]*fb
 	}
 	return m + float32(math.Log(s))
-}
-
-// attendRows is attendGroup over keys and values held in rows of a buffer
-// instead of the paged cache, for the g query heads q (d = len(q)/g
-// apiece) that share them: the key at position k is
-// rows[(k−first)·stride+kOff:][:d] and its value at vOff. It attends to
-// positions [from, to) in tiles aligned at absolute multiples of bs, as
-// attendGroup walks a float32 cache's blocks, writes each head's output
-// to out (d apart) and its log-sum-exp to lse[h].
-func attendRows(sc *attendScratch, out, q []float32, g int, rows []float32, stride, kOff, vOff, first, from, to, bs int, scale float32, lse []float32) {
-	d := len(q) / g
-	for h0 := 0; h0 < g; h0 += groupHeads {
-		gh := min(groupHeads, g-h0)
-		b := queries{q: q[h0*d:], out: out[h0*d:], g: gh, rows: 1, from: from, to: to}
-		sm := sc.sm[:gh]
-		for i := range sm {
-			sm[i] = newSoftmax(b.out[i*d : (i+1)*d])
-		}
-		for start := from - from%bs; start < to; start += bs {
-			a, e := max(from, start), min(to, start+bs)
-			r := (a - first) * stride
-			sc.attendTile(b, q[h0*d:(h0+gh)*d], sm, rows[r+kOff:], rows[r+vOff:], stride, a, e-a, scale)
-		}
-		for i := range sm {
-			lse[h0+i] = sm[i].finish(b.out[i*d : (i+1)*d])
-		}
-	}
 }
 
 // pipeComms are the rank's handles on two groups of every rank, labelled

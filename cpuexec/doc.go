@@ -21,8 +21,11 @@
 // activations are float32. The KV cache is float32 by default, or BF16 or
 // F16 (Options.KVDType): keys and values are rounded to nearest as they
 // are written, at half the cache's bytes, and attention accumulates in
-// float32: attendGroup widens 32 keys and values at a time into a buffer
-// and attends them as float32 ones.
+// float32: attendBlock widens 32 keys and values at a time into a buffer
+// and attends them as float32 ones. Attention takes a prompt's rows in
+// blocks of up to 16 per KV head (attendBlock), each tile of keys scored
+// for all of them at once, and gives a query the same result bit for bit
+// whatever block it came in (CSPS's micro-partitions rely on it).
 //
 // Invariant: under every placement, the executor computes the same
 // function as the naive float64 forward pass kept in the tests, for any

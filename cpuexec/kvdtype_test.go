@@ -304,15 +304,17 @@ func TestKVDTypeRefused(t *testing.T) {
 	}
 }
 
-// TestAttendBlock holds attention over a BF16 or F16 cache, and over a
-// float32 cache holding the same values widened, to a float64 reference
+// TestAttendBlock holds attention over a BF16 or F16 cache, over a
+// float32 cache holding the same values widened, and over the same keys
+// and values in rows of a buffer (rowTiles), to a float64 reference
 // within 1e-5, outputs and log-sum-exps: block sizes whose gathered
 // tiles (32 keys of head_dim 64) span 8 blocks, 2 and a quarter of one;
 // query groups of 1 to 9 heads; one query row (decode, attendGroup) and
 // blocks of 5 and 40 consecutive rows (a prompt's chunk: 40 takes
 // several passes), each row seeing one key more than the last, with and
-// without a sliding window; ranges starting inside a block, ending
-// inside one, and a block held by another rank.
+// without a sliding window and a stop (rows that see no key included);
+// ranges starting inside a block, ending inside one, and a block held
+// by another rank.
 func TestAttendBlock(t *testing.T) {
 	const d, ctx, scale = 64, 300, 0.125
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
@@ -344,8 +346,23 @@ func TestAttendBlock(t *testing.T) {
 				fc.Put(0, table, pos, k, v)
 			}
 			held := slices.Clone(table)
-			held[1] = -1 // on another rank
-			for _, g := range []int{1, 3, 4, 8, 9} {
+			held[1] = -1                    // on another rank
+			buf := make([]float32, ctx*2*d) // KV head 1's keys and values, a row per position
+			for pos := range ctx {
+				blk, at := table[pos/bs], pos%bs*d
+				copy(buf[pos*2*d:], fc.Keys(0, blk, 1)[at:at+d])
+				copy(buf[pos*2*d+d:], fc.Values(0, blk, 1)[at:at+d])
+			}
+			srcs := []struct {
+				name  string
+				src   tiles
+				table []int // the reference's
+			}{
+				{dt.String() + " cache", cacheTiles{hc, 0, 1, held}, held},
+				{"float32 cache", cacheTiles{fc, 0, 1, held}, held},
+				{"rows", rowTiles{buf, 2 * d, 0, d, 0, bs}, table},
+			}
+			for _, g := range []int{1, 3, 8, 9} {
 				for _, rows := range []int{1, 5, 40} {
 					// Rows are 2g+1 heads apart, outputs 2g: strides
 					// beyond the heads attended.
@@ -356,39 +373,59 @@ func TestAttendBlock(t *testing.T) {
 					}
 					for _, span := range [][2]int{{0, ctx - 39}, {bs + 1, ctx - 42}, {0, 2*bs - 1}} {
 						for _, window := range []int{0, 2*bs + 3} {
-							b := queries{q: q, qStride: qs, outStride: os, g: g, rows: rows, from: span[0], to: span[1], window: window}
-							for _, c := range []*kvcache.Cache{hc, fc} {
-								b.out = make([]float32, rows*os)
-								lse := make([]float32, rows*g)
-								if rows == 1 && window == 0 {
-									attendGroup(getScratch(), b.out, q[:g*d], g, c, 0, held, 1, b.from, b.to, scale, lse)
-								} else {
-									attendBlock(getScratch(), b, c, 0, held, 1, scale, lse)
-								}
-								for r := range rows {
-									from, to := b.from, b.to+r // row r sees one key more than row r−1
-									if window > 0 {
-										from = max(from, to-window)
+							for _, stop := range []int{0, span[1] + 3} {
+								for _, sr := range srcs {
+									b := queries{q: q, out: make([]float32, rows*os), lse: make([]float32, rows*g), qStride: qs, outStride: os, lseStride: g,
+										d: d, g: g, rows: rows, from: span[0], to: span[1], window: window, stop: stop, scale: scale}
+									if c, ok := sr.src.(cacheTiles); ok && rows == 1 && window == 0 && stop == 0 {
+										attendGroup(getScratch(), b.out, q[:g*d], g, c.cache, 0, held, 1, b.from, b.to, scale, b.lse)
+									} else {
+										attendBlock(getScratch(), &b, sr.src)
 									}
-									for h := range g {
-										ref, refLSE := attentionF64(q[r*qs+h*d:r*qs+(h+1)*d], fc, held, 1, from, to, scale)
-										got := b.out[r*os+h*d : r*os+(h+1)*d]
-										for i, x := range ref {
-											if e := math.Abs(float64(got[i]) - x); e > 1e-5*math.Max(1, math.Abs(x)) {
-												t.Fatalf("%s cache of %s values, bs=%d g=%d rows=%d window=%d: row %d keys [%d,%d) head %d element %d: %g, float64 reference %g",
-													c.DType, dt, bs, g, rows, window, r, from, to, h, i, got[i], x)
-											}
-										}
-										if e := math.Abs(float64(lse[r*g+h]) - refLSE); e > 1e-5*math.Max(1, math.Abs(refLSE)) {
-											t.Fatalf("%s cache, bs=%d g=%d rows=%d window=%d: row %d head %d log-sum-exp %g, float64 reference %g",
-												c.DType, bs, g, rows, window, r, h, lse[r*g+h], refLSE)
-										}
-									}
+									what := fmt.Sprintf("%s of %s values, bs=%d g=%d rows=%d window=%d stop=%d", sr.name, dt, bs, g, rows, window, stop)
+									checkAttention(t, what, &b, fc, sr.table)
 								}
 							}
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// checkAttention holds every row and head of b's output and log-sum-exps
+// to attentionF64 over KV head 1 of c under table, within 1e-5; a row
+// that sees no key must have zeros and −Inf. Row r's keys are worked out
+// here, not by queries.keys: [from, to+r), the last window of them, none
+// from stop on.
+func checkAttention(t *testing.T, what string, b *queries, c *kvcache.Cache, table []int) {
+	t.Helper()
+	d, g := b.d, b.g
+	for r := range b.rows {
+		from, to := b.from, b.to+r
+		if b.window > 0 {
+			from = max(from, to-b.window)
+		}
+		if b.stop > 0 {
+			to = min(to, b.stop)
+		}
+		for h := range g {
+			got, lse := b.out[r*b.outStride+h*d:r*b.outStride+(h+1)*d], float64(b.lse[r*b.lseStride+h])
+			if from >= to {
+				if slices.ContainsFunc(got, func(x float32) bool { return x != 0 }) || !math.IsInf(lse, -1) {
+					t.Fatalf("%s: row %d sees no key, head %d has output %v and log-sum-exp %g", what, r, h, got[:4], lse)
+				}
+				continue
+			}
+			ref, refLSE := attentionF64(b.q[r*b.qStride+h*d:r*b.qStride+(h+1)*d], c, table, 1, from, to, float64(b.scale))
+			for i, x := range ref {
+				if e := math.Abs(float64(got[i]) - x); e > 1e-5*math.Max(1, math.Abs(x)) {
+					t.Fatalf("%s: row %d keys [%d,%d) head %d element %d: %g, float64 reference %g", what, r, from, to, h, i, got[i], x)
+				}
+			}
+			if e := math.Abs(lse - refLSE); e > 1e-5*math.Max(1, math.Abs(refLSE)) {
+				t.Fatalf("%s: row %d head %d log-sum-exp %g, float64 reference %g", what, r, h, lse, refLSE)
 			}
 		}
 	}

@@ -500,8 +500,8 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 			j0, j1 := run[0], run[1]
 			kv := (sh.Chunk.QLo+j0)/group - sh.Chunk.KVLo
 			b := queries{q: q[r*qStride+j0*d:], out: out[r*outStride+j0*d:], qStride: qStride, outStride: outStride,
-				g: j1 - j0, rows: blk[1], to: p + 1, window: cfg.SlidingWindow}
-			attendBlock(sc, b, rk.cache, l, mb.seqs[st.tokSeq[t]].Blocks, kv, scale, nil)
+				d: d, g: j1 - j0, rows: blk[1], to: p + 1, window: cfg.SlidingWindow, scale: scale}
+			attendBlock(sc, &b, cacheTiles{rk.cache, l, kv, mb.seqs[st.tokSeq[t]].Blocks})
 		}
 	})
 }

@@ -685,6 +685,53 @@ func TestMatMulWs(t *testing.T) {
 // AxpyRows against Axpy row by row (bit for bit), over query counts that
 // cross the quads, pairs and the 32-row pass, key counts that leave a
 // tail of fewer than 4, and key and value rows back to back or further
+// TestScoresRowIndependent: each score is the same bit for bit whatever
+// m and n and the row's and key's places (what makes attention's result
+// for a query the same alone or in a block, over any tiles), for every
+// kernel set, for k whole
+// quads of the AVX-512 kernel, with a tail of 8 or more (which its
+// one-row counterpart must leave to dotGo as the quads do) and below one
+// vector, over both the assembly path (m ≤ 32) and the tiles (m > 32).
+func TestScoresRowIndependent(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(43, 44))
+		for _, k := range []int{64, 128, 24, 40, 70, 5} {
+			const n, rows = 9, 40
+			x, w := randSlice(r, rows*k), randSlice(r, n*k)
+			alone := make([]float32, rows*n)
+			for i := range rows {
+				Scores(alone[i*n:(i+1)*n], x[i*k:(i+1)*k], w, 1, n, k, k)
+			}
+			for _, m := range []int{2, 3, 4, 5, 7, 8, 33, 40} {
+				for _, at := range []int{0, min(1, rows-m), rows - m} {
+					s := make([]float32, m*n)
+					Scores(s, x[at*k:(at+m)*k], w, m, n, k, k)
+					for i := range s {
+						if math.Float32bits(s[i]) != math.Float32bits(alone[at*n+i]) {
+							t.Fatalf("k=%d m=%d from row %d: s[%d]=%v, the row alone %v", k, m, at, i, s[i], alone[at*n+i])
+						}
+					}
+				}
+			}
+			// Nor on the keys beside it: any window of the keys.
+			for _, win := range [][2]int{{0, 1}, {2, 5}, {3, 9}, {5, 8}, {1, 6}, {8, 9}} {
+				j0, nw := win[0], win[1]-win[0]
+				for _, m := range []int{1, 5, 40} {
+					s := make([]float32, m*nw)
+					Scores(s, x[:m*k], w[j0*k:], m, nw, k, k)
+					for i := range m {
+						for c := range nw {
+							if got, want := s[i*nw+c], alone[i*n+j0+c]; math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("k=%d m=%d keys [%d,%d): row %d key %d is %v, among all keys %v", k, m, win[0], win[1], i, j0+c, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 // apart (ldw > k).
 func TestScoresAxpyRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
@@ -696,7 +743,7 @@ func TestScoresAxpyRows(t *testing.T) {
 					x, w := randSlice(r, m*k), randSlice(r, (n-1)*ldw+k)
 					s, tiles := make([]float32, m*n), make([]float32, m*n)
 					Scores(s, x, w, m, n, k, ldw)
-					scoresTiles(tiles, x, w, m, n, k, ldw)
+					scores(tiles, x, w, m, n, k, ldw)
 					for i := range s {
 						if math.Float32bits(s[i]) != math.Float32bits(tiles[i]) {
 							t.Fatalf("k=%d ldw=%d m=%d n=%d: Scores s[%d]=%v, the dot-tile path %v", k, ldw, m, n, i, s[i], tiles[i])

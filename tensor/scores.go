@@ -10,7 +10,10 @@ import "fmt"
 // each stored back to back, and the n rows w_j of w, k elements each,
 // ldw ≥ k apart (s is m×n): the products of m queries with n keys, every
 // key row read once for all the queries (four keys at a time against up
-// to 32 queries, by the dot tiles of the decode GEMV).
+// to 32 queries, by the dot tiles of the decode GEMV). Each score is the
+// same bit for bit whatever m and n and its row's and key's places, so
+// attention gives a query the same result alone or in a block of
+// queries, over whatever tiles of keys.
 func Scores(s, x, w []float32, m, n, k, ldw int) {
 	switch {
 	case m < 0 || n < 0 || k < 0 || ldw < k:
@@ -19,28 +22,56 @@ func Scores(s, x, w []float32, m, n, k, ldw int) {
 		panic(fmt.Sprintf("tensor.Scores: len(s)=%d len(x)=%d len(w)=%d for m=%d n=%d k=%d ldw=%d", len(s), len(x), len(w), m, n, k, ldw))
 	}
 	if !scoresAsm(s, x, w, m, n, k, ldw) {
-		scoresTiles(s, x, w, m, n, k, ldw)
+		scores(s, x, w, m, n, k, ldw)
 	}
 }
 
-// scoresTiles is Scores by dotRows, a gemvMaxM rows of x at a time.
-func scoresTiles(s, x, w []float32, m, n, k, ldw int) {
+// scores is Scores through the Go wrappers of the kernels, which round
+// as scoresAsm's straight calls do. Keys go four at a time, and the last
+// few in a full group too, so that a key's score does not depend on its
+// place in w either: the last four keys, or with fewer than four keys
+// each key four times over (key rows 0 apart).
+func scores(s, x, w []float32, m, n, k, ldw int) {
 	var sum [gemvMaxM * 4]float32
 	for i0 := 0; i0 < m; i0 += gemvMaxM {
 		mm := min(gemvMaxM, m-i0)
-		xi := x[i0*k:]
-		j := 0
-		for ; j+4 <= n; j += 4 {
-			clear(sum[:mm*4])
-			dotRows(mm, k, xi, k, w[j*ldw:], ldw, sum[:mm*4])
+		xi := x[i0*k : (i0+mm)*k]
+		if n < 4 {
+			for j := range n {
+				scoreGroup(sum[:mm*4], xi, mm, k, w[j*ldw:], 0)
+				for i := range mm {
+					s[(i0+i)*n+j] = sum[i*4]
+				}
+			}
+			continue
+		}
+		for j := 0; j < n; j += 4 {
+			j0 := min(j, n-4)
+			scoreGroup(sum[:mm*4], xi, mm, k, w[j0*ldw:], ldw)
+			c := min(4, n-j)
 			for i := range mm {
-				copy(s[(i0+i)*n+j:(i0+i)*n+j+4], sum[i*4:i*4+4])
+				copy(s[(i0+i)*n+j:(i0+i)*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
 			}
 		}
-		for ; j < n; j++ {
-			for i := range mm {
-				s[(i0+i)*n+j] = dot(xi[i*k:(i+1)*k], w[j*ldw:j*ldw+k])
-			}
+	}
+}
+
+// scoreGroup sets sum[i·4+c] to x row i's product with the key row
+// w[c·ldw:] (c < 4) for the m rows of x: AVX-512 quads of rows where that
+// kernel runs, the rest one row at a time (the one-row tile rounds as a
+// quad does, the two-row one does not).
+func scoreGroup(sum, x []float32, m, k int, w []float32, ldw int) {
+	clear(sum)
+	quads := dotQuads(m, k, x, k, w, ldw, sum)
+	kt := k // where dotQuads's kernel stops and dotGo takes over
+	if quadKernel(k) {
+		kt = k &^ 15
+	}
+	var out [8]float32
+	for i := quads; i < m; i++ {
+		dotTile(1, kt, x[i*k:], k, w, ldw, &out)
+		for c := range 4 {
+			sum[i*4+c] = out[c] + dotGo(x[i*k+kt:(i+1)*k], w[c*ldw+kt:c*ldw+k])
 		}
 	}
 }

@@ -122,18 +122,22 @@ func axpyRows(y, a, w []float32, ldw int) {
 }
 
 // scoresAsm is Scores straight onto the dot-tile kernels, for k a
-// nonzero multiple of 16 and m ≤ gemvMaxM; it reports false, doing
-// nothing, otherwise. It calls the kernels dotRows would, in its order
-// (AVX-512 quads of rows, then pairs, then a single row, four keys at a
-// time), so the scores are bit for bit the general path's, without its
-// Go wrappers around every tile: a decode attention block of 16 keys and
-// one query head spent half its time in them.
+// nonzero multiple of 16, m ≤ gemvMaxM and n ≥ 4; it reports false,
+// doing nothing, otherwise. It calls the kernels scores's wrappers would,
+// in its order (AVX-512 quads of rows, then single rows, four keys at a
+// time, the last few in the last four), so the scores are bit for bit
+// the general path's, without its Go wrappers around every group of
+// keys: a decode attention block of 16 keys and one query head spent
+// half its time in them.
 func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 	if !useAsm || k == 0 || k%16 != 0 || m > gemvMaxM {
 		return false
 	}
-	if m == 0 || n == 0 {
+	if m == 0 {
 		return true
+	}
+	if n < 4 {
+		return false // scores takes them key by key
 	}
 	_, _, _ = x[m*k-1], w[(n-1)*ldw+k-1], s[m*n-1]
 	quads := 0
@@ -141,27 +145,19 @@ func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 		quads = m / 4
 	}
 	var sum [gemvMaxM * 4]float32
-	j := 0
-	for ; j+4 <= n; j += 4 {
-		wj := &w[j*ldw]
+	for j := 0; j < n; j += 4 {
+		j0 := min(j, n-4) // the last few keys: the last four
+		wj := &w[j0*ldw]
 		if quads > 0 {
 			clear(sum[:quads*16])
 			dotQuadsAVX512(k, &x[0], k, quads, wj, ldw, &sum[0])
 		}
-		for i := 4 * quads; i < m; i += 2 {
-			if i+1 < m {
-				dot2x4AVX2(k, &x[i*k], k, wj, ldw, &sum[i*4])
-			} else {
-				dot1x4AVX2(k, &x[i*k], wj, ldw, &sum[i*4])
-			}
+		for i := 4 * quads; i < m; i++ {
+			dot1x4AVX2(k, &x[i*k], wj, ldw, &sum[i*4]) // rounds as the quads do
 		}
+		c := min(4, n-j)
 		for i := range m {
-			copy(s[i*n+j:i*n+j+4], sum[i*4:i*4+4])
-		}
-	}
-	for ; j < n; j++ {
-		for i := range m {
-			s[i*n+j] = dot(x[i*k:(i+1)*k], w[j*ldw:j*ldw+k])
+			copy(s[i*n+j:i*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
 		}
 	}
 	return true
@@ -251,9 +247,13 @@ func indexOf(x []float32, v float32) int {
 // stride ldx) with w rows j < 4 (row stride ldw) over k elements for as
 // many whole quads of x rows as the AVX-512 kernel takes, and returns how
 // many rows it did (0 when that kernel is off).
+// quadKernel reports whether dotQuads runs its AVX-512 kernel for k
+// (over k&^15 elements, the rest by dotGo).
+func quadKernel(k int) bool { return useAsm && useAVX512 && k&^15 > 0 }
+
 func dotQuads(m, k int, x []float32, ldx int, w []float32, ldw int, sum []float32) int {
 	k16 := k &^ 15
-	if !useAsm || !useAVX512 || k16 == 0 || m < 4 {
+	if !quadKernel(k) || m < 4 {
 		return 0
 	}
 	q := m / 4

@@ -26,6 +26,8 @@ func expSubSum(x []float32, m float32) float32           { return expSubSumGo(x,
 func maxOf(x []float32) float32                          { return maxGo(x) }
 func indexOf(x []float32, v float32) int                 { return indexGo(x, v) }
 func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool { return false }
+func quadKernel(k int) bool                              { return false }
+
 func dotQuads(m, k int, x []float32, ldx int, w []float32, ldw int, sum []float32) int {
 	return 0
 }
