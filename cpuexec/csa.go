@@ -118,15 +118,22 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 
 	// Level 1 over the rank's own SPT, every head; then the importance
 	// the next layer ranks by.
+	// Units: a block of consecutive tokens of a sequence (rows and
+	// positions both consecutive) with a KV head's heads.
 	kvh := cfg.KVHeads
-	rk.e.pool.Run(len(mine)*kvh, func(lo, hi int) {
+	tok := func(i int) *cspsTok { return &p.toks[mine[i]] }
+	w.csaBlocks = cutBlocks(w.csaBlocks[:0], len(mine), blockRows(group, d), func(i int) bool {
+		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1
+	}, nil)
+	rk.e.pool.Run(len(w.csaBlocks)*kvh, func(lo, hi int) {
 		sc := getScratch()
 		defer putScratch(sc)
 		for u := lo; u < hi; u++ {
-			t, kv := &p.toks[mine[u/kvh]], u%kvh
-			h0, h1 := kv*group, (kv+1)*group
-			attendGroup(sc, st.attn[t.row*qs+h0*d:t.row*qs+h1*d], st.q[t.row*qs+h0*d:t.row*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kv, t.from, t.to, scale,
-				w.locLse[t.row*nh+h0:t.row*nh+h1])
+			blk, kv := blockAt(w.csaBlocks, u/kvh), u%kvh
+			t, h0 := tok(blk[0]), kv*group
+			b := queries{q: st.q[t.row*qs+h0*d:], out: st.attn[t.row*qs+h0*d:], lse: w.locLse[t.row*nh+h0:], qStride: qs, outStride: qs, lseStride: nh,
+				d: d, g: group, rows: blk[1], to: t.to, window: cfg.SlidingWindow, scale: scale}
+			attendBlock(sc, &b, cacheTiles{rk.cache, l, kv, p.tables[me][t.seq]})
 		}
 	})
 	// Kept levels of the rank's tokens, from the previous layer's
@@ -252,7 +259,7 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 		for _, u := range w.csaUnits[lo:hi] {
 			at := u.at
 			keys := w.csaKeys[u.keys*2*d:]
-			attendRows(sc, w.part[at:at+d], w.recv[u.q:u.q+d], 1, keys, 2*d, 0, d, 0, 0, u.n, p.bs, scale, w.part[at+d:at+d+1])
+			attendRows(sc, w.part[at:at+d], w.recv[u.q:u.q+d], 1, keys, 2*d, 0, d, 0, 0, u.n, scale, w.part[at+d:at+d+1])
 		}
 	})
 	rtotal = 0

@@ -20,7 +20,9 @@ type cspsWorker struct {
 	rows       []float32 // [SP tokens, chunk q|k|v] in batch order, after the first all-to-all
 	spOut      []float32 // [SP tokens, chunk q] this rank's heads of every SP token
 	spLse      []float32 // [SP tokens, chunk heads]
-	spBlocks   [][2]int  // local's blocks of SP tokens: first, count
+	spBlocks   [][2]int  // local's blocks of SP tokens, from spLo: first, count
+	ownBlocks  [][2]int  // local's blocks of the rank's other tokens (own rows)
+	csaBlocks  [][2]int  // csaAttention's blocks of its level 1 (indices into csaByOwner)
 	locLse     []float32 // [own rows, heads]
 	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
 	units      []cspsUnit
@@ -261,24 +263,20 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	qs := cfg.Heads * d
 	// The SP units are a block's runs of the chunk's heads that share a
 	// KV head, attended together; a block is up to blockRows consecutive
-	// SP tokens of one sequence (consecutive positions).
+	// SP tokens of one sequence (consecutive positions). The own units
+	// are a block of the rank's other tokens with a KV head's heads.
 	runs := headRuns(ch, group)
 	rb := blockRows(group, d)
-	blocks := w.spBlocks[:0]
-	for k := spLo; k < spHi; {
-		n, seq := 1, p.toks[p.spToks[k]].seq
-		for n < rb && k+n < spHi && p.toks[p.spToks[k+n]].seq == seq {
-			n++
-		}
-		blocks = append(blocks, [2]int{k, n})
-		k += n
-	}
-	w.spBlocks = blocks
-	nb := len(blocks)
-	spUnits := nb * len(runs)
+	spTok := func(k int) *cspsTok { return &p.toks[p.spToks[spLo+k]] }
+	w.spBlocks = cutBlocks(w.spBlocks[:0], spHi-spLo, rb, func(k int) bool { return spTok(k).seq == spTok(k-1).seq }, nil)
+	spUnits := len(w.spBlocks) * len(runs)
 	units := spUnits
+	w.ownBlocks = w.ownBlocks[:0]
 	if own {
-		units += st.nl * cfg.KVHeads
+		ownTok := func(r int) *cspsTok { return &p.toks[p.own[me][r]] }
+		w.ownBlocks = cutBlocks(w.ownBlocks, st.nl, rb, func(r int) bool { return ownTok(r).seq == ownTok(r-1).seq },
+			func(r int) bool { return ownTok(r).sp || ownTok(r).csa })
+		units += len(w.ownBlocks) * cfg.KVHeads
 	}
 	rk.e.pool.Run(units, func(lo, hi int) {
 		sc := getScratch()
@@ -286,14 +284,8 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 		part, plse := make([]float32, rb*group*d), make([]float32, rb*group) // a block's partials over the cache
 		for u := lo; u < hi; u++ {
 			if u < spUnits {
-				// Interleave early and late blocks so the pool's
-				// contiguous chunks get equal causal work.
-				i, run := u/len(runs), runs[u%len(runs)]
-				blk := blocks[i/2]
-				if i%2 == 1 {
-					blk = blocks[nb-1-i/2]
-				}
-				k, n := blk[0], blk[1]
+				blk, run := blockAt(w.spBlocks, u/len(runs)), runs[u%len(runs)]
+				k, n := spLo+blk[0], blk[1]
 				j0, j1 := run[0], run[1]
 				g := j1 - j0
 				t := &p.toks[p.spToks[k]]
@@ -304,7 +296,7 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				// window's start).
 				b := queries{q: w.rows[k*wd+j0*d:], out: w.spOut[k*qc+j0*d:], lse: w.spLse[k*hq+j0:], qStride: wd, outStride: qc, lseStride: hq,
 					d: d, g: g, rows: n, from: t.mid, to: t.to, window: cfg.SlidingWindow, scale: scale}
-				attendBlock(sc, &b, rowTiles{w.rows[first*wd:], wd, qc + kv*d, qc + kc + kv*d, base, p.bs})
+				attendBlock(sc, &b, rowTiles{w.rows[first*wd:], wd, qc + kv*d, qc + kc + kv*d, base})
 				// Cached keys: row i's [from_i, mid), none past the
 				// piece's start (stop), merged by log-sum-exp.
 				if p.holds(me, t.seq, t.from, t.mid) {
@@ -321,14 +313,12 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 				continue
 			}
 			v := u - spUnits
-			r, kvh := v/cfg.KVHeads, v%cfg.KVHeads
+			blk, kvh := blockAt(w.ownBlocks, v/cfg.KVHeads), v%cfg.KVHeads
+			r, h0 := blk[0], kvh*group
 			t := &p.toks[p.own[me][r]]
-			if t.sp || t.csa {
-				continue
-			}
-			h0, h1 := kvh*group, (kvh+1)*group
-			attendGroup(sc, st.attn[r*qs+h0*d:r*qs+h1*d], st.q[r*qs+h0*d:r*qs+h1*d], group, rk.cache, l, p.tables[me][t.seq], kvh, t.from, t.to, scale,
-				w.locLse[r*cfg.Heads+h0:r*cfg.Heads+h1])
+			b := queries{q: st.q[r*qs+h0*d:], out: st.attn[r*qs+h0*d:], lse: w.locLse[r*cfg.Heads+h0:], qStride: qs, outStride: qs, lseStride: cfg.Heads,
+				d: d, g: group, rows: blk[1], to: t.to, window: cfg.SlidingWindow, scale: scale}
+			attendBlock(sc, &b, cacheTiles{rk.cache, l, kvh, p.tables[me][t.seq]})
 		}
 	})
 }
@@ -375,29 +365,37 @@ func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
 	}); err != nil {
 		return err
 	}
-	// Partials for the others: [O (d), LSE] per requested head.
+	// Partials for the others: [O (d), LSE] per requested head, computed
+	// for a request's heads that share a KV head together.
+	group := cfg.Heads / cfg.KVHeads
 	units := w.units[:0]
 	qoff, roff := 0, 0
 	for c := range n {
 		for _, rq := range p.reqs[c][me] {
-			for h := rq.qlo; h < rq.qhi; h++ {
-				units = append(units, cspsUnit{tok: rq.tok, head: h, q: qoff, out: roff})
-				qoff += d
-				roff += d + 1
+			for h := rq.qlo; h < rq.qhi; {
+				e := min(rq.qhi, (h/group+1)*group)
+				units = append(units, cspsUnit{tok: rq.tok, head: h, heads: e - h, q: qoff, out: roff})
+				qoff += (e - h) * d
+				roff += (e - h) * (d + 1)
+				h = e
 			}
 		}
 	}
 	w.units = units
 	grow(&w.part, roff)
-	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	rk.e.pool.Run(len(units), func(lo, hi int) {
 		sc := getScratch()
 		defer putScratch(sc)
+		out, lse := make([]float32, group*d), make([]float32, group)
 		for _, u := range units[lo:hi] {
-			t := &p.toks[u.tok]
-			out := w.part[u.out : u.out+d]
-			w.part[u.out+d] = attendHead(sc, out, w.recv[u.q:u.q+d], rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale)
+			t, g := &p.toks[u.tok], u.heads
+			attendGroup(sc, out[:g*d], w.recv[u.q:u.q+g*d], g, rk.cache, l, p.tables[me][t.seq], u.head/group, t.from, t.mid, scale, lse[:g])
+			for i := range g {
+				at := u.out + i*(d+1)
+				copy(w.part[at:at+d], out[i*d:(i+1)*d])
+				w.part[at+d] = lse[i]
+			}
 		}
 	})
 	for g := range n {
@@ -431,9 +429,10 @@ func (w *cspsWorker) moveQueries(ctx context.Context, l, wd int) error {
 	return nil
 }
 
-// cspsUnit is one (token, head) partial a holder computes for another
-// rank: its query at recv[q:], its output at part[out:].
-type cspsUnit struct{ tok, head, q, out int }
+// cspsUnit is the partials a holder computes for another rank of one
+// token's query heads [head, head+heads), which share a KV head: their
+// queries at recv[q:], d apart, their [O, LSE] at part[out:], d+1 apart.
+type cspsUnit struct{ tok, head, heads, q, out int }
 
 func reqHeads(rs []cspsReq) int {
 	n := 0

@@ -360,7 +360,7 @@ func TestAttendBlock(t *testing.T) {
 			}{
 				{dt.String() + " cache", cacheTiles{hc, 0, 1, held}, held},
 				{"float32 cache", cacheTiles{fc, 0, 1, held}, held},
-				{"rows", rowTiles{buf, 2 * d, 0, d, 0, bs}, table},
+				{"rows", rowTiles{buf, 2 * d, 0, d, 0}, table},
 			}
 			for _, g := range []int{1, 3, 8, 9} {
 				for _, rows := range []int{1, 5, 40} {

@@ -473,28 +473,12 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	// rows of one sequence (consecutive positions: a prompt's chunk), or
 	// a decode's one row.
 	runs := headRuns(sh.Chunk, group)
-	rb := blockRows(group, d)
-	st.blocks = st.blocks[:0]
-	for r := 0; r < rows; {
-		n, seq := 1, st.tokSeq[base+r]
-		for n < rb && r+n < rows && st.tokSeq[base+r+n] == seq {
-			n++
-		}
-		st.blocks = append(st.blocks, [2]int{r, n})
-		r += n
-	}
-	nb := len(st.blocks)
-	rk.e.pool.Run(nb*len(runs), func(lo, hi int) {
+	st.blocks = cutBlocks(st.blocks[:0], rows, blockRows(group, d), func(i int) bool { return st.tokSeq[base+i] == st.tokSeq[base+i-1] }, nil)
+	rk.e.pool.Run(len(st.blocks)*len(runs), func(lo, hi int) {
 		sc := getScratch()
 		defer putScratch(sc)
 		for i := lo; i < hi; i++ {
-			// Interleave early and late blocks so the pool's contiguous
-			// chunks get equal causal work (row r attends to r+1 keys).
-			k, run := i/len(runs), runs[i%len(runs)]
-			blk := st.blocks[k/2]
-			if k%2 == 1 {
-				blk = st.blocks[nb-1-k/2]
-			}
+			blk, run := blockAt(st.blocks, i/len(runs)), runs[i%len(runs)]
 			r, t := blk[0], base+blk[0]
 			p := st.tokPos[t]
 			j0, j1 := run[0], run[1]

@@ -122,42 +122,43 @@ func axpyRows(y, a, w []float32, ldw int) {
 }
 
 // scoresAsm is Scores straight onto the dot-tile kernels, for k a
-// nonzero multiple of 16, m ≤ gemvMaxM and n ≥ 4; it reports false,
-// doing nothing, otherwise. It calls the kernels scores's wrappers would,
-// in its order (AVX-512 quads of rows, then single rows, four keys at a
-// time, the last few in the last four), so the scores are bit for bit
-// the general path's, without its Go wrappers around every group of
-// keys: a decode attention block of 16 keys and one query head spent
+// nonzero multiple of 16 and n ≥ 4; it reports false, doing nothing,
+// otherwise. It calls the kernels scores's wrappers would, in its order
+// (gemvMaxM rows at a time: AVX-512 quads of rows, then single rows, four
+// keys at a time, the last few in the last four), so the scores are bit
+// for bit the general path's, without its Go wrappers around every group
+// of keys: a decode attention block of 16 keys and one query head spent
 // half its time in them.
 func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
-	if !useAsm || k == 0 || k%16 != 0 || m > gemvMaxM {
-		return false
+	if !useAsm || k == 0 || k%16 != 0 || n < 4 {
+		return false // n < 4: scores takes them key by key
 	}
 	if m == 0 {
 		return true
 	}
-	if n < 4 {
-		return false // scores takes them key by key
-	}
 	_, _, _ = x[m*k-1], w[(n-1)*ldw+k-1], s[m*n-1]
-	quads := 0
-	if useAVX512 {
-		quads = m / 4
-	}
 	var sum [gemvMaxM * 4]float32
-	for j := 0; j < n; j += 4 {
-		j0 := min(j, n-4) // the last few keys: the last four
-		wj := &w[j0*ldw]
-		if quads > 0 {
-			clear(sum[:quads*16])
-			dotQuadsAVX512(k, &x[0], k, quads, wj, ldw, &sum[0])
+	for i0 := 0; i0 < m; i0 += gemvMaxM {
+		mm := min(gemvMaxM, m-i0)
+		xi := x[i0*k:]
+		quads := 0
+		if useAVX512 {
+			quads = mm / 4
 		}
-		for i := 4 * quads; i < m; i++ {
-			dot1x4AVX2(k, &x[i*k], wj, ldw, &sum[i*4]) // rounds as the quads do
-		}
-		c := min(4, n-j)
-		for i := range m {
-			copy(s[i*n+j:i*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
+		for j := 0; j < n; j += 4 {
+			j0 := min(j, n-4) // the last few keys: the last four
+			wj := &w[j0*ldw]
+			if quads > 0 {
+				clear(sum[:quads*16])
+				dotQuadsAVX512(k, &xi[0], k, quads, wj, ldw, &sum[0])
+			}
+			for i := 4 * quads; i < mm; i++ {
+				dot1x4AVX2(k, &xi[i*k], wj, ldw, &sum[i*4]) // rounds as the quads do
+			}
+			c := min(4, n-j)
+			for i := range mm {
+				copy(s[(i0+i)*n+j:(i0+i)*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
+			}
 		}
 	}
 	return true
