@@ -435,26 +435,43 @@ func (w *cspsWorker) keptLevels(l int, mine []int) {
 }
 
 // importance sets csaImp for the rank's CSA tokens: per head, the level-1
-// attention mass each token received from its SPT's queries this layer.
+// attention mass each token received from its SPT's queries this layer,
+// Σ_q exp(q·k·scale − lse_q) over the later queries q that see it. A unit
+// is a head of a run of the tokens (one sequence, consecutive rows): per
+// query, one tensor.Scores against the run's keys it sees and one
+// vectorised exp, summed per key in float64.
 func (w *cspsWorker) importance(mine []int, qs, ks, group int, scale float32) {
 	p, st := w.p, &w.rk.st
 	cfg := w.rk.e.cfg
 	nh, d := cfg.Heads, cfg.HeadDim
-	w.rk.e.pool.Run(len(mine)*nh, func(lo, hi int) {
+	tok := func(i int) *cspsTok { return &p.toks[mine[i]] }
+	w.csaRuns = cutBlocks(w.csaRuns[:0], len(mine), len(mine), func(i int) bool {
+		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1
+	}, nil)
+	w.rk.e.pool.Run(len(w.csaRuns)*nh, func(lo, hi int) {
+		var s []float32
+		var sum []float64
 		for u := lo; u < hi; u++ {
-			i, h := u/nh, u%nh
-			t := &p.toks[mine[i]]
-			k := st.k[t.row*ks+(h/group)*d : t.row*ks+(h/group+1)*d]
-			var sum float64
-			for j := i; j < len(mine) && p.toks[mine[j]].seq == t.seq; j++ {
-				q := &p.toks[mine[j]]
-				if t.pos < q.from {
-					continue
+			run, h := w.csaRuns[u/nh], u%nh
+			first, n := run[0], run[1]
+			r0, p0 := tok(first).row, tok(first).pos
+			keys := st.k[r0*ks+(h/group)*d:]
+			s, sum = slices.Grow(s[:0], n)[:n], slices.Grow(sum[:0], n)[:n]
+			clear(sum)
+			for j := range n {
+				q := tok(first + j)
+				a := max(0, q.from-p0) // the keys [a, j] of the run it sees
+				sc := s[a : j+1]
+				tensor.Scores(sc, st.q[q.row*qs+h*d:q.row*qs+(h+1)*d], keys[a*ks:], 1, j+1-a, d, ks)
+				tensor.Scale(scale, sc)
+				tensor.ExpSub(sc, w.locLse[q.row*nh+h])
+				for i, e := range sc {
+					sum[a+i] += float64(e)
 				}
-				s := tensor.Dot(st.q[q.row*qs+h*d:q.row*qs+(h+1)*d], k) * scale
-				sum += math.Exp(float64(s - w.locLse[q.row*nh+h]))
 			}
-			w.csaImp[t.row*nh+h] = float32(sum)
+			for i := range n {
+				w.csaImp[(r0+i)*nh+h] = float32(sum[i])
+			}
 		}
 	})
 }

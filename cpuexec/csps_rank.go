@@ -23,6 +23,7 @@ type cspsWorker struct {
 	spBlocks   [][2]int  // local's blocks of SP tokens, from spLo: first, count
 	ownBlocks  [][2]int  // local's blocks of the rank's other tokens (own rows)
 	csaBlocks  [][2]int  // csaAttention's blocks of its level 1 (indices into csaByOwner)
+	csaRuns    [][2]int  // importance's runs of one sequence's consecutive rows (indices into csaByOwner)
 	locLse     []float32 // [own rows, heads]
 	part       []float32 // partials computed for other ranks: [O, LSE] per (token, head)
 	units      []cspsUnit
