@@ -28,9 +28,11 @@
 
 // AXPYROWS is the body of the axpyRows kernels (y, a *float32, w, n,
 // ldw, rows): y[i] += Σ_r a[r]·w[r·ldw+i] for i < n (n%8 == 0), rows > 0,
-// row by row. For each group of 32 columns (then of 8) of y the group is
-// loaded into Y0-Y3, every row's a[r]·w is added with one FMA per vector,
-// and the group is stored. W(off, y) loads 8 floats of row r at byte
+// row by row. For each group of 64 columns (then of 32, then of 8) of y
+// the group is loaded into Y0-Y7 (Y0-Y3, Y0), every row's a[r]·w is
+// added with one FMA per vector, and the group is stored; with 64 columns
+// eight accumulators keep a row's FMAs from waiting on the previous
+// row's. W(off, y) loads 8 floats of row r at byte
 // offset off (from DI, AX = 0); SH is log2 of an element's bytes, O1-O3
 // the byte offsets of the group's second to fourth vectors, G32 and G8 the
 // bytes of 32 and 8 elements. SI walks y, R11 the group's column in row 0
@@ -44,6 +46,54 @@
 	SHLQ $SH, R8; \
 	MOVQ rows+40(FP), R9; \
 	XORQ AX, AX; \
+c64: \
+	CMPQ CX, $64; \
+	JLT  c32; \
+	VMOVUPS (SI), Y0; \
+	VMOVUPS 32(SI), Y1; \
+	VMOVUPS 64(SI), Y2; \
+	VMOVUPS 96(SI), Y3; \
+	VMOVUPS 128(SI), Y4; \
+	VMOVUPS 160(SI), Y5; \
+	VMOVUPS 192(SI), Y6; \
+	VMOVUPS 224(SI), Y7; \
+	MOVQ R11, DI; \
+	MOVQ R10, DX; \
+	MOVQ R9, R12; \
+r64: \
+	VBROADCASTSS (DX), Y15; \
+	W(0, Y8); \
+	W(O1, Y9); \
+	W(O2, Y10); \
+	W(O3, Y11); \
+	VFMADD231PS Y8, Y15, Y0; \
+	VFMADD231PS Y9, Y15, Y1; \
+	VFMADD231PS Y10, Y15, Y2; \
+	VFMADD231PS Y11, Y15, Y3; \
+	W(G32, Y8); \
+	W(G32+O1, Y9); \
+	W(G32+O2, Y10); \
+	W(G32+O3, Y11); \
+	VFMADD231PS Y8, Y15, Y4; \
+	VFMADD231PS Y9, Y15, Y5; \
+	VFMADD231PS Y10, Y15, Y6; \
+	VFMADD231PS Y11, Y15, Y7; \
+	ADDQ $4, DX; \
+	ADDQ R8, DI; \
+	DECQ R12; \
+	JNZ  r64; \
+	VMOVUPS Y0, (SI); \
+	VMOVUPS Y1, 32(SI); \
+	VMOVUPS Y2, 64(SI); \
+	VMOVUPS Y3, 96(SI); \
+	VMOVUPS Y4, 128(SI); \
+	VMOVUPS Y5, 160(SI); \
+	VMOVUPS Y6, 192(SI); \
+	VMOVUPS Y7, 224(SI); \
+	ADDQ $256, SI; \
+	ADDQ $(2*G32), R11; \
+	SUBQ $64, CX; \
+	JMP  c64; \
 c32: \
 	CMPQ CX, $32; \
 	JLT  c8; \
