@@ -78,11 +78,36 @@ func (x *attentionBench) run() { x.rk.attention(0, x.mb, x.sh, x.q, x.qs, x.out,
 // kvDTypes are the KV cache formats the benchmarks compare.
 var kvDTypes = []tensor.DType{tensor.F32, tensor.BF16, tensor.F16}
 
+// timeKVFormats runs an attentionBench (batch, ctxLen, rows) per KV
+// format once untimed, then b.N times, the formats back to back in every
+// op and timed apart, so that their ratios compare runs milliseconds
+// apart on a shared machine; it returns the benches and each format's
+// seconds per op.
+func timeKVFormats(b *testing.B, pool *tensor.Pool, batch, ctxLen, rows int) ([]*attentionBench, []float64) {
+	xs := make([]*attentionBench, len(kvDTypes))
+	for i, dt := range kvDTypes {
+		xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, batch, ctxLen, rows)
+		xs[i].run()
+	}
+	spent := make([]time.Duration, len(kvDTypes))
+	b.ResetTimer()
+	for range b.N {
+		for i, x := range xs {
+			start := time.Now()
+			x.run()
+			spent[i] += time.Since(start)
+		}
+	}
+	secs := make([]float64, len(xs))
+	for i := range secs {
+		secs[i] = spent[i].Seconds() / float64(b.N)
+	}
+	return xs, secs
+}
+
 // BenchmarkDecodeAttention times one layer of decode attention of the 1B
 // shape on two threads, batch 1 and 16 at 2k and 8k tokens of context,
-// over a KV cache in float32, BF16 and F16. Each op runs the layer once
-// per format, back to back and timed apart, so the ratios compare runs
-// milliseconds apart on a shared machine. It reports each format's
+// over a KV cache in float32, BF16 and F16 (timeKVFormats). It reports each format's
 // milliseconds per layer, its KV bytes read per second (each KV head's
 // keys and values counted once, though its four query heads each read
 // them) and its speed-up over float32 (x-f32).
@@ -92,27 +117,13 @@ func BenchmarkDecodeAttention(b *testing.B) {
 	for _, ctxLen := range []int{2048, 8192} {
 		for _, batch := range []int{1, 16} {
 			b.Run(fmt.Sprintf("ctx=%d/batch=%d", ctxLen, batch), func(b *testing.B) {
-				xs := make([]*attentionBench, len(kvDTypes))
+				xs, secs := timeKVFormats(b, pool, batch, ctxLen, 1)
 				for i, dt := range kvDTypes {
-					xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, batch, ctxLen, 1)
-					xs[i].run()
-				}
-				spent := make([]time.Duration, len(kvDTypes))
-				b.ResetTimer()
-				for range b.N {
-					for i, x := range xs {
-						start := time.Now()
-						x.run()
-						spent[i] += time.Since(start)
-					}
-				}
-				for i, dt := range kvDTypes {
-					sec := spent[i].Seconds() / float64(b.N)
 					bytes := float64(batch) * float64(ctxLen+1) * 8 * 64 * 2 * float64(xs[i].rk.cache.ElemBytes())
-					b.ReportMetric(sec*1e3, dt.String()+"-ms/layer")
-					b.ReportMetric(bytes/sec/1e9, dt.String()+"-KV-GB/s")
+					b.ReportMetric(secs[i]*1e3, dt.String()+"-ms/layer")
+					b.ReportMetric(bytes/secs[i]/1e9, dt.String()+"-KV-GB/s")
 					if i > 0 {
-						b.ReportMetric(spent[0].Seconds()/spent[i].Seconds(), dt.String()+"-x-f32")
+						b.ReportMetric(secs[0]/secs[i], dt.String()+"-x-f32")
 					}
 				}
 			})
@@ -122,8 +133,7 @@ func BenchmarkDecodeAttention(b *testing.B) {
 
 // BenchmarkPrefillAttention times one layer of causal attention of the
 // 1B shape on two threads for a whole prompt of 512, 2k and 4k tokens,
-// over a KV cache in float32, BF16 and F16, each format timed apart as in
-// BenchmarkDecodeAttention. It reports each format's milliseconds per
+// over a KV cache in float32, BF16 and F16 (timeKVFormats). It reports each format's milliseconds per
 // layer and GFLOP/s (4·head_dim FLOPs per query head and visible key:
 // the scores and the weighted values).
 func BenchmarkPrefillAttention(b *testing.B) {
@@ -131,24 +141,11 @@ func BenchmarkPrefillAttention(b *testing.B) {
 	defer pool.Close()
 	for _, n := range []int{512, 2048, 4096} {
 		b.Run(fmt.Sprintf("prompt=%d", n), func(b *testing.B) {
-			xs := make([]*attentionBench, len(kvDTypes))
-			for i, dt := range kvDTypes {
-				xs[i] = newAttentionBench(b, pool, kvcache.Layout{BlockSize: 16, DType: dt}, 1, n-1, n)
-			}
-			spent := make([]time.Duration, len(kvDTypes))
-			b.ResetTimer()
-			for range b.N {
-				for i, x := range xs {
-					start := time.Now()
-					x.run()
-					spent[i] += time.Since(start)
-				}
-			}
+			_, secs := timeKVFormats(b, pool, 1, n-1, n)
 			flops := 4 * 64 * 32 * float64(n) * float64(n+1) / 2
 			for i, dt := range kvDTypes {
-				sec := spent[i].Seconds() / float64(b.N)
-				b.ReportMetric(sec*1e3, dt.String()+"-ms/layer")
-				b.ReportMetric(flops/sec/1e9, dt.String()+"-GFLOP/s")
+				b.ReportMetric(secs[i]*1e3, dt.String()+"-ms/layer")
+				b.ReportMetric(flops/secs[i]/1e9, dt.String()+"-GFLOP/s")
 			}
 		})
 	}
