@@ -46,14 +46,15 @@ func (o *softmax) finish(out []float32) float32 {
 	return o.m + float32(math.Log(float64(o.sum)))
 }
 
-// groupHeads is how many query heads attendGroup takes at once: the
-// scores of a block of keys for all of them stay on the stack.
+// groupHeads is the most query heads of a row attendBlock takes in one
+// pass.
 const groupHeads = 8
 
-// widenElems is attendGroup's buffer for a tile of a 16-bit cache's keys
-// (and one for its values) widened to float32: 32 keys of head_dim 64, 16
-// of 128, gathered from as many blocks as they span. Measured on the 1B
-// shape, 32 keys were as fast as 64 or faster, 16 slower by 5–10%.
+// widenElems is the float32 elements of attendBlock's buffer for a tile
+// of keys (and one for its values) gathered from a cache: 32 keys of
+// head_dim 64, 16 of 128, from as many blocks as they span, widened from
+// BF16 or F16. Measured on the 1B shape, 32 keys were as fast as 64 or
+// faster, 16 slower by 5–10%.
 const widenElems = 2048
 
 // Bounds of attendBlock's passes over several rows: at most

@@ -123,7 +123,7 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 	kvh := cfg.KVHeads
 	tok := func(i int) *cspsTok { return &p.toks[mine[i]] }
 	w.csaBlocks = cutBlocks(w.csaBlocks[:0], len(mine), blockRows(group, d), func(i int) bool {
-		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1
+		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1 && tok(i).pos == tok(i-1).pos+1
 	}, nil)
 	rk.e.pool.Run(len(w.csaBlocks)*kvh, func(lo, hi int) {
 		sc := getScratch()
@@ -446,7 +446,7 @@ func (w *cspsWorker) importance(mine []int, qs, ks, group int, scale float32) {
 	nh, d := cfg.Heads, cfg.HeadDim
 	tok := func(i int) *cspsTok { return &p.toks[mine[i]] }
 	w.csaRuns = cutBlocks(w.csaRuns[:0], len(mine), len(mine), func(i int) bool {
-		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1
+		return tok(i).seq == tok(i-1).seq && tok(i).row == tok(i-1).row+1 && tok(i).pos == tok(i-1).pos+1
 	}, nil)
 	w.rk.e.pool.Run(len(w.csaRuns)*nh, func(lo, hi int) {
 		var s []float32

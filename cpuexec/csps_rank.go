@@ -269,14 +269,17 @@ func (w *cspsWorker) local(l, wd, qc, kc, spLo, spHi int, own bool) {
 	runs := headRuns(ch, group)
 	rb := blockRows(group, d)
 	spTok := func(k int) *cspsTok { return &p.toks[p.spToks[spLo+k]] }
-	w.spBlocks = cutBlocks(w.spBlocks[:0], spHi-spLo, rb, func(k int) bool { return spTok(k).seq == spTok(k-1).seq }, nil)
+	w.spBlocks = cutBlocks(w.spBlocks[:0], spHi-spLo, rb, func(k int) bool {
+		return spTok(k).seq == spTok(k-1).seq && spTok(k).pos == spTok(k-1).pos+1
+	}, nil)
 	spUnits := len(w.spBlocks) * len(runs)
 	units := spUnits
 	w.ownBlocks = w.ownBlocks[:0]
 	if own {
 		ownTok := func(r int) *cspsTok { return &p.toks[p.own[me][r]] }
-		w.ownBlocks = cutBlocks(w.ownBlocks, st.nl, rb, func(r int) bool { return ownTok(r).seq == ownTok(r-1).seq },
-			func(r int) bool { return ownTok(r).sp || ownTok(r).csa })
+		w.ownBlocks = cutBlocks(w.ownBlocks, st.nl, rb, func(r int) bool {
+			return ownTok(r).seq == ownTok(r-1).seq && ownTok(r).pos == ownTok(r-1).pos+1
+		}, func(r int) bool { return ownTok(r).sp || ownTok(r).csa })
 		units += len(w.ownBlocks) * cfg.KVHeads
 	}
 	rk.e.pool.Run(units, func(lo, hi int) {

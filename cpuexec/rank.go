@@ -473,7 +473,9 @@ func (rk *rank) attention(l int, mb *micro, sh *parallel.Shard, q []float32, qSt
 	// rows of one sequence (consecutive positions: a prompt's chunk), or
 	// a decode's one row.
 	runs := headRuns(sh.Chunk, group)
-	st.blocks = cutBlocks(st.blocks[:0], rows, blockRows(group, d), func(i int) bool { return st.tokSeq[base+i] == st.tokSeq[base+i-1] }, nil)
+	st.blocks = cutBlocks(st.blocks[:0], rows, blockRows(group, d), func(i int) bool {
+		return st.tokSeq[base+i] == st.tokSeq[base+i-1] && st.tokPos[base+i] == st.tokPos[base+i-1]+1
+	}, nil)
 	rk.e.pool.Run(len(st.blocks)*len(runs), func(lo, hi int) {
 		sc := getScratch()
 		defer putScratch(sc)
