@@ -95,14 +95,16 @@ func (p *cspsPlan) levelHeads(v, r, heads int) parallel.Span {
 
 // CSATrace is what a test sees of one rank's CSA attention in one layer:
 // for each of the rank's CSA tokens (plan order), its q, k, v rows
-// (every head) before attention, its kept level m per head, and the
-// merged attention output (every head).
+// (every head) before attention, its kept level m per head, the merged
+// attention output (every head), and the importance per head that the
+// next layer ranks it by.
 type CSATrace struct {
 	Layer, Rank int
 	Pos, Seq    []int
 	Q, K, V     [][]float32
 	M           [][]int
 	Out         [][]float32
+	Imp         [][]float32
 }
 
 // csaAttention runs CSA for the step's CSA tokens in layer l.
@@ -501,6 +503,7 @@ func (w *cspsWorker) emitTrace(l int, mine []int, qs, ks, group int) {
 		}
 		tr.M = append(tr.M, m)
 		tr.Out = append(tr.Out, slices.Clone(st.attn[r*qs:(r+1)*qs]))
+		tr.Imp = append(tr.Imp, slices.Clone(w.csaImp[r*nh:(r+1)*nh]))
 	}
 	w.trace(tr)
 }
