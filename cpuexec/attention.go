@@ -51,11 +51,12 @@ func (o *softmax) finish(out []float32) float32 {
 const groupHeads = 8
 
 // widenElems is the float32 elements of attendBlock's buffer for a tile
-// of keys (and one for its values) gathered from a cache: 32 keys of
-// head_dim 64, 16 of 128, from as many blocks as they span, widened from
-// BF16 or F16. Measured on the 1B shape, 32 keys were as fast as 64 or
-// faster, 16 slower by 5–10%.
-const widenElems = 2048
+// of keys (and one for its values) gathered from a cache: 64 keys of
+// head_dim 64, 32 of 128, from as many blocks as they span, widened from
+// BF16 or F16. Measured on the 1B shape, with blocks of 16 query rows
+// prefill attention took 10–15% less time with 64 keys than with 32, and
+// decode no more; with one row, 16 keys were 5–10% slower than 32.
+const widenElems = 4096
 
 // Bounds of attendBlock's passes over several rows: at most
 // blockQueries query vectors (rows × heads) and blockQueryElems floats of
@@ -337,8 +338,8 @@ func headRuns(h parallel.Heads, group int) [][2]int {
 // attendScratch is attendBlock's scratch: a pass's gathered queries,
 // their softmaxes, the scores of a tile for all of them, and a tile of
 // keys and values gathered or widened to float32. Go zeroes every array
-// it declares, 56 KiB here, so callers take one from getScratch for a
-// pool chunk's calls instead of declaring it.
+// it declares, about 64 KiB here, so callers take one from getScratch for
+// a pool chunk's calls instead of declaring it.
 type attendScratch struct {
 	q      [blockQueryElems]float32
 	sm     [blockQueries]softmax

@@ -308,7 +308,7 @@ func TestKVDTypeRefused(t *testing.T) {
 // float32 cache holding the same values widened, and over the same keys
 // and values in rows of a buffer (rowTiles), to a float64 reference
 // within 1e-5, outputs and log-sum-exps: block sizes whose gathered
-// tiles (32 keys of head_dim 64) span 8 blocks, 2 and a quarter of one;
+// tiles (64 keys of head_dim 64) span 16 blocks, 4 and half of one;
 // query groups of 1 to 9 heads; one query row (decode, attendGroup) and
 // blocks of 5 and 40 consecutive rows (a prompt's chunk: 40 takes
 // several passes), each row seeing one key more than the last, with and
