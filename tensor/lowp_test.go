@@ -695,7 +695,7 @@ func TestMatMulWs(t *testing.T) {
 func TestScoresRowIndependent(t *testing.T) {
 	forEachImpl(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(43, 44))
-		for _, k := range []int{64, 128, 24, 40, 70, 5} {
+		for _, k := range []int{64, 128, 24, 40, 70, 8, 5} {
 			const n, rows = 9, 40
 			x, w := randSlice(r, rows*k), randSlice(r, n*k)
 			alone := make([]float32, rows*n)
@@ -735,7 +735,7 @@ func TestScoresRowIndependent(t *testing.T) {
 // apart (ldw > k).
 func TestScoresAxpyRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	for _, k := range []int{64, 128, 70, 5} {
+	for _, k := range []int{64, 128, 70, 8, 5} {
 		for _, pad := range []int{0, 3, 64} {
 			ldw := k + pad
 			for _, m := range []int{1, 2, 3, 4, 5, 7, 8, 32, 33} {

@@ -48,7 +48,14 @@ func scores(s, x, w []float32, m, n, k, ldw int) {
 		for j := 0; j < n; j += 4 {
 			j0 := min(j, n-4)
 			scoreGroup(sum[:mm*4], xi, mm, k, w[j0*ldw:], ldw)
-			c := min(4, n-j)
+			if j == j0 { // a whole group: 16-byte moves
+				for i := range mm {
+					o := (i0+i)*n + j
+					*(*[4]float32)(s[o : o+4]) = *(*[4]float32)(sum[i*4 : i*4+4])
+				}
+				continue
+			}
+			c := n - j
 			for i := range mm {
 				copy(s[(i0+i)*n+j:(i0+i)*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
 			}
@@ -70,8 +77,11 @@ func scoreGroup(sum, x []float32, m, k int, w []float32, ldw int) {
 	var out [8]float32
 	for i := quads; i < m; i++ {
 		dotTile(1, kt, x[i*k:], k, w, ldw, &out)
-		for c := range 4 {
-			sum[i*4+c] = out[c] + dotGo(x[i*k+kt:(i+1)*k], w[c*ldw+kt:c*ldw+k])
+		copy(sum[i*4:i*4+4], out[:4])
+		if kt < k {
+			for c := range 4 {
+				sum[i*4+c] += dotGo(x[i*k+kt:(i+1)*k], w[c*ldw+kt:c*ldw+k])
+			}
 		}
 	}
 }

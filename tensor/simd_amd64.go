@@ -122,16 +122,24 @@ func axpyRows(y, a, w []float32, ldw int) {
 }
 
 // scoresAsm is Scores straight onto the dot-tile kernels, for k a
-// nonzero multiple of 16 and n ≥ 4; it reports false, doing nothing,
-// otherwise. It calls the kernels scores's wrappers would, in its order
+// nonzero multiple of 16 (or 8, below 16) and n ≥ 4; it reports false,
+// doing nothing, otherwise. It calls the kernels scores's wrappers would, in its order
 // (gemvMaxM rows at a time: AVX-512 quads of rows, then single rows, four
 // keys at a time, the last few in the last four), so the scores are bit
 // for bit the general path's, without its Go wrappers around every group
 // of keys: a decode attention block of 16 keys and one query head spent
 // half its time in them.
 func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
-	if !useAsm || k == 0 || k%16 != 0 || n < 4 {
+	if !useAsm || k == 0 || n < 4 {
 		return false // n < 4: scores takes them key by key
+	}
+	var quad bool
+	switch {
+	case k%16 == 0:
+		quad = useAVX512
+	case k < 16 && k%8 == 0: // no quads for so short a k: every row alone
+	default:
+		return false // a tail for dotGo
 	}
 	if m == 0 {
 		return true
@@ -142,7 +150,7 @@ func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 		mm := min(gemvMaxM, m-i0)
 		xi := x[i0*k:]
 		quads := 0
-		if useAVX512 {
+		if quad {
 			quads = mm / 4
 		}
 		for j := 0; j < n; j += 4 {
