@@ -118,10 +118,10 @@ func (w *cspsWorker) csaAttention(ctx context.Context, l int) error {
 	mine := p.csaByOwner[me]
 	nc := len(p.csaToks)
 
-	// Level 1 over the rank's own SPT, every head; then the importance
-	// the next layer ranks by.
-	// Units: a block of consecutive tokens of a sequence (rows and
-	// positions both consecutive) with a KV head's heads.
+	// Level 1 over the rank's own SPT, every head, a unit being a block
+	// of consecutive tokens of a sequence (rows and positions both
+	// consecutive) with a KV head's heads; then the importance the next
+	// layer ranks by.
 	kvh := cfg.KVHeads
 	tok := func(i int) *cspsTok { return &p.toks[mine[i]] }
 	w.csaBlocks = cutBlocks(w.csaBlocks[:0], len(mine), blockRows(group, d), func(i int) bool {
@@ -439,7 +439,8 @@ func (w *cspsWorker) keptLevels(l int, mine []int) {
 // importance sets csaImp for the rank's CSA tokens: per head, the level-1
 // attention mass each token received from its SPT's queries this layer,
 // Σ_q exp(q·k·scale − lse_q) over the later queries q that see it. A unit
-// is a head of a run of the tokens (one sequence, consecutive rows): per
+// is a head of a run of the tokens (one sequence, consecutive rows and
+// positions): per
 // query, one tensor.Scores against the run's keys it sees and one
 // vectorised exp, summed per key in float64.
 func (w *cspsWorker) importance(mine []int, qs, ks, group int, scale float32) {

@@ -123,12 +123,12 @@ func axpyRows(y, a, w []float32, ldw int) {
 
 // scoresAsm is Scores straight onto the dot-tile kernels, for k a
 // nonzero multiple of 16 (or 8, below 16) and n ≥ 4; it reports false,
-// doing nothing, otherwise. It calls the kernels scores's wrappers would, in its order
-// (gemvMaxM rows at a time: AVX-512 quads of rows, then single rows, four
-// keys at a time, the last few in the last four), so the scores are bit
-// for bit the general path's, without its Go wrappers around every group
-// of keys: a decode attention block of 16 keys and one query head spent
-// half its time in them.
+// doing nothing, otherwise. It calls the kernels scores's wrappers
+// would, in its order (gemvMaxM rows at a time: AVX-512 quads of rows,
+// then single rows, four keys at a time, the last few in the last four),
+// so the scores are bit for bit the general path's, without its Go
+// wrappers around every group of keys: a decode attention block of 16
+// keys and one query head spent half its time in them.
 func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 	if !useAsm || k == 0 || n < 4 {
 		return false // n < 4: scores takes them key by key
@@ -259,14 +259,14 @@ func indexOf(x []float32, v float32) int {
 	return -1
 }
 
-// dotQuads adds to sum[i*4+j] the dot products of x rows i < m (row
-// stride ldx) with w rows j < 4 (row stride ldw) over k elements for as
-// many whole quads of x rows as the AVX-512 kernel takes, and returns how
-// many rows it did (0 when that kernel is off).
 // quadKernel reports whether dotQuads runs its AVX-512 kernel for k
 // (over k&^15 elements, the rest by dotGo).
 func quadKernel(k int) bool { return useAsm && useAVX512 && k&^15 > 0 }
 
+// dotQuads adds to sum[i*4+j] the dot products of x rows i < m (row
+// stride ldx) with w rows j < 4 (row stride ldw) over k elements for as
+// many whole quads of x rows as the AVX-512 kernel takes, and returns how
+// many rows it did (0 when that kernel is off).
 func dotQuads(m, k int, x []float32, ldx int, w []float32, ldw int, sum []float32) int {
 	k16 := k &^ 15
 	if !quadKernel(k) || m < 4 {
