@@ -440,9 +440,8 @@ func (w *cspsWorker) keptLevels(l int, mine []int) {
 // attention mass each token received from its SPT's queries this layer,
 // Σ_q exp(q·k·scale − lse_q) over the later queries q that see it. A unit
 // is a head of a run of the tokens (one sequence, consecutive rows and
-// positions): per
-// query, one tensor.Scores against the run's keys it sees and one
-// vectorised exp, summed per key in float64.
+// positions): per query, one tensor.Scores against the run's keys it
+// sees and one vectorised exp, summed per key in float64.
 func (w *cspsWorker) importance(mine []int, qs, ks, group int, scale float32) {
 	p, st := w.p, &w.rk.st
 	cfg := w.rk.e.cfg
