@@ -48,18 +48,27 @@ func scores(s, x, w []float32, m, n, k, ldw int) {
 		for j := 0; j < n; j += 4 {
 			j0 := min(j, n-4)
 			scoreGroup(sum[:mm*4], xi, mm, k, w[j0*ldw:], ldw)
-			if j == j0 { // a whole group: 16-byte moves
-				for i := range mm {
-					o := (i0+i)*n + j
-					*(*[4]float32)(s[o : o+4]) = *(*[4]float32)(sum[i*4 : i*4+4])
-				}
-				continue
-			}
-			c := n - j
-			for i := range mm {
-				copy(s[(i0+i)*n+j:(i0+i)*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
-			}
+			storeGroup(s[i0*n:], sum[:mm*4], n, j, j0)
 		}
+	}
+}
+
+// storeGroup copies a group of four keys' scores, sum[i·4+c] for key
+// j0+c of row i, into the rows of s (n scores apiece) for keys [j, j0+4):
+// the whole group by 16-byte moves (not a memmove call per row), or the
+// last few keys of a call scored in the group of its last four.
+func storeGroup(s, sum []float32, n, j, j0 int) {
+	rows := len(sum) / 4
+	if j == j0 {
+		for i := range rows {
+			o := i*n + j
+			*(*[4]float32)(s[o : o+4]) = *(*[4]float32)(sum[i*4 : i*4+4])
+		}
+		return
+	}
+	c := n - j
+	for i := range rows {
+		copy(s[i*n+j:i*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
 	}
 }
 

@@ -163,17 +163,7 @@ func scoresAsm(s, x, w []float32, m, n, k, ldw int) bool {
 			for i := 4 * quads; i < mm; i++ {
 				dot1x4AVX2(k, &xi[i*k], wj, ldw, &sum[i*4]) // rounds as the quads do
 			}
-			if j == j0 { // a whole group: 16-byte moves, not a memmove call per row
-				for i := range mm {
-					o := (i0+i)*n + j
-					*(*[4]float32)(s[o : o+4]) = *(*[4]float32)(sum[i*4 : i*4+4])
-				}
-				continue
-			}
-			c := n - j
-			for i := range mm {
-				copy(s[(i0+i)*n+j:(i0+i)*n+j+c], sum[i*4+j-j0:i*4+j-j0+c])
-			}
+			storeGroup(s[i0*n:], sum[:mm*4], n, j, j0)
 		}
 	}
 	return true
