@@ -255,7 +255,7 @@ func (c cacheTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softm
 			}
 			keys, vals := c.cache.Keys(c.layer, blk, c.head), c.cache.Values(c.layer, blk, c.head)
 			for a, e := max(from, start), min(to, start+bs); a < e; {
-				n := min(e, (a/room+1)*room) - a
+				n := tileLen(a, e, room)
 				sc.attendTile(b, qv, sm, keys[(a-start)*d:], vals[(a-start)*d:], d, a, n)
 				a += n
 			}
@@ -280,7 +280,7 @@ func (c cacheTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softm
 			if fill == 0 {
 				ts = a
 			}
-			n := min(e, (a/room+1)*room) - a
+			n := tileLen(a, e, room)
 			gatherKV(c.cache, c.layer, blk, c.head, a-start, n, wk[fill*d:(fill+n)*d], wv[fill*d:(fill+n)*d])
 			fill, a = fill+n, a+n
 			if a%room == 0 {
@@ -296,12 +296,17 @@ func (c cacheTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softm
 func (r rowTiles) walk(sc *attendScratch, b *queries, qv []float32, sm []softmax, from, to int) {
 	room := tileKeys(b.d)
 	for a := from; a < to; {
-		n := min(to, (a/room+1)*room) - a
+		n := tileLen(a, to, room)
 		at := (a - r.first) * r.stride
 		sc.attendTile(b, qv, sm, r.rows[at+r.kOff:], r.rows[at+r.vOff:], r.stride, a, n)
 		a += n
 	}
 }
+
+// tileLen is how many keys from position a (before end) the tile holding
+// a takes: tiles end at multiples of room, whatever the walk's start, so
+// a query's tiles are the same alone or in a block of queries.
+func tileLen(a, end, room int) int { return min(end, (a/room+1)*room) - a }
 
 // tileKeys is the most keys of head_dim d attendTile takes at once: what
 // a widened tile holds, and what the scores of blockQueries queries hold.
