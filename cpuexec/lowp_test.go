@@ -25,13 +25,25 @@ import (
 // row, as a fraction of the row's largest |logit| (observed on these
 // models: BF16 ≤ 0.0064, F16 ≤ 0.0009, Q8_0 ≤ 0.024):
 //
-//   - a BF16 or F16 checkpoint kept in its dtype against the float64
-//     oracle: 1e-4, the float32 path's bound (the oracle reads the same
+//   - an F16 checkpoint kept in its dtype against the float64 oracle:
+//     1e-4, the float32 path's bound (the oracle reads the same
 //     half-precision values; only float32 summation differs);
+//   - a BF16 checkpoint kept in its dtype against the oracle rounding the
+//     inputs of BF16 products as tensor.MatMulW does (BF16Inputs): 1e-5 at
+//     the median position, the float32 path's rounding, and 2e-3 at every
+//     position (observed 2.8e-4). Rounding to bfloat16 is discontinuous:
+//     a float32 difference of one ulp moves an input lying near a
+//     rounding boundary by a whole bfloat16 step, about one input in
+//     2^16 per ulp;
 //   - a float32 checkpoint converted at load against the float32 path:
 //     BF16 2e-2, F16 3e-3, Q8_0 (int8) 6e-2;
-//   - BF16 under tp, pp, sp or dp against one rank in BF16: 1e-4, the
-//     float32 path's (only summation order differs);
+//   - BF16 under tp, pp, sp or dp against one rank in BF16: 1e-2, for the
+//     same boundary crossings, which a decode step's attention carries to
+//     later rows (observed ≤ 0.0044 at the worst row, 1e-7 at the
+//     median);
+//   - every plan's median row within 1e-5 of one rank's (observed
+//     ≤ 2.2e-7), so that an error confined to a few rows is the only
+//     kind the wider bounds admit;
 //   - Q8_0 under any plan against one rank in Q8_0: Q8_0's 6e-2. The
 //     decode kernels quantize activations per block of 32, which is
 //     discontinuous: a one-ulp difference in a float32 partial sum (a TP
@@ -40,6 +52,13 @@ import (
 //     between the decode kernels (activations quantized) and the prefill
 //     ones (not). Observed: ≤ 0.022.
 var lowpTol = map[string]float64{"bf16": 2e-2, "f16": 3e-3, "int8": 6e-2}
+
+// Bounds of the BF16 comparisons above and of every plan's median row.
+const (
+	bf16OracleTol = 2e-3
+	bf16PlanTol   = 1e-2
+	medianTol     = 1e-5
+)
 
 var lowpOptions = map[string]model.Options{
 	"bf16": {DType: model.BFloat16},
@@ -113,8 +132,9 @@ func margin(row []float32) float64 {
 
 // TestHalfCheckpointMatchesOracle: BF16 and F16 checkpoints loaded with
 // the default dtype keep their matrices in the file's dtype, as views of
-// the memory-mapped file, and match the float64 oracle at the float32
-// path's tolerance.
+// the memory-mapped file, and match the float64 oracle: F16 at the
+// float32 path's tolerance, BF16 with the oracle rounding the inputs of
+// BF16 products as the engine does (see the bounds above).
 func TestHalfCheckpointMatchesOracle(t *testing.T) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
@@ -138,10 +158,27 @@ func TestHalfCheckpointMatchesOracle(t *testing.T) {
 			ref := loadOracle(t, dir)
 			tokens := fixture.Tokens(1, 37, m.Config.Vocab)
 			got := allLogits(t, m, pool, tokens)
-			wantLogits := ref.Logits(tokens)
 			v := m.Config.Vocab
+			if want != tensor.BF16 {
+				wantLogits := ref.Logits(tokens)
+				for p := range tokens {
+					assertClose(t, fmt.Sprintf("position %d", p), got[p*v:(p+1)*v], wantLogits[p])
+				}
+				return
+			}
+			ref.BF16Inputs = true
+			wantLogits := ref.Logits(tokens)
+			errs := make([]float64, len(tokens))
 			for p := range tokens {
-				assertClose(t, fmt.Sprintf("position %d", p), got[p*v:(p+1)*v], wantLogits[p])
+				errs[p] = oracleRowError(got[p*v:(p+1)*v], wantLogits[p])
+				if errs[p] > bf16OracleTol {
+					t.Errorf("position %d: logits %.3g from the oracle's (relative to the largest), beyond %g", p, errs[p], bf16OracleTol)
+				}
+			}
+			worst, med := worstAndMedian(errs)
+			t.Logf("against the oracle rounding BF16 inputs: median position %.3g, worst %.3g", med, worst)
+			if med > medianTol {
+				t.Errorf("median position %.3g from the oracle, beyond %g: the engine does not round as the oracle does", med, medianTol)
 			}
 		})
 	}
@@ -274,7 +311,7 @@ func TestLowPrecisionPlans(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tol := 1e-4
+				tol := bf16PlanTol
 				if format == "int8" {
 					tol = lowpTol["int8"]
 				}
@@ -282,7 +319,11 @@ func TestLowPrecisionPlans(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("max relative logits error against one rank: %.3g", stepsWithin(t, e, plan, vocab, want, tol))
+				worst, med := stepsWithin(t, e, plan, vocab, want, tol)
+				t.Logf("relative logits error against one rank: median row %.3g, worst %.3g", med, worst)
+				if med > medianTol {
+					t.Errorf("median row %.3g from one rank's, beyond %g", med, medianTol)
+				}
 			})
 		}
 	}
@@ -407,10 +448,10 @@ func loadOracle(t testing.TB, dir string) *oracle.Model {
 // stepsWithin runs newScenario's 16 steps under plan on e and checks every
 // logits row against want's (one rank's) within tol of the row's largest
 // |logit|; it returns the largest relative error seen.
-func stepsWithin(t *testing.T, e *Executor, plan parallel.Plan, vocab int, want [][]float32, tol float64) float64 {
+func stepsWithin(t *testing.T, e *Executor, plan parallel.Plan, vocab int, want [][]float32, tol float64) (worst, median float64) {
 	t.Helper()
 	sc := newScenario(vocab, plan.DP, 16)
-	worst := 0.0
+	var errs []float64
 	for i := range sc.steps {
 		b := sc.batch(i, plan.DP)
 		got, err := e.Step(context.Background(), &b, parallel.Standard(plan))
@@ -419,12 +460,32 @@ func stepsWithin(t *testing.T, e *Executor, plan parallel.Plan, vocab int, want 
 		}
 		for r := 0; r < len(got)/vocab; r++ {
 			diff, maxAbs := rowError(got[r*vocab:(r+1)*vocab], want[i][r*vocab:(r+1)*vocab])
-			worst = math.Max(worst, diff/maxAbs)
+			errs = append(errs, diff/maxAbs)
 			if diff > tol*maxAbs {
 				t.Fatalf("step %d row %d: max |diff| %.3g exceeds %g × max |logit| %.3g", i, r, diff, tol, maxAbs)
 			}
 		}
 		sc.advance(i)
 	}
-	return worst
+	return worstAndMedian(errs)
+}
+
+// worstAndMedian returns the largest and the median of errs (which it sorts).
+func worstAndMedian(errs []float64) (worst, median float64) {
+	if len(errs) == 0 {
+		return 0, 0
+	}
+	slices.Sort(errs)
+	return errs[len(errs)-1], errs[len(errs)/2]
+}
+
+// oracleRowError is max |got − want| over a logits row, relative to the
+// row's largest |want|.
+func oracleRowError(got []float32, want []float64) float64 {
+	maxAbs, maxDiff := 0.0, 0.0
+	for i, w := range want {
+		maxAbs = math.Max(maxAbs, math.Abs(w))
+		maxDiff = math.Max(maxDiff, math.Abs(float64(got[i])-w))
+	}
+	return maxDiff / maxAbs
 }

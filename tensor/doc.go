@@ -17,20 +17,23 @@
 //
 // Low-precision weights: a Weights matrix holds w as float32, bfloat16,
 // binary16 or Q8_0 (8-bit quants in blocks of 32 with one scale), and
-// MatMulW multiplies by it in that format, accumulating in float32:
-// decode (m <= 32) streams the stored bytes once, which is what bounds its
-// speed; prefill widens BF16 and F16 panels of w into the float32 GEMM
-// and multiplies Q8_0 in 8-bit integers, tiles of rows of x by rows of w
+// MatMulW multiplies by it in that format, accumulating in float32
+// (against BF16 with x rounded to bfloat16): decode (m <= 32) streams the
+// stored bytes once, which is what bounds its speed; prefill multiplies
+// BF16 in bfloat16 pairs where the CPU has AVX-512 BF16 (bf16gemm.go),
+// widens F16 (and elsewhere BF16) panels of w into the float32 GEMM and
+// multiplies Q8_0 in 8-bit integers, tiles of rows of x by rows of w
 // (q8gemm.go; on amd64 CPUs without AVX-512 VNNI it dequantizes panels
 // into the float32 GEMM instead). Rows (a view), Cols (a copy in the
 // same format) and Convert cut and re-type matrices for loaders and
-// tensor-parallel shards. Read weights.go and lowp.go,
-// then lowp_amd64.s; q8gemm.go for Q8_0 prefill; reshape.go for the cuts.
+// tensor-parallel shards. Read weights.go and lowp.go, then lowp_amd64.s;
+// bf16gemm.go for BF16 prefill, q8gemm.go for Q8_0's; reshape.go for the
+// cuts.
 //
 // Implementations: on amd64 with AVX2 and FMA the hot loops run in Go
 // assembly, picked at run time (AVX-512 only for the decode GEMV tiles,
-// where it measured faster on Zen 4, and the Q8_0 prefill tiles, which
-// need its VNNI dot products); other CPUs, and builds with the noasm
+// where it measured faster on Zen 4, and the BF16 and Q8_0 prefill
+// tiles, which need its BF16 and VNNI dot products); other CPUs, and builds with the noasm
 // tag, run the portable Go kernels. MatMul serves m <= 32 (decode) with the
 // unpacked dot-product path in gemv.go and larger m with the packed,
 // cache-blocked GEMM in gemm.go, or with OpenBLAS's cblas_sgemm when built

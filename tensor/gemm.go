@@ -2,8 +2,6 @@
 
 package tensor
 
-import "sync"
-
 // Blocking of the packed GEMM (BLIS scheme, sized for 32 KiB L1 and
 // 1 MiB L2 per core). A packed kcBlock×ncBlock slab of w (512 KiB) sits in
 // L2/L3, a packed mcBlock×kcBlock block of x (96 KiB) in L2, and each
@@ -143,22 +141,6 @@ func packB(dst, w []float32, k, j0, nc, pc, kc int) {
 		}
 	}
 }
-
-// scratch recycles packing buffers between calls and goroutines.
-var scratch sync.Pool
-
-func getScratch(n int) *[]float32 {
-	if b, ok := scratch.Get().(*[]float32); ok {
-		if cap(*b) >= n {
-			*b = (*b)[:n]
-			return b
-		}
-	}
-	b := make([]float32, n)
-	return &b
-}
-
-func putScratch(b *[]float32) { scratch.Put(b) }
 
 // microKernelGo is the portable form of the GEMM micro-kernel: it computes
 // the mr×nr tile c[r*ldc+j] (+)= Σ_kk a[kk*mr+r]·b[kk*nr+j] from packed

@@ -65,6 +65,34 @@ func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 	}}
 }
 
+// scratch recycles float32 buffers (GEMM packing, rounded inputs) between
+// calls and goroutines.
+var scratch sync.Pool
+
+func getScratch(n int) *[]float32 {
+	if b, ok := scratch.Get().(*[]float32); ok {
+		if cap(*b) >= n {
+			*b = (*b)[:n]
+			return b
+		}
+	}
+	b := make([]float32, n)
+	return &b
+}
+
+func putScratch(b *[]float32) { scratch.Put(b) }
+
+// roundedBF16 returns x rounded to bfloat16 (ties to even, as ToBF16) in
+// a scratch that the caller returns with putScratch: the input of every
+// product against BF16 weights (see MatMulW).
+func roundedBF16(x []float32) *[]float32 {
+	b := getScratch(len(x))
+	for i, v := range x {
+		(*b)[i] = math.Float32frombits(uint32(ToBF16(v)) << 16)
+	}
+	return b
+}
+
 // xScratch recycles the buffers of splitX.
 var xScratch = sync.Pool{New: func() any { return new([]float32) }}
 

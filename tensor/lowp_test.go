@@ -363,6 +363,9 @@ func refMatMulW(y0, x []float32, w *Weights, m int) refW {
 		w.Row(j, wf[j*k:(j+1)*k])
 	}
 	r := refW{m: m}
+	if w.DType() == BF16 {
+		x = bf16Rounded(x) // MatMulW's input to BF16 weights
+	}
 	r.want, r.scale = refMatMul(y0, x, wf, m, k, n)
 	if w.DType() != Q8_0 {
 		return r
@@ -390,6 +393,15 @@ func refMatMulW(y0, x []float32, w *Weights, m int) refW {
 		}
 	}
 	return r
+}
+
+// bf16Rounded returns x with each element rounded to bfloat16.
+func bf16Rounded(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = FromBF16(ToBF16(v))
+	}
+	return out
 }
 
 // checkW checks y against a reference: within rel·scale of want, and for

@@ -11,8 +11,8 @@ type DType uint8
 const (
 	// F32 holds float32 weights; products go through MatMul unchanged.
 	F32 DType = iota
-	// BF16 holds bfloat16 weights (see ToBF16), widened to float32 in
-	// registers; products accumulate in float32.
+	// BF16 holds bfloat16 weights (see ToBF16); products take x rounded
+	// to bfloat16 and accumulate in float32 (see MatMulW).
 	BF16
 	// F16 holds IEEE binary16 weights (see ToF16), widened likewise.
 	F16
@@ -262,11 +262,21 @@ func dequantQ8Go(dst []float32, q []uint8, scale float32) {
 // same overwrite and aliasing rules), reading w in its stored format:
 //
 //   - F32: MatMul itself.
-//   - BF16, F16: each weight is widened to float32 and products accumulate
-//     in float32, so the result is that of MatMul on the widened matrix up
-//     to float32 summation order. For m <= 32 w is streamed once per call
-//     and widened in registers; larger m widen panels of w into the packed
-//     float32 GEMM.
+//   - BF16: each element of x is first rounded to bfloat16 (ties to even,
+//     as ToBF16), so every product of a weight and an input is exact in
+//     float32; products accumulate in float32, and the result is that of
+//     MatMul of the rounded x by the widened matrix up to float32
+//     summation order. This is the rule of llama.cpp's BF16 CPU path and
+//     of a bfloat16 GEMM on a GPU, and what lets larger m multiply
+//     bfloat16 pairs in hardware: where the CPU has AVX-512 BF16
+//     (VDPBF16PS, twice the float32 FMA's rate), m > 32 run gemmBF16.
+//     Load a checkpoint as float32 to keep x unrounded.
+//   - F16: each weight is widened to float32 and products accumulate in
+//     float32, so the result is that of MatMul on the widened matrix up
+//     to float32 summation order.
+//   - BF16 and F16 without the pair kernel: for m <= 32 w is streamed
+//     once per call and widened in registers; larger m widen panels of w
+//     into the packed float32 GEMM.
 //   - Q8_0: for m <= 32 (decode) each row of x is quantized per block of
 //     32 to 8-bit integers with its own float32 scale max|x|/127 (ties to
 //     even), and each block's dot product is exact in int32 before it is
@@ -317,8 +327,17 @@ func MatMulWs(p *Pool, x []float32, m int, ps ...Projection) {
 	}
 	var buf [4]gemvWork
 	works, total := buf[:0], 0
+	var xr *[]float32 // x rounded for BF16 projections
 	for _, pr := range ps {
-		wk := gemvW(pr.Y, x, pr.W, m, false)
+		xi := x
+		if pr.W.dtype == BF16 {
+			if xr == nil {
+				xr = roundedBF16(x)
+				defer putScratch(xr)
+			}
+			xi = *xr
+		}
+		wk := gemvW(pr.Y, xi, pr.W, m, false)
 		works = append(works, wk)
 		total += wk.units
 	}
@@ -363,6 +382,15 @@ func checkMatMulW(name string, y, x []float32, w *Weights, m int) {
 
 func matmulW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 	n, k := w.n, w.k
+	if w.dtype == BF16 && m > 0 && n > 0 && k > 0 {
+		if kern := bf16Kernel(); kern != nil && m > gemvMaxM {
+			gemmBF16(p, y, x, w, m, acc, kern)
+			return
+		}
+		xr := roundedBF16(x)
+		defer putScratch(xr)
+		x = *xr
+	}
 	switch {
 	case w.dtype == F32:
 		matmul(p, y, x, w.f32, m, k, n, acc)

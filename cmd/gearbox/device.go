@@ -38,7 +38,7 @@ type deviceFlags struct {
 func addDeviceFlags(fs *flag.FlagSet, defaultDevice string) *deviceFlags {
 	d := &deviceFlags{}
 	fs.StringVar(&d.device, "device", defaultDevice, "where the model runs: auto (a CUDA GPU when one is found, else the CPU), cpu, cuda or cuda:N")
-	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU keeps the weight matrices in this dtype, auto meaning the checkpoint's, memory-mapped, and computes in float32)")
+	fs.StringVar(&d.dtype, "dtype", "auto", "weights and activations: auto, bfloat16, float16 or float32 (on the GPU auto is bfloat16 for bfloat16 checkpoints, else float16; the CPU keeps the weight matrices in this dtype, auto meaning the checkpoint's, memory-mapped, and computes in float32, rounding the inputs of bfloat16 products to bfloat16 as llama.cpp does; float32 keeps them exact)")
 	fs.StringVar(&d.quant, "quantization", "", "weight quantization: int8 (alias q8_0: 8-bit blocks of 32 with a scale each, quantized at load; CPU only, with --dtype auto or float32) or none")
 	fs.StringVar(&d.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto, float32, bfloat16 or float16 (auto is float32 on the CPU; bfloat16 and float16 halve the CPU cache's bytes, so a pool sized in bytes holds twice the tokens: keys and values are rounded to nearest as written, attention accumulates in float32; on the GPU the KV cache is in the --dtype the model runs in, which auto names and no other is accepted; fp8 is the simulator's, gearbox simulate and plan)")
 	fs.Float64Var(&d.memUtil, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and the KV cache")

@@ -30,6 +30,12 @@ type Model struct {
 	window  int
 	invFreq []float64
 	tied    bool
+
+	// BF16Inputs rounds the input of every product with a BF16 weight to
+	// bfloat16 first (ties to even), as the engine's CPU kernels do
+	// (tensor.MatMulW).
+	BF16Inputs bool
+	bf16       map[string]bool // tensors stored as BF16
 }
 
 // Load reads dir's config.json and safetensors into float64.
@@ -38,7 +44,7 @@ func Load(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{t: map[string][]float64{}}
+	m := &Model{t: map[string][]float64{}, bf16: map[string]bool{}}
 	if err := json.Unmarshal(data, &m.cfg); err != nil {
 		return nil, err
 	}
@@ -78,6 +84,7 @@ func Load(dir string) (*Model, error) {
 			v[i] = float64(x)
 		}
 		m.t[name] = v
+		m.bf16[name] = t.DType == safetensors.BF16
 	}
 	return m, nil
 }
@@ -135,8 +142,23 @@ func (m *Model) w(name string) []float64 {
 	return v
 }
 
-// linear returns x·Wᵀ (+ b) for W [out, in].
-func linear(x, w, b []float64, out int) []float64 {
+// proj returns x·Wᵀ (+ W's bias) for the weight named p+name+".weight"
+// [out, in], rounding x first under BF16Inputs when W is BF16.
+func (m *Model) proj(x []float64, p, name string, out int) []float64 {
+	w := p + name + ".weight"
+	return m.linear(x, m.w(w), m.opt(p+name+".bias"), out, m.bf16[w])
+}
+
+// linear returns x·Wᵀ (+ b) for W [out, in]; bf16 says W is stored as
+// BF16.
+func (m *Model) linear(x, w, b []float64, out int, bf16 bool) []float64 {
+	if bf16 && m.BF16Inputs {
+		r := make([]float64, len(x))
+		for i, v := range x {
+			r[i] = roundBF16(v)
+		}
+		x = r
+	}
 	in := len(x)
 	y := make([]float64, out)
 	for o := 0; o < out; o++ {
@@ -150,6 +172,16 @@ func linear(x, w, b []float64, out int) []float64 {
 		y[o] = s
 	}
 	return y
+}
+
+// roundBF16 rounds v to float32, then to bfloat16 (ties to even).
+func roundBF16(v float64) float64 {
+	b := math.Float32bits(float32(v))
+	if b&0x7fffffff > 0x7f800000 {
+		return v
+	}
+	b += 0x7fff + (b>>16)&1
+	return float64(math.Float32frombits(b &^ 0xffff))
 }
 
 func rmsNorm(x, w []float64, eps float64) []float64 {
@@ -194,9 +226,9 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 		v := make([][]float64, T)
 		for t := 0; t < T; t++ {
 			xn := rmsNorm(x[t], m.w(p+"input_layernorm.weight"), m.eps)
-			q[t] = linear(xn, m.w(p+"self_attn.q_proj.weight"), m.opt(p+"self_attn.q_proj.bias"), m.heads*d)
-			k[t] = linear(xn, m.w(p+"self_attn.k_proj.weight"), m.opt(p+"self_attn.k_proj.bias"), m.kvHeads*d)
-			v[t] = linear(xn, m.w(p+"self_attn.v_proj.weight"), m.opt(p+"self_attn.v_proj.bias"), m.kvHeads*d)
+			q[t] = m.proj(xn, p, "self_attn.q_proj", m.heads*d)
+			k[t] = m.proj(xn, p, "self_attn.k_proj", m.kvHeads*d)
+			v[t] = m.proj(xn, p, "self_attn.v_proj", m.kvHeads*d)
 			for hh := 0; hh < m.heads; hh++ {
 				head := q[t][hh*d : (hh+1)*d]
 				if qn := m.opt(p + "self_attn.q_norm.weight"); qn != nil {
@@ -242,29 +274,29 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 					}
 				}
 			}
-			o := linear(attn, m.w(p+"self_attn.o_proj.weight"), m.opt(p+"self_attn.o_proj.bias"), h)
+			o := m.proj(attn, p, "self_attn.o_proj", h)
 			for i := range o {
 				x[t][i] += o[i]
 			}
 			xn := rmsNorm(x[t], m.w(p+"post_attention_layernorm.weight"), m.eps)
-			gate := linear(xn, m.w(p+"mlp.gate_proj.weight"), m.opt(p+"mlp.gate_proj.bias"), m.inter)
-			up := linear(xn, m.w(p+"mlp.up_proj.weight"), m.opt(p+"mlp.up_proj.bias"), m.inter)
+			gate := m.proj(xn, p, "mlp.gate_proj", m.inter)
+			up := m.proj(xn, p, "mlp.up_proj", m.inter)
 			for i := range gate {
 				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
 			}
-			down := linear(gate, m.w(p+"mlp.down_proj.weight"), m.opt(p+"mlp.down_proj.bias"), h)
+			down := m.proj(gate, p, "mlp.down_proj", h)
 			for i := range down {
 				x[t][i] += down[i]
 			}
 		}
 	}
-	head := m.t["lm_head.weight"]
+	head, headName := m.t["lm_head.weight"], "lm_head.weight"
 	if m.tied || head == nil {
-		head = emb
+		head, headName = emb, "model.embed_tokens.weight"
 	}
 	out := make([][]float64, T)
 	for t := range x {
-		out[t] = linear(rmsNorm(x[t], m.w("model.norm.weight"), m.eps), head, nil, m.vocab)
+		out[t] = m.linear(rmsNorm(x[t], m.w("model.norm.weight"), m.eps), head, nil, m.vocab, m.bf16[headName])
 	}
 	return out
 }
