@@ -42,6 +42,22 @@ func pairsAsm(dst []uint32, src []float32) int {
 	return n
 }
 
+func pairQuadsAsm(k int, x []uint32, ldx, quads int, w []uint16, ldw int, out []float32) {
+	_ = x[(4*quads-1)*ldx+k-1]
+	_ = w[2*(3*ldw+k)-1]
+	_ = out[16*quads-1]
+	dotPairQuadsBF16(k, &x[0], ldx, quads, &w[0], ldw, &out[0])
+}
+
+// pairDots returns the pair dot kernel of gemvPairs where the CPU has
+// AVX-512 BF16, else nil.
+func pairDots() pairDotFunc {
+	if bf16Kernel() == nil {
+		return nil
+	}
+	return pairQuadsAsm
+}
+
 // bf16Kernel returns the pair micro-kernel when the CPU multiplies
 // bfloat16 pairs in hardware, else nil (products then widen w instead).
 func bf16Kernel() bf16KernelFunc {

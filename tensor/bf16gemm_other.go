@@ -7,6 +7,8 @@ package tensor
 
 func bf16Kernel() bf16KernelFunc { return nil }
 
+func pairDots() pairDotFunc { return nil }
+
 func packPairs16([]uint32, []uint16, int, int) bool { return false }
 
 func pairsAsm([]uint32, []float32) int { return 0 }

@@ -22,13 +22,36 @@ const lowpRows = 8
 // sequential stream per worker is faster (k = 2048: 33 GB/s against 28).
 const halfRowKMax = 4096
 
-// gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. For m == 1 each
-// worker streams its rows of w through the widening dot kernel (for BF16
-// under AVX-512 against x split into even and odd elements, see splitX).
-// For m > 1 it widens four rows at a time, gemvKB columns at a time, into
-// an L1 buffer and runs the float32 dot tiles of gemv over it, so each
-// weight is widened once per call.
+// gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. BF16 products
+// take x rounded to bfloat16: in pairs through gemvPairs where the CPU
+// has AVX-512 BF16 (k even, k >= 32, n >= 4), else as floats through
+// gemvWidened.
 func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
+	if w.dtype != BF16 {
+		return gemvWidened(y, x, w, m, acc)
+	}
+	if dots := pairDots(); dots != nil && w.k%2 == 0 && w.k >= 32 && w.n >= 4 {
+		return gemvPairs(y, x, w, m, acc, dots)
+	}
+	xr := roundedBF16(x)
+	wk := gemvWidened(y, *xr, w, m, acc)
+	free := wk.free
+	wk.free = func() {
+		if free != nil {
+			free()
+		}
+		putScratch(xr)
+	}
+	return wk
+}
+
+// gemvWidened is gemvHalf widening w to float32 (x rounded already for
+// BF16). For m == 1 each worker streams its rows of w through the
+// widening dot kernel (for BF16 under AVX-512 against x split into even
+// and odd elements, see splitX). For m > 1 it widens four rows at a time,
+// gemvKB columns at a time, into an L1 buffer and runs the float32 dot
+// tiles of gemv over it, so each weight is widened once per call.
+func gemvWidened(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 	n, k := w.n, w.k
 	if m == 1 {
 		buf := xScratch.Get().(*[]float32)

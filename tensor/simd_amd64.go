@@ -332,3 +332,10 @@ var expConst = func() (t [14][8]uint32) {
 	}
 	return t
 }()
+
+// dotPairQuadsBF16 is dotQuadsAVX512 over rows of bfloat16 pairs (AVX-512
+// BF16): k pairs a row (k%16 == 0), ldx and ldw in pairs, each pair's two
+// products added into the lane.
+//
+//go:noescape
+func dotPairQuadsBF16(k int, x *uint32, ldx int, quads int, w *uint16, ldw int, out *float32)

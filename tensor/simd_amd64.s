@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "bf16_amd64.h"
 
 // AVX2+FMA kernels. Go operand order: the destination is last and a
 // three-operand VEX instruction "OP c, b, a" is Intel's "op a, b, c".
@@ -46,6 +47,111 @@
 	LEAQ ·expConst(SB), R11; \
 	VMOVUPS 0(R11), Y5; \
 	VMOVUPS 32(R11), Y6
+
+// QFMA4 multiplies x row vector xz into accumulators a0-a3 with the four
+// w row vectors in Z0-Z3.
+#define QFMA4(xz, a0, a1, a2, a3) \
+	VFMADD231PS Z0, xz, a0; \
+	VFMADD231PS Z1, xz, a1; \
+	VFMADD231PS Z2, xz, a2; \
+	VFMADD231PS Z3, xz, a3
+
+// QSUM reduces zmm accumulators a0-a3 (registers 16-31) to four sums in
+// X0 lanes 0-3 and adds them to off(DX). Clobbers Y0-Y3, Y8-Y11.
+#define QSUM(a0, a1, a2, a3, y0, y1, y2, y3, off) \
+	VEXTRACTF64X4 $1, a0, Y8; \
+	VADDPS y0, Y8, Y0; \
+	VEXTRACTF64X4 $1, a1, Y9; \
+	VADDPS y1, Y9, Y1; \
+	VEXTRACTF64X4 $1, a2, Y10; \
+	VADDPS y2, Y10, Y2; \
+	VEXTRACTF64X4 $1, a3, Y11; \
+	VADDPS y3, Y11, Y3; \
+	HSUM4(Y0, Y1, Y2, Y3, Y8, Y9, X0, X8); \
+	VADDPS off(DX), X0, X0; \
+	VMOVUPS X0, off(DX)
+
+// DOTQUADS is the body of the quad dot kernels: for q < quads, the x rows
+// 4q..4q+3 (row stride ldx) against the four w rows (row stride ldw),
+// k 4-byte elements a row, 16 at a time (k%16 == 0, k > 0, quads > 0),
+// each sum added to out[(4q+i)*4+j]. Q4(xz, xn, a0-a3, n0-n3) adds the
+// products of x vector xz (register number xn) with the w vectors in
+// Z0-Z3 into accumulators a0-a3 (numbers n0-n3). Accumulators: Z16+4i+j
+// for x row i, w row j.
+#define DOTQUADS(Q4) \
+	MOVQ k+0(FP), BX; \
+	SHLQ $2, BX; \
+	MOVQ x+8(FP), SI; \
+	MOVQ quads+24(FP), R13; \
+	MOVQ w+32(FP), DI; \
+	MOVQ ldw+40(FP), R8; \
+	SHLQ $2, R8; \
+	MOVQ out+48(FP), DX; \
+	LEAQ (DI)(R8*1), R9; \
+	LEAQ (DI)(R8*2), R10; \
+	LEAQ (R9)(R8*2), R11; \
+dqquad: \
+	MOVQ ldx+16(FP), R12; \
+	SHLQ $2, R12; \
+	LEAQ (SI)(R12*1), AX; \
+	LEAQ (SI)(R12*2), R8; \
+	LEAQ (AX)(R12*2), R12; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	VPXORD Z24, Z24, Z24; \
+	VPXORD Z25, Z25, Z25; \
+	VPXORD Z26, Z26, Z26; \
+	VPXORD Z27, Z27, Z27; \
+	VPXORD Z28, Z28, Z28; \
+	VPXORD Z29, Z29, Z29; \
+	VPXORD Z30, Z30, Z30; \
+	VPXORD Z31, Z31, Z31; \
+	XORQ CX, CX; \
+dqloop: \
+	VMOVUPS (DI)(CX*1), Z0; \
+	VMOVUPS (R9)(CX*1), Z1; \
+	VMOVUPS (R10)(CX*1), Z2; \
+	VMOVUPS (R11)(CX*1), Z3; \
+	VMOVUPS (SI)(CX*1), Z4; \
+	VMOVUPS (AX)(CX*1), Z5; \
+	VMOVUPS (R8)(CX*1), Z6; \
+	VMOVUPS (R12)(CX*1), Z7; \
+	Q4(Z4, 4, Z16, Z17, Z18, Z19, 16, 17, 18, 19); \
+	Q4(Z5, 5, Z20, Z21, Z22, Z23, 20, 21, 22, 23); \
+	Q4(Z6, 6, Z24, Z25, Z26, Z27, 24, 25, 26, 27); \
+	Q4(Z7, 7, Z28, Z29, Z30, Z31, 28, 29, 30, 31); \
+	ADDQ $64, CX; \
+	CMPQ CX, BX; \
+	JLT  dqloop; \
+	QSUM(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19, 0); \
+	QSUM(Z20, Z21, Z22, Z23, Y20, Y21, Y22, Y23, 16); \
+	QSUM(Z24, Z25, Z26, Z27, Y24, Y25, Y26, Y27, 32); \
+	QSUM(Z28, Z29, Z30, Z31, Y28, Y29, Y30, Y31, 48); \
+	ADDQ $64, DX; \
+	MOVQ ldx+16(FP), CX; \
+	SHLQ $4, CX; \
+	ADDQ CX, SI; \
+	DECQ R13; \
+	JNZ  dqquad; \
+	VZEROUPPER; \
+	RET
+
+// QF32 is Q4 for float32 rows (QFMA4).
+#define QF32(xz, xn, a0, a1, a2, a3, n0, n1, n2, n3) QFMA4(xz, a0, a1, a2, a3)
+
+// QBF16 is Q4 for rows of bfloat16 pairs: each lane adds the products of
+// its two pairs' halves.
+#define QBF16(xz, xn, a0, a1, a2, a3, n0, n1, n2, n3) \
+	DPBF16(0, xn, n0); \
+	DPBF16(1, xn, n1); \
+	DPBF16(2, xn, n2); \
+	DPBF16(3, xn, n3)
 
 // func axpyAVX2(alpha float32, x, y *float32, n int)
 TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
@@ -423,94 +529,11 @@ d24loop:
 	VZEROUPPER
 	RET
 
-// QFMA4 multiplies x row vector xz into accumulators a0-a3 with the four
-// w row vectors in Z0-Z3.
-#define QFMA4(xz, a0, a1, a2, a3) \
-	VFMADD231PS Z0, xz, a0; \
-	VFMADD231PS Z1, xz, a1; \
-	VFMADD231PS Z2, xz, a2; \
-	VFMADD231PS Z3, xz, a3
-
-// QSUM reduces zmm accumulators a0-a3 (registers 16-31) to four sums in
-// X0 lanes 0-3 and adds them to off(DX). Clobbers Y0-Y3, Y8-Y11.
-#define QSUM(a0, a1, a2, a3, y0, y1, y2, y3, off) \
-	VEXTRACTF64X4 $1, a0, Y8; \
-	VADDPS y0, Y8, Y0; \
-	VEXTRACTF64X4 $1, a1, Y9; \
-	VADDPS y1, Y9, Y1; \
-	VEXTRACTF64X4 $1, a2, Y10; \
-	VADDPS y2, Y10, Y2; \
-	VEXTRACTF64X4 $1, a3, Y11; \
-	VADDPS y3, Y11, Y3; \
-	HSUM4(Y0, Y1, Y2, Y3, Y8, Y9, X0, X8); \
-	VADDPS off(DX), X0, X0; \
-	VMOVUPS X0, off(DX)
-
 // func dotQuadsAVX512(k int, x *float32, ldx int, quads int, w *float32, ldw int, out *float32)
-// Accumulators: Z16+4i+j for x row i, w row j.
 TEXT ·dotQuadsAVX512(SB), NOSPLIT, $0-56
-	MOVQ k+0(FP), BX
-	SHLQ $2, BX
-	MOVQ x+8(FP), SI
-	MOVQ quads+24(FP), R13
-	MOVQ w+32(FP), DI
-	MOVQ ldw+40(FP), R8
-	SHLQ $2, R8
-	MOVQ out+48(FP), DX
-	LEAQ (DI)(R8*1), R9
-	LEAQ (DI)(R8*2), R10
-	LEAQ (R9)(R8*2), R11
+	DOTQUADS(QF32)
 
-dqquad:
-	MOVQ ldx+16(FP), R12
-	SHLQ $2, R12
-	LEAQ (SI)(R12*1), AX
-	LEAQ (SI)(R12*2), R8
-	LEAQ (AX)(R12*2), R12
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28
-	VPXORD Z29, Z29, Z29
-	VPXORD Z30, Z30, Z30
-	VPXORD Z31, Z31, Z31
-	XORQ CX, CX
-
-dqloop:
-	VMOVUPS (DI)(CX*1), Z0
-	VMOVUPS (R9)(CX*1), Z1
-	VMOVUPS (R10)(CX*1), Z2
-	VMOVUPS (R11)(CX*1), Z3
-	VMOVUPS (SI)(CX*1), Z4
-	VMOVUPS (AX)(CX*1), Z5
-	VMOVUPS (R8)(CX*1), Z6
-	VMOVUPS (R12)(CX*1), Z7
-	QFMA4(Z4, Z16, Z17, Z18, Z19)
-	QFMA4(Z5, Z20, Z21, Z22, Z23)
-	QFMA4(Z6, Z24, Z25, Z26, Z27)
-	QFMA4(Z7, Z28, Z29, Z30, Z31)
-	ADDQ $64, CX
-	CMPQ CX, BX
-	JLT  dqloop
-
-	QSUM(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19, 0)
-	QSUM(Z20, Z21, Z22, Z23, Y20, Y21, Y22, Y23, 16)
-	QSUM(Z24, Z25, Z26, Z27, Y24, Y25, Y26, Y27, 32)
-	QSUM(Z28, Z29, Z30, Z31, Y28, Y29, Y30, Y31, 48)
-	ADDQ $64, DX
-	MOVQ ldx+16(FP), CX
-	SHLQ $4, CX
-	ADDQ CX, SI
-	DECQ R13
-	JNZ  dqquad
-	VZEROUPPER
-	RET
+// func dotPairQuadsBF16(k int, x *uint32, ldx int, quads int, w *uint16, ldw int, out *float32)
+// DOTQUADS over bfloat16 pairs: k pairs a row, ldx and ldw in pairs.
+TEXT ·dotPairQuadsBF16(SB), NOSPLIT, $0-56
+	DOTQUADS(QBF16)

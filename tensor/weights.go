@@ -269,8 +269,9 @@ func dequantQ8Go(dst []float32, q []uint8, scale float32) {
 //     summation order. This is the rule of llama.cpp's BF16 CPU path and
 //     of a bfloat16 GEMM on a GPU, and what lets larger m multiply
 //     bfloat16 pairs in hardware: where the CPU has AVX-512 BF16
-//     (VDPBF16PS, twice the float32 FMA's rate), m > 32 run gemmBF16.
-//     Load a checkpoint as float32 to keep x unrounded.
+//     (VDPBF16PS, twice the float32 FMA's rate), m > 32 run gemmBF16 and
+//     smaller m the pair dot tiles of gemvPairs, w streamed once. Load a
+//     checkpoint as float32 to keep x unrounded.
 //   - F16: each weight is widened to float32 and products accumulate in
 //     float32, so the result is that of MatMul on the widened matrix up
 //     to float32 summation order.
@@ -327,17 +328,8 @@ func MatMulWs(p *Pool, x []float32, m int, ps ...Projection) {
 	}
 	var buf [4]gemvWork
 	works, total := buf[:0], 0
-	var xr *[]float32 // x rounded for BF16 projections
 	for _, pr := range ps {
-		xi := x
-		if pr.W.dtype == BF16 {
-			if xr == nil {
-				xr = roundedBF16(x)
-				defer putScratch(xr)
-			}
-			xi = *xr
-		}
-		wk := gemvW(pr.Y, xi, pr.W, m, false)
+		wk := gemvW(pr.Y, x, pr.W, m, false)
 		works = append(works, wk)
 		total += wk.units
 	}
@@ -382,8 +374,8 @@ func checkMatMulW(name string, y, x []float32, w *Weights, m int) {
 
 func matmulW(p *Pool, y, x []float32, w *Weights, m int, acc bool) {
 	n, k := w.n, w.k
-	if w.dtype == BF16 && m > 0 && n > 0 && k > 0 {
-		if kern := bf16Kernel(); kern != nil && m > gemvMaxM {
+	if w.dtype == BF16 && m > gemvMaxM && n > 0 && k > 0 { // smaller m: gemvHalf rounds x
+		if kern := bf16Kernel(); kern != nil {
 			gemmBF16(p, y, x, w, m, acc, kern)
 			return
 		}

@@ -240,7 +240,8 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 
 // weightsLine describes how the CPU holds the weights: the matrices'
 // format, whether they are the checkpoint's bytes in place (its
-// memory-mapped files, for a directory), and the bytes.
+// memory-mapped files, for a directory), the bytes, and the activations
+// (float32, rounded to bfloat16 where they meet BF16 matrices).
 func weightsLine(w *model.Weights) string {
 	d, ok := w.MatrixDType()
 	format := d.String()
@@ -251,7 +252,11 @@ func weightsLine(w *model.Weights) string {
 	if w.Views() {
 		place = " in place in the checkpoint"
 	}
-	return fmt.Sprintf("%s weights%s (%s), float32 activations", format, place, humanBytes(w.Bytes()))
+	acts := "float32 activations"
+	if d == tensor.BF16 || !ok {
+		acts += " (rounded to bfloat16 as inputs of bf16 products)"
+	}
+	return fmt.Sprintf("%s weights%s (%s), %s", format, place, humanBytes(w.Bytes()), acts)
 }
 
 // kvLine describes the CPU's KV pool: its dtype, bytes per token of the
