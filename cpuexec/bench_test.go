@@ -184,23 +184,31 @@ func load1BFormats(b *testing.B, pool *tensor.Pool) (*model.Config, map[string]*
 	return cfg, formats1B.w
 }
 
-// BenchmarkDecode1BFormats runs batch-1 decode steps of the 1B shape (512
-// tokens of context) with float32, BF16 and Q8_0 weights, interleaved step
-// by step (each op is one step of every format, timed apart), and reports
-// each format's tokens/s, its speed-up over float32 in the same op
-// sequence (x-f32), and the bytes of its weights.
+// BenchmarkDecode1BFormats runs decode steps of the 1B shape (batches of
+// 1 and 16 sequences, 512 tokens of context each) with float32, BF16 and
+// Q8_0 weights, interleaved step by step (each op is one step of every
+// format, timed apart), and reports each format's tokens/s, its speed-up
+// over float32 in the same op sequence (x-f32), and the bytes of its
+// weights.
 func BenchmarkDecode1BFormats(b *testing.B) {
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	cfg, ws := load1BFormats(b, pool)
 	const ctxLen = 512
 	per := (ctxLen + 16 + 15) / 16
-	blocks := make([]int, per)
-	for j := range blocks {
-		blocks[j] = j
+	for _, batch := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			step := forward.Batch{Seqs: make([]forward.SeqBatch, batch)}
+			for i := range step.Seqs {
+				blocks := make([]int, per)
+				for j := range blocks {
+					blocks[j] = i*per + j
+				}
+				step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
+			}
+			interleaved(b, cfg, ws, pool, batch*per, &step, func(sec float64) (float64, string) { return float64(batch) / sec, "tok/s" })
+		})
 	}
-	step := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{1}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}}}
-	interleaved(b, cfg, ws, pool, per, &step, func(sec float64) (float64, string) { return 1 / sec, "tok/s" })
 }
 
 // BenchmarkPrefill1BFormats runs one 512-token prefill step of the 1B
