@@ -84,7 +84,7 @@ func TestGEMMBF16Portable(t *testing.T) {
 	r := rand.New(rand.NewPCG(43, 44))
 	p := NewPool(3)
 	defer p.Close()
-	for _, s := range []struct{ m, k, n int }{{12, 2, 32}, {13, 7, 33}, {40, 257, 530}, {100, 1100, 17}, {33, 256, 64}} {
+	for _, s := range []struct{ m, k, n int }{{12, 2, 32}, {13, 7, 33}, {40, 257, 530}, {100, 1100, 17}, {33, 256, 64}, {37, 4196, 70}} {
 		w := makeWeights(BF16, randSlice(r, s.n*s.k), s.n, s.k)
 		x := randSlice(r, s.m*s.k)
 		for _, acc := range []bool{false, true} {

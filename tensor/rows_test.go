@@ -9,7 +9,7 @@ import "testing"
 func TestRowIndependent(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
-	const m, k, n = 150, 700, 40
+	const m, k, n = 150, 2100, 40 // k: past one slab of gemmBF16 (2,048) too
 	x := make([]float32, m*k)
 	w := make([]float32, n*k)
 	for i := range x {
