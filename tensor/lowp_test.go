@@ -447,7 +447,7 @@ func TestMatMulW(t *testing.T) {
 		shape{1, 1024, 70}, shape{4, 600, 21}, shape{32, 97, 35},
 		shape{100, 300, 40}, shape{100, 33, 530}, shape{40, 1030, 20},
 		shape{1, halfRowKMax + 19, 13}, shape{1, 2 * halfRowKMax, 9}, // four rows a pass
-		shape{7, 4196, 13}, // BF16 pairs: three k blocks, a tail, the last four rows again
+		shape{7, 4196, 13},  // BF16 pairs: three k blocks, a tail, the last four rows again
 		shape{37, 4196, 70}) // BF16 GEMM: three slabs, edge tiles both ways
 	pools := []*Pool{nil, NewPool(1), NewPool(3)}
 	defer func() {
