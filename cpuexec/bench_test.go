@@ -120,14 +120,7 @@ func BenchmarkDecode1B(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			step := forward.Batch{Seqs: make([]forward.SeqBatch, batch)}
-			for i := range step.Seqs {
-				blocks := make([]int, per)
-				for j := range blocks {
-					blocks[j] = i*per + j
-				}
-				step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
-			}
+			step := decodeBatch(batch, per, ctxLen)
 			ctx := context.Background()
 			if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
 				b.Fatal(err)
@@ -146,6 +139,20 @@ func BenchmarkDecode1B(b *testing.B) {
 			b.ReportMetric(100*gbs/stream, "%stream")
 		})
 	}
+}
+
+// decodeBatch is a decode step of batch sequences, each at position pos
+// (a token to decode after pos of context) with its own per blocks.
+func decodeBatch(batch, per, pos int) forward.Batch {
+	step := forward.Batch{Seqs: make([]forward.SeqBatch, batch)}
+	for i := range step.Seqs {
+		blocks := make([]int, per)
+		for j := range blocks {
+			blocks[j] = i*per + j
+		}
+		step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: pos, Blocks: blocks, NumLogits: 1}
+	}
+	return step
 }
 
 // formats1B are the 1B shape's random weights in float32, BF16 and Q8_0,
@@ -198,14 +205,7 @@ func BenchmarkDecode1BFormats(b *testing.B) {
 	per := (ctxLen + 16 + 15) / 16
 	for _, batch := range []int{1, 16} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			step := forward.Batch{Seqs: make([]forward.SeqBatch, batch)}
-			for i := range step.Seqs {
-				blocks := make([]int, per)
-				for j := range blocks {
-					blocks[j] = i*per + j
-				}
-				step.Seqs[i] = forward.SeqBatch{Tokens: []int{1 + i}, Pos: ctxLen, Blocks: blocks, NumLogits: 1}
-			}
+			step := decodeBatch(batch, per, ctxLen)
 			interleaved(b, cfg, ws, pool, batch*per, &step, func(sec float64) (float64, string) { return float64(batch) / sec, "tok/s" })
 		})
 	}

@@ -42,6 +42,23 @@
 	VMOVUPS z0, m0; \
 	VMOVUPS z1, m1
 
+// TILE applies OP (ADDROW or PUTROW) to the twelve tile rows: rows 0-2
+// from DX, 3-5 from R10, 6-8 from R11, 9-11 from R12, each triple r,
+// r+ldc, r+2·ldc (R8 = ldc in bytes), in Z0-Z23.
+#define TILE(OP) \
+	OP((DX), 64(DX), Z0, Z1); \
+	OP((DX)(R8*1), 64(DX)(R8*1), Z2, Z3); \
+	OP((DX)(R8*2), 64(DX)(R8*2), Z4, Z5); \
+	OP((R10), 64(R10), Z6, Z7); \
+	OP((R10)(R8*1), 64(R10)(R8*1), Z8, Z9); \
+	OP((R10)(R8*2), 64(R10)(R8*2), Z10, Z11); \
+	OP((R11), 64(R11), Z12, Z13); \
+	OP((R11)(R8*1), 64(R11)(R8*1), Z14, Z15); \
+	OP((R11)(R8*2), 64(R11)(R8*2), Z16, Z17); \
+	OP((R12), 64(R12), Z18, Z19); \
+	OP((R12)(R8*1), 64(R12)(R8*1), Z20, Z21); \
+	OP((R12)(R8*2), 64(R12)(R8*2), Z22, Z23)
+
 // func gemmBF16x12x32(kp int, a *uint32, lda int, b *uint32, c *float32, ldc int, acc bool)
 TEXT ·gemmBF16x12x32(SB), NOSPLIT, $0-49
 	MOVQ kp+0(FP), CX
@@ -126,32 +143,10 @@ bfstore:
 	ADDQ R8, R12
 	CMPB acc+48(FP), $0
 	JEQ  bfput
-	ADDROW((DX), 64(DX), Z0, Z1)
-	ADDROW((DX)(R8*1), 64(DX)(R8*1), Z2, Z3)
-	ADDROW((DX)(R8*2), 64(DX)(R8*2), Z4, Z5)
-	ADDROW((R10), 64(R10), Z6, Z7)
-	ADDROW((R10)(R8*1), 64(R10)(R8*1), Z8, Z9)
-	ADDROW((R10)(R8*2), 64(R10)(R8*2), Z10, Z11)
-	ADDROW((R11), 64(R11), Z12, Z13)
-	ADDROW((R11)(R8*1), 64(R11)(R8*1), Z14, Z15)
-	ADDROW((R11)(R8*2), 64(R11)(R8*2), Z16, Z17)
-	ADDROW((R12), 64(R12), Z18, Z19)
-	ADDROW((R12)(R8*1), 64(R12)(R8*1), Z20, Z21)
-	ADDROW((R12)(R8*2), 64(R12)(R8*2), Z22, Z23)
+	TILE(ADDROW)
 
 bfput:
-	PUTROW((DX), 64(DX), Z0, Z1)
-	PUTROW((DX)(R8*1), 64(DX)(R8*1), Z2, Z3)
-	PUTROW((DX)(R8*2), 64(DX)(R8*2), Z4, Z5)
-	PUTROW((R10), 64(R10), Z6, Z7)
-	PUTROW((R10)(R8*1), 64(R10)(R8*1), Z8, Z9)
-	PUTROW((R10)(R8*2), 64(R10)(R8*2), Z10, Z11)
-	PUTROW((R11), 64(R11), Z12, Z13)
-	PUTROW((R11)(R8*1), 64(R11)(R8*1), Z14, Z15)
-	PUTROW((R11)(R8*2), 64(R11)(R8*2), Z16, Z17)
-	PUTROW((R12), 64(R12), Z18, Z19)
-	PUTROW((R12)(R8*1), 64(R12)(R8*1), Z20, Z21)
-	PUTROW((R12)(R8*2), 64(R12)(R8*2), Z22, Z23)
+	TILE(PUTROW)
 	VZEROUPPER
 	RET
 
