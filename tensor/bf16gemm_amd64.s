@@ -32,6 +32,16 @@
 	ROW(ao(R12)(R9*1), Z28, 28, 20, 21); \
 	ROW(ao(R12)(R9*2), Z29, 29, 22, 23)
 
+// TRIPLES points R10, R11 and R12 at rows 3, 6 and 9 of twelve rows
+// from base, stride bytes apart.
+#define TRIPLES(base, stride) \
+	LEAQ (base)(stride*2), R10; \
+	ADDQ stride, R10; \
+	LEAQ (R10)(stride*2), R11; \
+	ADDQ stride, R11; \
+	LEAQ (R11)(stride*2), R12; \
+	ADDQ stride, R12
+
 // ADDROW adds the tile row at m0 (columns 0-15) and m1 (16-31) into z0, z1.
 #define ADDROW(m0, m1, z0, z1) \
 	VADDPS m0, z0, z0; \
@@ -69,12 +79,7 @@ TEXT ·gemmBF16x12x32(SB), NOSPLIT, $0-49
 	MOVQ CX, R13
 	SHLQ $6, R13
 	ADDQ BX, R13
-	LEAQ (AX)(R9*2), R10
-	ADDQ R9, R10
-	LEAQ (R10)(R9*2), R11
-	ADDQ R9, R11
-	LEAQ (R11)(R9*2), R12
-	ADDQ R9, R12
+	TRIPLES(AX, R9)
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -135,12 +140,7 @@ bfstore:
 	MOVQ c+32(FP), DX
 	MOVQ ldc+40(FP), R8
 	SHLQ $2, R8
-	LEAQ (DX)(R8*2), R10
-	ADDQ R8, R10
-	LEAQ (R10)(R8*2), R11
-	ADDQ R8, R11
-	LEAQ (R11)(R8*2), R12
-	ADDQ R8, R12
+	TRIPLES(DX, R8)
 	CMPB acc+48(FP), $0
 	JEQ  bfput
 	TILE(ADDROW)
