@@ -537,3 +537,40 @@ TEXT ·dotQuadsAVX512(SB), NOSPLIT, $0-56
 // DOTQUADS over bfloat16 pairs: k pairs a row, ldx and ldw in pairs.
 TEXT ·dotPairQuadsBF16(SB), NOSPLIT, $0-56
 	DOTQUADS(QBF16)
+
+// func dotPair1x4BF16(k int, x *uint32, w *uint16, ldw int, out *float32)
+// Adds to out[j], j < 4, the dot product over k pairs (k%16 == 0, k > 0)
+// of the x row with w row j (row stride ldw pairs): DOTQUADS for one row,
+// five loads and four VDPBF16PS a step where a padded quad takes eight
+// and sixteen. Accumulators: Z16+j.
+TEXT ·dotPair1x4BF16(SB), NOSPLIT, $0-40
+	MOVQ k+0(FP), BX
+	SHLQ $2, BX
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DI
+	MOVQ ldw+24(FP), R8
+	SHLQ $2, R8
+	MOVQ out+32(FP), DX
+	LEAQ (DI)(R8*1), R9
+	LEAQ (DI)(R8*2), R10
+	LEAQ (R9)(R8*2), R11
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	XORQ CX, CX
+
+p1loop:
+	VMOVUPS (DI)(CX*1), Z0
+	VMOVUPS (R9)(CX*1), Z1
+	VMOVUPS (R10)(CX*1), Z2
+	VMOVUPS (R11)(CX*1), Z3
+	VMOVUPS (SI)(CX*1), Z4
+	QBF16(Z4, 4, Z16, Z17, Z18, Z19, 16, 17, 18, 19)
+	ADDQ $64, CX
+	CMPQ CX, BX
+	JLT  p1loop
+
+	QSUM(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19, 0)
+	VZEROUPPER
+	RET
