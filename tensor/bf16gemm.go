@@ -176,11 +176,11 @@ const pairKB = 1024
 
 // gemvPairs serves BF16 products of m <= gemvMaxM rows (k even, n >= 4)
 // with the pair dot kernel: x is rounded into pairs once (above one row,
-// padded with zero rows to a multiple of four), and each worker streams its groups of
-// four rows of w, pairKB pairs at a time, against every quad of x rows;
-// the last pairs past a multiple of 16 are summed in Go, and the last
-// group of an n not a multiple of four is the last four rows, of which
-// only the new ones are stored.
+// padded with zero rows to a multiple of four), and each worker streams
+// its groups of four rows of w, pairKB pairs at a time, against every
+// row or quad of rows of x; the last pairs past a multiple of 16 are
+// summed in Go, and the last group of an n not a multiple of four is the
+// last four rows, of which only the new ones are stored.
 func gemvPairs(y, x []float32, w *Weights, m int, acc bool, dots pairDotFunc) gemvWork {
 	n, k := w.n, w.k
 	kp := k / 2

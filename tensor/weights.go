@@ -270,8 +270,9 @@ func dequantQ8Go(dst []float32, q []uint8, scale float32) {
 //     of a bfloat16 GEMM on a GPU, and what lets larger m multiply
 //     bfloat16 pairs in hardware: where the CPU has AVX-512 BF16
 //     (VDPBF16PS, twice the float32 FMA's rate), m > 32 run gemmBF16 and
-//     smaller m the pair dot tiles of gemvPairs, w streamed once. Load a
-//     checkpoint as float32 to keep x unrounded.
+//     smaller m the pair dot tiles of gemvPairs, w streamed once; the
+//     instruction counts denormal inputs and weights (below 2^-126) as
+//     zero. Load a checkpoint as float32 to keep x unrounded.
 //   - F16: each weight is widened to float32 and products accumulate in
 //     float32, so the result is that of MatMul on the widened matrix up
 //     to float32 summation order.
