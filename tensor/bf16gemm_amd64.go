@@ -12,7 +12,7 @@ import (
 var bf16Available = avx512Available && cpu.X86.HasAVX512BF16
 
 // gemmBF16x12x32 is the bfloat16 pair micro-kernel (bf16gemm_amd64.s);
-// see bf16KernelGo. kp >= 1.
+// see bf16KernelFunc. kp >= 1.
 //
 //go:noescape
 func gemmBF16x12x32(kp int, a *uint32, lda int, b *uint32, c *float32, ldc int, acc bool)
