@@ -163,31 +163,27 @@ func packBF16Slab(dst []uint32, w *Weights, j0, nc, pc, kc int) {
 	}
 }
 
-// pairDotFunc adds to out[i·4+j], for i < rows and j < 4, the dot
-// product over k pairs of x row i (row stride ldx pairs) with w row j
-// (row stride ldw pairs, w read as bfloat16 pairs); rows is 1 or a
-// multiple of 4: the kernel of gemvPairs (dotPair1x4BF16 and
-// dotPairQuadsBF16).
-type pairDotFunc func(k int, x []uint32, ldx, rows int, w []uint16, ldw int, out []float32)
+// pairDotFunc adds to out[(4q+i)·4+j], for q < quads and i, j < 4, the
+// dot product over k pairs of x row 4q+i (row stride ldx pairs) with w
+// row j (row stride ldw pairs, w read as bfloat16 pairs): the kernel of
+// gemvPairs (dotPairQuadsBF16).
+type pairDotFunc func(k int, x []uint32, ldx, quads int, w []uint16, ldw int, out []float32)
 
 // pairKB is gemvPairs' k block in pairs: four rows of w of that length
 // (16 KiB) stay in L1 while the rows of x pass over them.
 const pairKB = 1024
 
 // gemvPairs serves BF16 products of m <= gemvMaxM rows (k even, n >= 4)
-// with the pair dot kernel: x is rounded into pairs once (above one row,
-// padded with zero rows to a multiple of four), and each worker streams
-// its groups of four rows of w, pairKB pairs at a time, against every
-// row or quad of rows of x; the last pairs past a multiple of 16 are
-// summed in Go, and the last group of an n not a multiple of four is the
-// last four rows, of which only the new ones are stored.
+// with the pair dot kernel: x is rounded into pairs once (padded with
+// zero rows to a multiple of four), and each worker streams its groups
+// of four rows of w, pairKB pairs at a time, against every quad of x
+// rows; the last pairs past a multiple of 16 are summed in Go, and the
+// last group of an n not a multiple of four is the last four rows, of
+// which only the new ones are stored.
 func gemvPairs(y, x []float32, w *Weights, m int, acc bool, dots pairDotFunc) gemvWork {
 	n, k := w.n, w.k
 	kp := k / 2
-	mq := m
-	if m > 1 {
-		mq = (m + 3) &^ 3
-	}
+	mq := (m + 3) &^ 3
 	xb := getPairs(mq * kp)
 	xp := *xb
 	packPairs(xp, x, k, kp, 0, m)
@@ -200,7 +196,7 @@ func gemvPairs(y, x []float32, w *Weights, m int, acc bool, dots pairDotFunc) ge
 			j0 := min(j, n-4)
 			clear(s)
 			for kb := 0; kb < k16; kb += pairKB {
-				dots(min(pairKB, k16-kb), xp[kb:], kp, mq, w.half[j0*k+2*kb:], kp, s)
+				dots(min(pairKB, k16-kb), xp[kb:], kp, mq/4, w.half[j0*k+2*kb:], kp, s)
 			}
 			for i := range m {
 				for c := range 4 {

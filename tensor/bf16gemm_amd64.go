@@ -42,15 +42,11 @@ func pairsAsm(dst []uint32, src []float32) int {
 	return n
 }
 
-func pairDotsAsm(k int, x []uint32, ldx, rows int, w []uint16, ldw int, out []float32) {
-	_ = x[(rows-1)*ldx+k-1]
+func pairQuadsAsm(k int, x []uint32, ldx, quads int, w []uint16, ldw int, out []float32) {
+	_ = x[(4*quads-1)*ldx+k-1]
 	_ = w[2*(3*ldw+k)-1]
-	_ = out[4*rows-1]
-	if rows == 1 {
-		dotPair1x4BF16(k, &x[0], &w[0], ldw, &out[0])
-		return
-	}
-	dotPairQuadsBF16(k, &x[0], ldx, rows/4, &w[0], ldw, &out[0])
+	_ = out[16*quads-1]
+	dotPairQuadsBF16(k, &x[0], ldx, quads, &w[0], ldw, &out[0])
 }
 
 // pairDots returns the pair dot kernel of gemvPairs where the CPU has
@@ -59,7 +55,7 @@ func pairDots() pairDotFunc {
 	if bf16Kernel() == nil {
 		return nil
 	}
-	return pairDotsAsm
+	return pairQuadsAsm
 }
 
 // bf16Kernel returns the pair micro-kernel when the CPU multiplies

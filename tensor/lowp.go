@@ -23,14 +23,19 @@ const lowpRows = 8
 const halfRowKMax = 4096
 
 // gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. BF16 products
-// take x rounded to bfloat16: in pairs through gemvPairs where the CPU
-// has AVX-512 BF16 (k even, k >= 32, n >= 4), else as floats through
-// gemvWidened.
+// take x rounded to bfloat16: for m > 1 in pairs through gemvPairs where
+// the CPU has AVX-512 BF16 (k even, k >= 32, n >= 4), else as floats
+// through gemvWidened. One row stays on gemvWidened's one sequential
+// stream of w per worker: a pair tile over four rows of w at a time
+// (tried) read the random 1B checkpoint's memory-mapped BF16 weights
+// slower in its place (gearbox generate's batch-1 decode, four
+// alternations: 11.3–13.3 tok/s against 12.6–17.5), though faster on
+// weights in the heap (BenchmarkMatMulWDecode).
 func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 	if w.dtype != BF16 {
 		return gemvWidened(y, x, w, m, acc)
 	}
-	if dots := pairDots(); dots != nil && w.k%2 == 0 && w.k >= 32 && w.n >= 4 {
+	if dots := pairDots(); dots != nil && m > 1 && w.k%2 == 0 && w.k >= 32 && w.n >= 4 {
 		return gemvPairs(y, x, w, m, acc, dots)
 	}
 	xr := roundedBF16(x)

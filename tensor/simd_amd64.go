@@ -339,9 +339,3 @@ var expConst = func() (t [14][8]uint32) {
 //
 //go:noescape
 func dotPairQuadsBF16(k int, x *uint32, ldx int, quads int, w *uint16, ldw int, out *float32)
-
-// dotPair1x4BF16 adds to out[j], j < 4, the dot product over k pairs
-// (k%16 == 0) of the x row with w row j (row stride ldw pairs).
-//
-//go:noescape
-func dotPair1x4BF16(k int, x *uint32, w *uint16, ldw int, out *float32)
