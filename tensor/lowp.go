@@ -94,18 +94,19 @@ func gemvWidened(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 }
 
 // scratch recycles float32 buffers (GEMM packing, rounded inputs) between
-// calls and goroutines.
-var scratch sync.Pool
+// calls and goroutines. A buffer too small for a request grows in place,
+// so a pool that serves several sizes ends up holding the largest rather
+// than allocating whenever a smaller one comes out first (each decode
+// step rounds inputs of 2,048 and 8,192 floats).
+var scratch = sync.Pool{New: func() any { return new([]float32) }}
 
 func getScratch(n int) *[]float32 {
-	if b, ok := scratch.Get().(*[]float32); ok {
-		if cap(*b) >= n {
-			*b = (*b)[:n]
-			return b
-		}
+	b := scratch.Get().(*[]float32)
+	if cap(*b) < n {
+		*b = make([]float32, n)
 	}
-	b := make([]float32, n)
-	return &b
+	*b = (*b)[:n]
+	return b
 }
 
 func putScratch(b *[]float32) { scratch.Put(b) }
