@@ -447,7 +447,7 @@ func loadOracle(t testing.TB, dir string) *oracle.Model {
 
 // stepsWithin runs newScenario's 16 steps under plan on e and checks every
 // logits row against want's (one rank's) within tol of the row's largest
-// |logit|; it returns the largest relative error seen.
+// |logit|; it returns the largest and the median relative error seen.
 func stepsWithin(t *testing.T, e *Executor, plan parallel.Plan, vocab int, want [][]float32, tol float64) (worst, median float64) {
 	t.Helper()
 	sc := newScenario(vocab, plan.DP, 16)
@@ -479,13 +479,3 @@ func worstAndMedian(errs []float64) (worst, median float64) {
 	return errs[len(errs)-1], errs[len(errs)/2]
 }
 
-// oracleRowError is max |got − want| over a logits row, relative to the
-// row's largest |want|.
-func oracleRowError(got []float32, want []float64) float64 {
-	maxAbs, maxDiff := 0.0, 0.0
-	for i, w := range want {
-		maxAbs = math.Max(maxAbs, math.Abs(w))
-		maxDiff = math.Max(maxDiff, math.Abs(float64(got[i])-w))
-	}
-	return maxDiff / maxAbs
-}
