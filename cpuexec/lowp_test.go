@@ -478,4 +478,3 @@ func worstAndMedian(errs []float64) (worst, median float64) {
 	slices.Sort(errs)
 	return errs[len(errs)-1], errs[len(errs)/2]
 }
-
