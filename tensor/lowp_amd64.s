@@ -26,6 +26,45 @@
 #define F16W(off, y) \
 	VCVTPH2PS off(DI)(AX*1), y
 
+// AXLOAD4 and AXSTORE4 move the four accumulators a-d to and from the
+// 32 floats of y at byte offset off from SI.
+#define AXLOAD4(off, a, b, c, d) \
+	VMOVUPS off(SI), a; \
+	VMOVUPS off+32(SI), b; \
+	VMOVUPS off+64(SI), c; \
+	VMOVUPS off+96(SI), d
+
+#define AXSTORE4(off, a, b, c, d) \
+	VMOVUPS a, off(SI); \
+	VMOVUPS b, off+32(SI); \
+	VMOVUPS c, off+64(SI); \
+	VMOVUPS d, off+96(SI)
+
+// AXFMA4 loads 32 elements of the row at byte offset g into t0-t3 with
+// W (O1-O3 the offsets of the second to fourth vectors) and adds their
+// products with a[r] (Y15) into the accumulators a0-a3.
+#define AXFMA4(W, g, O1, O2, O3, t0, t1, t2, t3, a0, a1, a2, a3) \
+	W(g, t0); \
+	W(g+O1, t1); \
+	W(g+O2, t2); \
+	W(g+O3, t3); \
+	VFMADD231PS t0, Y15, a0; \
+	VFMADD231PS t1, Y15, a1; \
+	VFMADD231PS t2, Y15, a2; \
+	VFMADD231PS t3, Y15, a3
+
+// AXROWS sets DI, DX and R12 up for a walk over the rows of a group.
+#define AXROWS \
+	MOVQ R11, DI; \
+	MOVQ R10, DX; \
+	MOVQ R9, R12
+
+// AXNEXT moves DI, DX on to the next row and counts it down in R12.
+#define AXNEXT \
+	ADDQ $4, DX; \
+	ADDQ R8, DI; \
+	DECQ R12
+
 // AXPYROWS is the body of the axpyRows kernels (y, a *float32, w, n,
 // ldw, rows): y[i] += Σ_r a[r]·w[r·ldw+i] for i < n (n%8 == 0), rows > 0,
 // row by row. For each group of 64 columns (then of 32, then of 8) of y
@@ -49,47 +88,17 @@
 c64: \
 	CMPQ CX, $64; \
 	JLT  c32; \
-	VMOVUPS (SI), Y0; \
-	VMOVUPS 32(SI), Y1; \
-	VMOVUPS 64(SI), Y2; \
-	VMOVUPS 96(SI), Y3; \
-	VMOVUPS 128(SI), Y4; \
-	VMOVUPS 160(SI), Y5; \
-	VMOVUPS 192(SI), Y6; \
-	VMOVUPS 224(SI), Y7; \
-	MOVQ R11, DI; \
-	MOVQ R10, DX; \
-	MOVQ R9, R12; \
+	AXLOAD4(0, Y0, Y1, Y2, Y3); \
+	AXLOAD4(128, Y4, Y5, Y6, Y7); \
+	AXROWS; \
 r64: \
 	VBROADCASTSS (DX), Y15; \
-	W(0, Y8); \
-	W(O1, Y9); \
-	W(O2, Y10); \
-	W(O3, Y11); \
-	VFMADD231PS Y8, Y15, Y0; \
-	VFMADD231PS Y9, Y15, Y1; \
-	VFMADD231PS Y10, Y15, Y2; \
-	VFMADD231PS Y11, Y15, Y3; \
-	W(G32, Y8); \
-	W(G32+O1, Y9); \
-	W(G32+O2, Y10); \
-	W(G32+O3, Y11); \
-	VFMADD231PS Y8, Y15, Y4; \
-	VFMADD231PS Y9, Y15, Y5; \
-	VFMADD231PS Y10, Y15, Y6; \
-	VFMADD231PS Y11, Y15, Y7; \
-	ADDQ $4, DX; \
-	ADDQ R8, DI; \
-	DECQ R12; \
+	AXFMA4(W, 0, O1, O2, O3, Y8, Y9, Y10, Y11, Y0, Y1, Y2, Y3); \
+	AXFMA4(W, G32, O1, O2, O3, Y8, Y9, Y10, Y11, Y4, Y5, Y6, Y7); \
+	AXNEXT; \
 	JNZ  r64; \
-	VMOVUPS Y0, (SI); \
-	VMOVUPS Y1, 32(SI); \
-	VMOVUPS Y2, 64(SI); \
-	VMOVUPS Y3, 96(SI); \
-	VMOVUPS Y4, 128(SI); \
-	VMOVUPS Y5, 160(SI); \
-	VMOVUPS Y6, 192(SI); \
-	VMOVUPS Y7, 224(SI); \
+	AXSTORE4(0, Y0, Y1, Y2, Y3); \
+	AXSTORE4(128, Y4, Y5, Y6, Y7); \
 	ADDQ $256, SI; \
 	ADDQ $(2*G32), R11; \
 	SUBQ $64, CX; \
@@ -97,31 +106,14 @@ r64: \
 c32: \
 	CMPQ CX, $32; \
 	JLT  c8; \
-	VMOVUPS (SI), Y0; \
-	VMOVUPS 32(SI), Y1; \
-	VMOVUPS 64(SI), Y2; \
-	VMOVUPS 96(SI), Y3; \
-	MOVQ R11, DI; \
-	MOVQ R10, DX; \
-	MOVQ R9, R12; \
+	AXLOAD4(0, Y0, Y1, Y2, Y3); \
+	AXROWS; \
 r32: \
 	VBROADCASTSS (DX), Y15; \
-	W(0, Y4); \
-	W(O1, Y5); \
-	W(O2, Y6); \
-	W(O3, Y7); \
-	VFMADD231PS Y4, Y15, Y0; \
-	VFMADD231PS Y5, Y15, Y1; \
-	VFMADD231PS Y6, Y15, Y2; \
-	VFMADD231PS Y7, Y15, Y3; \
-	ADDQ $4, DX; \
-	ADDQ R8, DI; \
-	DECQ R12; \
+	AXFMA4(W, 0, O1, O2, O3, Y4, Y5, Y6, Y7, Y0, Y1, Y2, Y3); \
+	AXNEXT; \
 	JNZ  r32; \
-	VMOVUPS Y0, (SI); \
-	VMOVUPS Y1, 32(SI); \
-	VMOVUPS Y2, 64(SI); \
-	VMOVUPS Y3, 96(SI); \
+	AXSTORE4(0, Y0, Y1, Y2, Y3); \
 	ADDQ $128, SI; \
 	ADDQ $G32, R11; \
 	SUBQ $32, CX; \
@@ -130,16 +122,12 @@ c8: \
 	CMPQ CX, $8; \
 	JLT  done; \
 	VMOVUPS (SI), Y0; \
-	MOVQ R11, DI; \
-	MOVQ R10, DX; \
-	MOVQ R9, R12; \
+	AXROWS; \
 r8: \
 	VBROADCASTSS (DX), Y15; \
 	W(0, Y4); \
 	VFMADD231PS Y4, Y15, Y0; \
-	ADDQ $4, DX; \
-	ADDQ R8, DI; \
-	DECQ R12; \
+	AXNEXT; \
 	JNZ  r8; \
 	VMOVUPS Y0, (SI); \
 	ADDQ $32, SI; \
