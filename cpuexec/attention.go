@@ -131,6 +131,12 @@ func (b *queries) keys(i int) (lo, hi int) {
 	return lo, hi
 }
 
+// outVec is row i's output vector of head h.
+func (b *queries) outVec(i, h int) []float32 {
+	o := i*b.outStride + h*b.d
+	return b.out[o : o+b.d]
+}
+
 // tiles walks keys and values for attendBlock: walk hands every held key
 // of positions [from, to) to sc.attendTile, in tiles of consecutive
 // positions, for the pass b whose queries are qv and softmaxes sm.
@@ -219,7 +225,7 @@ func (sc *attendScratch) attendPass(b *queries, src tiles) {
 	sm := sc.sm[:nq]
 	for i := range b.rows {
 		for h := range g {
-			sm[i*g+h] = newSoftmax(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
+			sm[i*g+h] = newSoftmax(b.outVec(i, h))
 		}
 	}
 	from, _ := b.keys(0)
@@ -227,7 +233,7 @@ func (sc *attendScratch) attendPass(b *queries, src tiles) {
 	src.walk(sc, b, qv, sm, from, to)
 	for i := range b.rows {
 		for h := range g {
-			l := sm[i*g+h].finish(b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d])
+			l := sm[i*g+h].finish(b.outVec(i, h))
 			if b.lse != nil {
 				b.lse[i*b.lseStride+h] = l
 			}
@@ -372,7 +378,7 @@ func (sc *attendScratch) attendTile(b *queries, qv []float32, sm []softmax, keys
 		tensor.Scores(sc.scores[:g*n], qv, keys, g, n, d, ld)
 		for h := range g {
 			s := sc.scores[h*n : (h+1)*n]
-			o := b.out[h*d : (h+1)*d]
+			o := b.outVec(0, h)
 			sm[h].tile(o, s, tensor.ScaleMax(b.scale, s))
 			tensor.AxpyRows(o, s, vals, ld)
 		}
@@ -406,7 +412,7 @@ func (sc *attendScratch) attendTile(b *queries, qv []float32, sm []softmax, keys
 		}
 		for h := range g {
 			s := scores[((i-ia)*g+h)*n:][a:e]
-			o := b.out[i*b.outStride+h*d : i*b.outStride+(h+1)*d]
+			o := b.outVec(i, h)
 			sm[i*g+h].tile(o, s, tensor.ScaleMax(b.scale, s))
 			tensor.AxpyRows(o, s, vals[a*ld:], ld)
 		}

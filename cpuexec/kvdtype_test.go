@@ -412,7 +412,7 @@ func checkAttention(t *testing.T, what string, b *queries, c *kvcache.Cache, tab
 			to = min(to, b.stop)
 		}
 		for h := range g {
-			got, lse := b.out[r*b.outStride+h*d:r*b.outStride+(h+1)*d], float64(b.lse[r*b.lseStride+h])
+			got, lse := b.outVec(r, h), float64(b.lse[r*b.lseStride+h])
 			if from >= to {
 				if slices.ContainsFunc(got, func(x float32) bool { return x != 0 }) || !math.IsInf(lse, -1) {
 					t.Fatalf("%s: row %d sees no key, head %d has output %v and log-sum-exp %g", what, r, h, got[:4], lse)
