@@ -88,7 +88,9 @@ func (k kernel) time(latency float64) float64 { return max(k.compute, k.memory) 
 // peak per byte, the H20, would be compute-bound at about twice its
 // memory time, while GEMVs stream weights at the memory's rate); the
 // weights (n·k) streamed at the memory efficiency of their size and the
-// activations (m·k in, m·n out) at the streaming efficiency.
+// activations (m·k in, m·n out) at the streaming efficiency. A device
+// with a measured curve for w (GPU.WeightGEMM) computes at Matmul times
+// that curve instead.
 func (c *CostModel) gemm(m, n, k int, w DType) kernel {
 	if m <= 0 || n <= 0 || k <= 0 {
 		return kernel{}
@@ -99,6 +101,9 @@ func (c *CostModel) gemm(m, n, k int, w DType) kernel {
 		peak = c.fp8Peak
 	}
 	rate := c.eff.Matmul * max(peak*shapeFactor(fm, fn, fk, c.eff.GEMMHalf), c.Node.GPU.FP32FLOPS)
+	if cv, ok := c.Node.GPU.WeightGEMM[w]; ok {
+		rate = c.eff.Matmul * cv.Peak * shapeFactor(fm, fn, fk, cv.Half)
+	}
 	wb := fn * fk * float64(w.Bytes())
 	ab := (fm*fk + fm*fn) * float64(c.actBytes)
 	return kernel{

@@ -20,7 +20,7 @@ func costModel(t testing.TB, node string, p Precision) *CostModel {
 	return cm
 }
 
-var bf16 = Precision{BF16, BF16, BF16}
+var bf16 = Precision{Weights: BF16, Activations: BF16, KV: BF16}
 
 // TestGEMMRoofline checks the two regimes: a decode GEMV streams its
 // weights near the memory roof, a large GEMM runs near the measured
@@ -37,7 +37,7 @@ func TestGEMMRoofline(t *testing.T) {
 	if mem < 0.84 || mem > 0.86 {
 		t.Errorf("GEMV bandwidth fraction %.3f, want about %.3f", mem, MemoryEfficiency)
 	}
-	fp8 := costModel(t, "1xH100", Precision{FP8, BF16, BF16})
+	fp8 := costModel(t, "1xH100", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	if r := h100.GEMM(1, 28672, 8192, BF16) / fp8.GEMM(1, 28672, 8192, FP8); r < 1.9 || r > 2.05 {
 		t.Errorf("FP8 GEMV speed-up %.2f, want about 2", r)
 	}
@@ -45,7 +45,7 @@ func TestGEMMRoofline(t *testing.T) {
 		t.Errorf("FP8 GEMM speed-up %.2f, want 2", r)
 	}
 	// Weight-only FP8 on A100: half the bytes, BF16 compute.
-	a100 := costModel(t, "1xA100-80GB", Precision{FP8, BF16, BF16})
+	a100 := costModel(t, "1xA100-80GB", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	a100bf := costModel(t, "1xA100-80GB", bf16)
 	if r := a100bf.GEMM(1, 28672, 8192, BF16) / a100.GEMM(1, 28672, 8192, FP8); r < 1.9 {
 		t.Errorf("A100 weight-only FP8 GEMV speed-up %.2f", r)
@@ -184,7 +184,7 @@ func TestCollective(t *testing.T) {
 
 func TestNewCostModelErrors(t *testing.T) {
 	node, _ := ParseNode("8xH100")
-	if _, err := NewCostModel(node, Precision{FP8, FP8, FP8}); err == nil {
+	if _, err := NewCostModel(node, Precision{Weights: FP8, Activations: FP8, KV: FP8}); err == nil {
 		t.Error("FP8 activations accepted")
 	}
 	if _, err := NewCostModel(Node{GPU: node.GPU}, bf16); err == nil {

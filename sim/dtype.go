@@ -44,6 +44,22 @@ func (d DType) String() string {
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
+// Name is the torch_dtype spelling ParseDType also accepts: bfloat16,
+// float16, float8_e4m3fn, float32.
+func (d DType) Name() string {
+	switch d {
+	case BF16:
+		return "bfloat16"
+	case FP16:
+		return "float16"
+	case FP8:
+		return "float8_e4m3fn"
+	case FP32:
+		return "float32"
+	}
+	return d.String()
+}
+
 // ParseDType reads a dtype under its short name or its torch_dtype /
 // vLLM spelling: bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3,
 // fp8_e5m2, fp32, float32, float.
@@ -71,15 +87,29 @@ func ParseDType(s string) (DType, error) {
 // without (A100, A10) vLLM runs weight-only FP8 (the Marlin kernel): FP8
 // weight bytes, BF16 compute. Activations is also the wire element of every
 // collective (4 for the CPU engine's float32, 2 on GPUs). KV is the KV
-// cache element (vLLM's --kv-cache-dtype).
+// cache element (vLLM's --kv-cache-dtype). HeadInWeights holds the
+// embedding and the LM head in Weights too, as the CPU engine keeps every
+// matrix in one format.
 type Precision struct {
 	Weights     DType
 	Activations DType
 	KV          DType
+	// HeadInWeights: the embedding and LM head are stored and multiplied
+	// in Weights (the CPU engine); false: in Activations (vLLM).
+	HeadInWeights bool
 }
 
-// CPUPrecision is the CPU engine's: float32 everywhere.
-var CPUPrecision = Precision{Weights: FP32, Activations: FP32, KV: FP32}
+// CPUPrecision is the CPU engine's on a float32 checkpoint: float32
+// everywhere.
+var CPUPrecision = Precision{Weights: FP32, Activations: FP32, KV: FP32, HeadInWeights: true}
+
+// head is the dtype of the embedding and the LM head.
+func (p Precision) head() DType {
+	if p.HeadInWeights {
+		return p.Weights
+	}
+	return p.Activations
+}
 
 // String writes "weights=fp8 activations=bf16 kv=bf16".
 func (p Precision) String() string {
@@ -136,24 +166,44 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 	return p, nil
 }
 
-// CPUKVPrecision is the CPU engine's precision under --kv-cache-dtype:
-// float32 weights and activations, and the KV cache in float32 ("auto" or
-// a float32 name), BF16 or FP16 (gearbox serve and generate's
-// --kv-cache-dtype on the CPU). FP8 is refused: the CPU engine does not
-// store it.
-func CPUKVPrecision(kvCacheDType string) (Precision, error) {
+// CPUEnginePrecision is the CPU engine's precision for a model under
+// gearbox serve's flags:
+//
+//   - dtype ("auto", or bfloat16, float16, float32): the format every
+//     matrix is held and multiplied in; "auto" keeps the checkpoint's
+//     torch_dtype (float32 when it names none), as the CPU engine does.
+//     Activations are float32 whatever it says, and the inputs of bfloat16
+//     products are rounded to bfloat16 (the GEMM curve the profile
+//     measured for that format);
+//   - kvCacheDType ("auto" or float32, bfloat16, float16): the KV cache;
+//     "auto" is float32. FP8 is refused: the CPU engine does not store it.
+func CPUEnginePrecision(cfg *model.Config, dtype, kvCacheDType string) (Precision, error) {
 	p := CPUPrecision
+	d := strings.ToLower(strings.TrimSpace(dtype))
+	if d == "" || d == "auto" {
+		if d = cfg.TorchDtype; d == "" {
+			d = "float32"
+		}
+		if w, err := ParseDType(d); err != nil || w == FP8 {
+			return p, fmt.Errorf("sim: the checkpoint's torch_dtype %q: the CPU engine holds matrices in float32, bfloat16 or float16 (set --dtype)", d)
+		}
+	}
+	w, err := ParseDType(d)
+	if err != nil || w == FP8 {
+		return p, fmt.Errorf("sim: --dtype %q on the CPU: the CPU engine holds matrices in float32, bfloat16 or float16", dtype)
+	}
+	p.Weights = w
 	k := strings.ToLower(strings.TrimSpace(kvCacheDType))
 	if k == "" || k == "auto" {
 		return p, nil
 	}
-	d, err := ParseDType(k)
+	kv, err := ParseDType(k)
 	if err != nil {
 		return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q on the CPU (supported: auto, float32, bfloat16, float16)", kvCacheDType)
 	}
-	if d == FP8 {
+	if kv == FP8 {
 		return p, fmt.Errorf("sim: --kv-cache-dtype %s on the CPU: the CPU engine stores its KV cache in float32, bfloat16 or float16, not fp8", kvCacheDType)
 	}
-	p.KV = d
+	p.KV = kv
 	return p, nil
 }

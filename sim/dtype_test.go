@@ -3,6 +3,8 @@ package sim
 import (
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/model"
 )
 
 func TestDType(t *testing.T) {
@@ -20,6 +22,9 @@ func TestDType(t *testing.T) {
 		}
 		if back, err := ParseDType(d.String()); err != nil || back != d {
 			t.Errorf("%v does not round-trip", d)
+		}
+		if back, err := ParseDType(d.Name()); err != nil || back != d {
+			t.Errorf("%v's name %q does not round-trip", d, d.Name())
 		}
 	}
 	if _, err := ParseDType("int4"); err == nil || !strings.Contains(err.Error(), "known: bf16") {
@@ -41,15 +46,15 @@ func TestVLLMPrecision(t *testing.T) {
 		dtype, quant, kvDtype string
 		want                  Precision
 	}{
-		{"llama3", "auto", "", "auto", Precision{BF16, BF16, BF16}},
-		{"llama3", "", "fp8", "", Precision{FP8, BF16, BF16}},
-		{"llama3", "auto", "fp8", "fp8", Precision{FP8, BF16, FP8}},
-		{"llama3", "auto", "none", "fp8_e4m3", Precision{BF16, BF16, FP8}},
-		{"llama2", "auto", "", "auto", Precision{FP16, FP16, FP16}},
-		{"llama2", "bfloat16", "fp8", "auto", Precision{FP8, BF16, BF16}},
-		{"llama3", "float32", "", "", Precision{FP32, FP32, FP32}},
-		{"llama3", "auto", "", "bfloat16", Precision{BF16, BF16, BF16}},
-		{"llama2", "auto", "", "float32", Precision{FP16, FP16, FP32}},
+		{"llama3", "auto", "", "auto", Precision{Weights: BF16, Activations: BF16, KV: BF16}},
+		{"llama3", "", "fp8", "", Precision{Weights: FP8, Activations: BF16, KV: BF16}},
+		{"llama3", "auto", "fp8", "fp8", Precision{Weights: FP8, Activations: BF16, KV: FP8}},
+		{"llama3", "auto", "none", "fp8_e4m3", Precision{Weights: BF16, Activations: BF16, KV: FP8}},
+		{"llama2", "auto", "", "auto", Precision{Weights: FP16, Activations: FP16, KV: FP16}},
+		{"llama2", "bfloat16", "fp8", "auto", Precision{Weights: FP8, Activations: BF16, KV: BF16}},
+		{"llama3", "float32", "", "", Precision{Weights: FP32, Activations: FP32, KV: FP32}},
+		{"llama3", "auto", "", "bfloat16", Precision{Weights: BF16, Activations: BF16, KV: BF16}},
+		{"llama2", "auto", "", "float32", Precision{Weights: FP16, Activations: FP16, KV: FP32}},
 	}
 	for _, c := range cases {
 		cfg := llama3
@@ -68,21 +73,60 @@ func TestVLLMPrecision(t *testing.T) {
 	}
 }
 
-// TestCPUKVPrecision: on the CPU auto keeps float32 KV, bfloat16 and
-// float16 halve its bytes, and fp8 is refused by name.
-func TestCPUKVPrecision(t *testing.T) {
-	for in, want := range map[string]DType{"auto": FP32, "": FP32, "float32": FP32, "bfloat16": BF16, "bf16": BF16, "float16": FP16} {
-		p, err := CPUKVPrecision(in)
-		if err != nil || p != (Precision{Weights: FP32, Activations: FP32, KV: want}) {
-			t.Errorf("CPUKVPrecision(%q) = %v, %v; want kv=%s", in, p, err, want)
+// TestCPUEnginePrecision: on the CPU the matrices keep the checkpoint's
+// format under auto (float32 when it names none) or take --dtype's, the
+// embedding and LM head with them; activations stay float32; auto keeps
+// float32 KV, bfloat16 and float16 halve its bytes, and fp8 is refused by
+// name.
+func TestCPUEnginePrecision(t *testing.T) {
+	llama3, err := LookupModel("meta-llama/Llama-3.3-70B-Instruct") // torch_dtype bfloat16
+	if err != nil {
+		t.Fatal(err)
+	}
+	llama2, err := LookupModel("meta-llama/Llama-2-7b-hf") // float16
+	if err != nil {
+		t.Fatal(err)
+	}
+	untyped := *llama3
+	untyped.TorchDtype = ""
+	cpu := func(w, kv DType) Precision {
+		return Precision{Weights: w, Activations: FP32, KV: kv, HeadInWeights: true}
+	}
+	for _, c := range []struct {
+		name      string
+		cfg       *model.Config
+		dtype, kv string
+		want      Precision
+	}{
+		{"bf16 checkpoint", llama3, "auto", "auto", cpu(BF16, FP32)},
+		{"fp16 checkpoint", llama2, "", "", cpu(FP16, FP32)},
+		{"no torch_dtype", &untyped, "auto", "auto", cpu(FP32, FP32)},
+		{"--dtype float32", llama3, "float32", "auto", CPUPrecision},
+		{"--dtype bfloat16", llama2, "bfloat16", "bf16", cpu(BF16, BF16)},
+		{"float16 KV", llama3, "auto", "float16", cpu(BF16, FP16)},
+		{"float32 KV", llama3, "auto", "float32", cpu(BF16, FP32)},
+	} {
+		p, err := CPUEnginePrecision(c.cfg, c.dtype, c.kv)
+		if err != nil || p != c.want {
+			t.Errorf("%s: CPUEnginePrecision(%q, %q) = %v, %v; want %v", c.name, c.dtype, c.kv, p, err, c.want)
 		}
 	}
 	for _, bad := range []string{"fp8", "fp8_e5m2"} {
-		if _, err := CPUKVPrecision(bad); err == nil || !strings.Contains(err.Error(), "not fp8") {
-			t.Errorf("CPUKVPrecision(%q): %v", bad, err)
+		if _, err := CPUEnginePrecision(llama3, "auto", bad); err == nil || !strings.Contains(err.Error(), "not fp8") {
+			t.Errorf("--kv-cache-dtype %q: %v", bad, err)
 		}
 	}
-	if _, err := CPUKVPrecision("int8"); err == nil || !strings.Contains(err.Error(), "supported: auto, float32, bfloat16, float16") {
-		t.Errorf("CPUKVPrecision(int8): %v", err)
+	if _, err := CPUEnginePrecision(llama3, "auto", "int8"); err == nil || !strings.Contains(err.Error(), "supported: auto, float32, bfloat16, float16") {
+		t.Errorf("--kv-cache-dtype int8: %v", err)
+	}
+	for _, bad := range []string{"fp8", "int8"} {
+		if _, err := CPUEnginePrecision(llama3, bad, "auto"); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 or float16") {
+			t.Errorf("--dtype %q: %v", bad, err)
+		}
+	}
+	f64 := *llama3
+	f64.TorchDtype = "float64"
+	if _, err := CPUEnginePrecision(&f64, "auto", "auto"); err == nil || !strings.Contains(err.Error(), `torch_dtype "float64"`) {
+		t.Errorf("torch_dtype float64: %v", err)
 	}
 }

@@ -29,7 +29,13 @@ type GPU struct {
 	PCIeBytesPerS   float64 // one direction (half the datasheet's bidirectional figure)
 	L2Bytes         float64 // on-chip L2 cache
 	Eff             Efficiency
-	Sources         []string
+	// WeightGEMM is the GEMM rate by weight dtype where it was measured
+	// per weight format: a calibrated CPU, whose kernels differ by format
+	// (bfloat16 pairs, half-precision widened to float32). A GEMM whose
+	// weights have an entry runs at Eff.Matmul times its curve instead of
+	// the tensor peak's; nil for catalog GPUs.
+	WeightGEMM map[DType]GEMMCurve
+	Sources    []string
 
 	names   []string // accepted spellings in node names, lower case
 	devices []string // the names CUDA gives this part (cuDeviceGetName, nvidia-smi)
@@ -160,6 +166,10 @@ func catalogEff(matmul float64) Efficiency {
 		KernelLatency: KernelLatency, StepOverhead: VLLMStepOverhead,
 	}
 }
+
+// GEMMCurve is a measured GEMM rate: Peak·s(m)·s(n)·s(k) FLOP/s, with
+// s(x) = x/(x+Half) as in Efficiency.
+type GEMMCurve struct{ Peak, Half float64 }
 
 // shapeFactor is s(m)·s(n)·s(k) of Efficiency.Matmul's curve.
 func shapeFactor(m, n, k, half float64) float64 {

@@ -56,14 +56,31 @@ func (m Memory) Fits() bool { return m.Weights+m.AlsoWeights+m.Activations <= m.
 // weightBytes is the weight memory of rank r under l: the linear layers'
 // elements in the weight dtype and the rest (embedding, LM head, norms,
 // biases: what WeightElems counts beyond them) in the activation dtype,
-// as vLLM's --quantization fp8 stores them.
+// as vLLM's --quantization fp8 stores them, or with HeadInWeights the
+// embedding and LM head in the weight dtype too (the CPU engine; its
+// norms and biases are float32, its activation dtype).
 func (c *CostModel) weightBytes(cfg *model.Config, l parallel.Placement, r int) int64 {
 	p, co := l.Plan, l.Coords[r]
 	h, d := int64(cfg.Hidden), int64(cfg.HeadDim)
 	slice := parallel.SliceHeads(cfg, co.TP, p.SP, p.TP)
 	q, kv := int64(slice.QHi-slice.QLo)*d, int64(slice.KVHi-slice.KVLo)*d
 	inter := int64(parallel.Even(cfg.Intermediate, p.TP, co.TP).Len())
-	linear := int64(p.Stage(co.PP, cfg.Layers).Len()) * ((q+2*kv)*h + h*q + 3*inter*h)
+	layers := int64(p.Stage(co.PP, cfg.Layers).Len())
+	ffnLayers := layers
+	if l.FFN.Pooled() { // SiDP: only the owned layers' gate, up and down
+		ffnLayers = int64(l.OwnedFFNLayers(cfg, r))
+	}
+	linear := layers*((q+2*kv)*h+h*q) + ffnLayers*3*inter*h
+	if c.Precision.HeadInWeights {
+		vocab := int64(parallel.Even(cfg.Vocab, p.TP, co.TP).Len())
+		first, last := co.PP == 0, co.PP == p.PP-1
+		if first {
+			linear += vocab * h
+		}
+		if last && (!cfg.TieWordEmbeddings || !first) {
+			linear += vocab * h
+		}
+	}
 	return linear*c.wgtBytes + (l.WeightElems(cfg, r)-linear)*c.actBytes
 }
 

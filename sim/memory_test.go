@@ -9,7 +9,7 @@ import (
 func TestMemoryWeights(t *testing.T) {
 	cfg := preset(t, "meta-llama/Llama-3.3-70B-Instruct")
 	bf := costModel(t, "8xH200", bf16)
-	fp8 := costModel(t, "8xH200", Precision{FP8, BF16, BF16})
+	fp8 := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	// One rank in BF16 holds every parameter at 2 bytes.
 	m, err := bf.Memory(cfg, parallel.Single, 0, MemoryOptions{})
 	if err != nil {
@@ -24,6 +24,14 @@ func TestMemoryWeights(t *testing.T) {
 	rest := int64(2*128256*8192 + 80*2*8192 + 8192)
 	if want := (cfg.NumParams() - rest) + 2*rest; m.Weights != want {
 		t.Errorf("single rank FP8 weights %d, want %d", m.Weights, want)
+	}
+	// The CPU engine on a BF16 checkpoint holds every matrix, embedding
+	// and LM head included, at 2 bytes and the norms in float32.
+	cpu := costModel(t, "8xH200", Precision{Weights: BF16, Activations: FP32, KV: FP32, HeadInWeights: true})
+	m, _ = cpu.Memory(cfg, parallel.Single, 0, MemoryOptions{})
+	norms := int64(80*2*8192 + 8192)
+	if want := 2*(cfg.NumParams()-norms) + 4*norms; m.Weights != want {
+		t.Errorf("single rank CPU BF16 weights %d, want %d", m.Weights, want)
 	}
 	// TP=8: each rank its WeightElems, the linear part at 1 byte.
 	tp8, _ := parallel.Parse("tp=8")
@@ -43,7 +51,7 @@ func TestMemoryWeights(t *testing.T) {
 		}
 	}
 	// The FP8 KV cache holds twice the tokens.
-	fp8kv := costModel(t, "8xH200", Precision{FP8, BF16, FP8})
+	fp8kv := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: FP8})
 	a, _ := fp8.Memory(cfg, tp8, 0, MemoryOptions{})
 	b, _ := fp8kv.Memory(cfg, tp8, 0, MemoryOptions{})
 	if b.KVTokens != 2*a.KVTokens && b.KVTokens != 2*a.KVTokens+1 {
@@ -53,7 +61,7 @@ func TestMemoryWeights(t *testing.T) {
 
 func TestMemoryShiftAndCapacity(t *testing.T) {
 	cfg := preset(t, "Qwen/Qwen3-32B")
-	cm := costModel(t, "8xH200", Precision{FP8, BF16, FP8})
+	cm := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: FP8})
 	base, _ := parallel.Parse("sp=8")
 	plain, err := cm.Memory(cfg, base, 3, MemoryOptions{})
 	if err != nil {

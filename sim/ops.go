@@ -141,7 +141,7 @@ func (o *costOps) Logits() {
 	}
 	m, h, lat := o.lc.m, o.lc.cfg.Hidden, o.lc.m.eff.KernelLatency
 	o.b.add(CompLMHead, m.streaming(2*int64(rows*h)*m.actBytes), lat, 1)
-	o.b.add(CompLMHead, m.gemm(rows, o.rs.vocab, h, m.actDType), lat, 1)
+	o.b.add(CompLMHead, m.gemm(rows, o.rs.vocab, h, m.Precision.head()), lat, 1)
 	o.kernels += 2
 	if r := m.eff.LogitsBytesPerS; r > 0 {
 		o.b.add(CompLMHead, kernel{memory: float64(rows) * float64(o.rs.vocab) * 4 / r}, 0, 1)

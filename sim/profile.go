@@ -38,6 +38,11 @@ type Profile struct {
 	// GEMM is the measured throughput of the engine's GEMM by shape, in
 	// the profile's dtype: out[m, n] = in[m, k]·w[n, k]ᵀ.
 	GEMM []GEMMPoint `json:"gemm"`
+	// GEMMWeights is the same for the CPU engine's other weight formats,
+	// by dtype name ("bfloat16", "float16"), over the same shapes: each
+	// format has its own kernels (bfloat16 pairs, half widened to
+	// float32). A profile without a format cannot price its checkpoints.
+	GEMMWeights map[string][]GEMMPoint `json:"gemm_weights,omitempty"`
 
 	// AttentionGFLOPS is the measured throughput of the engine's paged
 	// attention (4·head_dim flops per query·key pair).
@@ -122,10 +127,45 @@ func (p *Profile) Validate() error {
 	case !(p.LogitsBytesPerS >= 0) || math.IsInf(p.LogitsBytesPerS, 0):
 		return fmt.Errorf("sim: profile logits_bytes_per_s %g must be finite and not negative", p.LogitsBytesPerS)
 	}
-	for i, g := range p.GEMM {
-		if g.M < 1 || g.N < 1 || g.K < 1 || !(g.GFLOPS > 0) || math.IsInf(g.GFLOPS, 0) {
-			return fmt.Errorf("sim: profile GEMM point %d %+v: sizes and gflops must be positive", i, g)
+	if err := validGEMM("GEMM", p.GEMM); err != nil {
+		return err
+	}
+	if gpu && len(p.GEMMWeights) > 0 {
+		return errors.New("sim: GPU profile has gemm_weights; they describe the CPU engine's weight formats")
+	}
+	for name, points := range p.GEMMWeights {
+		if d, err := ParseDType(name); err != nil || (d != BF16 && d != FP16) || name != d.Name() {
+			return fmt.Errorf("sim: profile gemm_weights %q: want bfloat16 or float16", name)
 		}
+		if len(points) == 0 {
+			return fmt.Errorf("sim: profile gemm_weights %q has no measurements", name)
+		}
+		if err := validGEMM(name+" GEMM", points); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validGEMM(what string, points []GEMMPoint) error {
+	for i, g := range points {
+		if g.M < 1 || g.N < 1 || g.K < 1 || !(g.GFLOPS > 0) || math.IsInf(g.GFLOPS, 0) {
+			return fmt.Errorf("sim: profile %s point %d %+v: sizes and gflops must be positive", what, i, g)
+		}
+	}
+	return nil
+}
+
+// CheckPrecision reports whether the profile can price prec: a CPU
+// profile prices float32 weights from GEMM and bfloat16 or float16 ones
+// from GEMMWeights (profiles written before it lack them), a GPU profile
+// bfloat16 ones.
+func (p *Profile) CheckPrecision(prec Precision) error {
+	if p.IsGPU() || prec.Weights == FP32 {
+		return nil
+	}
+	if _, ok := p.GEMMWeights[prec.Weights.Name()]; !ok {
+		return fmt.Errorf("sim: profile of %s has no GEMM measurements with %s weights (re-run gearbox calibrate, or simulate --dtype float32)", p.Name, prec.Weights.Name())
 	}
 	return nil
 }
@@ -185,7 +225,8 @@ func (p *Profile) Save(path string) error {
 //
 // A CPU profile is a device named "cpu" whose float32 GEMMs the cost model
 // runs at half of BF16FLOPS (TF32 on GPUs), so BF16FLOPS is twice the
-// fitted float32 rate; it has no host link.
+// fitted float32 rate; the curves fitted to GEMMWeights price GEMMs with
+// those weights (GPU.WeightGEMM); it has no host link.
 //
 // A GPU profile (ProfileBFloat16) is a device named as CUDA names it, whose
 // BF16FLOPS is the fitted bfloat16 rate itself. What one GPU cannot
@@ -206,11 +247,20 @@ func (p *Profile) GPU() (GPU, error) {
 		LogitsBytesPerS: p.LogitsBytesPerS,
 	}
 	if !p.IsGPU() {
-		return GPU{
+		g := GPU{
 			Name: "cpu", MemoryBytes: p.MemoryBytes, HBMBytesPerS: p.MemBytesPerS, BF16FLOPS: 2 * peak,
 			PCIe: "none", L2Bytes: p.L2Bytes, Eff: eff,
 			Sources: []string{fmt.Sprintf("gearbox calibrate profile of %s (%d threads)", p.Name, p.Threads)},
-		}, nil
+		}
+		for name, points := range p.GEMMWeights {
+			d, _ := ParseDType(name) // Validate checked it
+			h, peak := fitGEMM(points)
+			if g.WeightGEMM == nil {
+				g.WeightGEMM = map[DType]GEMMCurve{}
+			}
+			g.WeightGEMM[d] = GEMMCurve{Peak: peak, Half: h}
+		}
+		return g, nil
 	}
 	g := GPU{
 		Name: p.Name, MemoryBytes: p.MemoryBytes, HBMBytesPerS: p.MemBytesPerS, BF16FLOPS: peak,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,6 +121,89 @@ func TestProfileNode(t *testing.T) {
 	}
 }
 
+// TestProfileWeightFormats fits a curve per measured weight format and
+// prices each GEMM by its weights' curve: a bfloat16 curve of twice the
+// float32 rate and another half size halves compute-bound GEMMs and moves
+// the small ones by the fitted half size, while float32 GEMMs keep theirs.
+// A profile without a format refuses to price it.
+func TestProfileWeightFormats(t *testing.T) {
+	p := testProfile()
+	for _, s := range [][3]int{{1, 4096, 4096}, {8, 4096, 4096}, {64, 2048, 2048}, {256, 4096, 1024}, {2048, 2048, 2048}, {16, 512, 8192}} {
+		rate := 400e9 * shapeFactor(float64(s[0]), float64(s[1]), float64(s[2]), 96)
+		if p.GEMMWeights == nil {
+			p.GEMMWeights = map[string][]GEMMPoint{}
+		}
+		p.GEMMWeights["bfloat16"] = append(p.GEMMWeights["bfloat16"], GEMMPoint{M: s[0], N: s[1], K: s[2], GFLOPS: rate / 1e9})
+	}
+	path := filepath.Join(t.TempDir(), "cpu.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := LoadProfile(path); err != nil || !reflect.DeepEqual(p, q) {
+		t.Fatalf("round trip: %v\n%+v\n%+v", err, p, q)
+	}
+	g, err := p.GPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cv, ok := g.WeightGEMM[BF16]
+	if !ok || math.Abs(cv.Half/96-1) > 0.05 || math.Abs(cv.Peak/400e9-1) > 0.02 || len(g.WeightGEMM) != 1 {
+		t.Fatalf("bfloat16 curve %+v (all %v); want half 96, peak 400e9", cv, g.WeightGEMM)
+	}
+	node, err := p.Node(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16 := Precision{Weights: BF16, Activations: FP32, KV: FP32, HeadInWeights: true}
+	if err := p.CheckPrecision(bf16); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := NewCostModel(node, bf16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pt := range p.GEMMWeights["bfloat16"] {
+		k := cm.gemm(pt.M, pt.N, pt.K, BF16)
+		if got := 2 * float64(pt.M) * float64(pt.N) * float64(pt.K) / k.compute / 1e9; math.Abs(got/pt.GFLOPS-1) > 0.03 {
+			t.Errorf("bfloat16 GEMM %dx%dx%d: model %.1f GFLOP/s, measured %.1f", pt.M, pt.N, pt.K, got, pt.GFLOPS)
+		}
+		if got, want := k.memory, float64(pt.N*pt.K*2)/(node.GPU.HBMBytesPerS*cm.weightEfficiency(float64(pt.N*pt.K*2)))+float64(pt.M*(pt.K+pt.N)*4)/node.GPU.HBMBytesPerS; math.Abs(got/want-1) > 1e-9 {
+			t.Errorf("bfloat16 GEMM %dx%dx%d: memory %g s, want %g (2-byte weights, 4-byte activations)", pt.M, pt.N, pt.K, got, want)
+		}
+	}
+	for _, pt := range p.GEMM {
+		k := cm.gemm(pt.M, pt.N, pt.K, FP32)
+		if got := 2 * float64(pt.M) * float64(pt.N) * float64(pt.K) / k.compute / 1e9; math.Abs(got/pt.GFLOPS-1) > 0.03 {
+			t.Errorf("float32 GEMM %dx%dx%d under the bfloat16 precision: model %.1f GFLOP/s, measured %.1f", pt.M, pt.N, pt.K, got, pt.GFLOPS)
+		}
+	}
+	fp16 := bf16
+	fp16.Weights = FP16
+	if err := p.CheckPrecision(fp16); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("float16 weights without float16 measurements: %v", err)
+	}
+	if err := testProfile().CheckPrecision(bf16); err == nil {
+		t.Error("a profile without gemm_weights priced bfloat16 weights")
+	}
+	if err := testProfile().CheckPrecision(CPUPrecision); err != nil {
+		t.Errorf("float32: %v", err)
+	}
+	for name, mutate := range map[string]func(*Profile){
+		"format":   func(p *Profile) { p.GEMMWeights["fp8"] = p.GEMMWeights["bfloat16"] },
+		"spelling": func(p *Profile) { p.GEMMWeights["bf16"] = p.GEMMWeights["bfloat16"] },
+		"empty":    func(p *Profile) { p.GEMMWeights["float16"] = nil },
+		"point":    func(p *Profile) { p.GEMMWeights["bfloat16"][2].GFLOPS = 0 },
+		"gpu":      func(p *Profile) { p.DType, p.Threads, p.Link = ProfileBFloat16, 0, AlphaBeta{} },
+	} {
+		q := testProfile()
+		q.GEMMWeights = map[string][]GEMMPoint{"bfloat16": slices.Clone(p.GEMMWeights["bfloat16"])}
+		mutate(q)
+		if err := q.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
 // gpuProfile is a bfloat16 profile of an H100 whose GEMM points follow the
 // cost model's curve with half size 96 and a 700 TFLOP/s asymptote.
 func gpuProfile() *Profile {
@@ -158,7 +242,7 @@ func TestGPUProfile(t *testing.T) {
 		math.Abs(e.Attention*g.BF16FLOPS/350e12-1) > 1e-9 || math.Abs(e.AttentionDecode*g.BF16FLOPS/70e12-1) > 1e-9 {
 		t.Errorf("efficiency %+v", e)
 	}
-	if p.Precision() != (Precision{BF16, BF16, BF16}) || testProfile().Precision() != CPUPrecision {
+	if p.Precision() != (Precision{Weights: BF16, Activations: BF16, KV: BF16}) || testProfile().Precision() != CPUPrecision {
 		t.Errorf("precisions %v, %v", p.Precision(), testProfile().Precision())
 	}
 	node, err := p.Node(8)

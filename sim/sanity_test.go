@@ -115,7 +115,7 @@ func TestPrefill1B(t *testing.T) {
 // i.e. 3.3× more efficient per GPU).
 func TestNitsumDirection(t *testing.T) {
 	cfg := preset(t, "meta-llama/Llama-3.3-70B-Instruct")
-	cm := costModel(t, "8xH200", Precision{FP8, BF16, BF16})
+	cm := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	type shard struct{ n, k int }
 	layer := func(tp int) []shard {
 		return []shard{{(64 + 16) * 128 / tp, 8192}, {8192, 64 * 128 / tp}, {2 * 28672 / tp, 8192}, {8192, 28672 / tp}}

@@ -75,7 +75,7 @@ func TestMicroBatchSplit(t *testing.T) {
 // TestStepLockstep: without PP the step is the slowest rank's busy time
 // plus the overhead, and the ranks of a symmetric TP group are equal.
 func TestStepLockstep(t *testing.T) {
-	cm := costModel(t, "8xH200", Precision{FP8, BF16, BF16})
+	cm := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	lc := layoutCost(t, cm, preset(t, "meta-llama/Llama-3.3-70B-Instruct"), "tp=8")
 	b := StepShape{Seqs: []Seq{{Context: 4096, New: 1, Logits: 1}, {Context: 100, New: 512, Logits: 1}}}
 	st := lc.Step(&b)
@@ -102,7 +102,7 @@ func TestStepLockstep(t *testing.T) {
 // own breakdowns, for layouts whose TP members are twins and for one whose
 // uneven vocabulary slices make them differ.
 func TestStepMatchesRanks(t *testing.T) {
-	cm := costModel(t, "8xH200", Precision{FP8, BF16, BF16})
+	cm := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	cfg := *preset(t, "Qwen/Qwen2.5-14B-Instruct")
 	odd := cfg
 	odd.Vocab--
@@ -175,7 +175,7 @@ func TestIdleReplica(t *testing.T) {
 
 // TestStepNoAllocs: steps allocate nothing once the scratch has grown.
 func TestStepNoAllocs(t *testing.T) {
-	cm := costModel(t, "8xH200", Precision{FP8, BF16, BF16})
+	cm := costModel(t, "8xH200", Precision{Weights: FP8, Activations: BF16, KV: BF16})
 	lc := layoutCost(t, cm, preset(t, "meta-llama/Llama-3.3-70B-Instruct"), "pp=2,sp=2,tp=2")
 	b := benchShape(64)
 	lc.Step(&b)
@@ -233,7 +233,7 @@ func TestLogitsToHost(t *testing.T) {
 // fill-and-drain of a lone step; one sequence still waits a whole round
 // trip per token; without PP nothing changes.
 func TestStepOverlap(t *testing.T) {
-	cm := costModel(t, "4xA10G@pcie4x8", Precision{BF16, BF16, BF16})
+	cm := costModel(t, "4xA10G@pcie4x8", Precision{Weights: BF16, Activations: BF16, KV: BF16})
 	cfg := preset(t, "codellama/CodeLlama-34b-hf")
 	decode := func(n int) *StepShape {
 		b := &StepShape{}

@@ -12,6 +12,7 @@ import (
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/sim"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // gpuShapes are the models a GPU validation runs by default: the shapes
@@ -19,13 +20,14 @@ import (
 const gpuShapes = "llama-3.2-1b,llama-3.1-8b"
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("calibrate", "calibrate [--device cpu|cuda|cuda:N] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE] [--shapes LIST]]", stderr)
-	device := fs.String("device", "cpu", "device to measure: cpu (the CPU engine, float32), or cuda or cuda:N (a GPU under the CUDA executor, bfloat16)")
+	fs := newFlagSet("calibrate", "calibrate [--device cpu|cuda|cuda:N] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE] [--shapes LIST] [--dtype D]]", stderr)
+	device := fs.String("device", "cpu", "device to measure: cpu (the CPU engine: float32, bfloat16 and float16 weights), or cuda or cuda:N (a GPU under the CUDA executor, bfloat16)")
 	threads := fs.Int("threads", 0, "CPU threads for the kernels, as gearbox serve's --threads (default: all cores); --device cpu only")
 	out := fs.String("out", "", "write the profile here (default cpu-profile.json, or gpu-profile.json for a GPU)")
 	quick := fs.Bool("quick", false, "measure a smaller grid with fewer repetitions (a few seconds instead of about 20 on the CPU)")
 	validate := fs.Bool("validate", false, "then check the simulator against the engine with the profile: a step-time sweep and a 200-request serving run; prints Markdown tables")
 	profile := fs.String("profile", "", "with --validate: validate this profile instead of measuring a new one")
+	dtype := fs.String("dtype", "float32", "with --validate on the CPU: the format the engine holds the weight matrices in, float32, bfloat16 or float16, priced with the profile's GEMM curve for it")
 	shapes := fs.String("shapes", "", "with --validate: comma-separated model shapes to run ("+strings.Join(calibrate.ModelShapes(), ", ")+
 		"; default calibrate.ValidationShape on the CPU, "+gpuShapes+" on a GPU)")
 	if err := fs.Parse(args); err != nil {
@@ -44,6 +46,10 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *shapes != "" && !*validate {
 		return errors.New("calibrate: --shapes picks the models to validate on; add --validate")
+	}
+	weights, err := validationFormat(*dtype, *validate, onGPU)
+	if err != nil {
+		return err
 	}
 	if onGPU && *threads != 0 {
 		return errors.New("calibrate: --threads sets CPU kernel threads; a GPU has none")
@@ -99,13 +105,33 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if !*validate {
 		return nil
 	}
-	v := validation{p: p, threads: *threads, models: models, stdout: stdout, stderr: stderr}
+	v := validation{p: p, threads: *threads, weights: weights, models: models, stdout: stdout, stderr: stderr}
 	if onGPU {
 		if err := v.onGPU(dev.Index, cache); err != nil {
 			return err
 		}
 	}
 	return v.run(ctx)
+}
+
+// validationFormat resolves --dtype: the format of the CPU engine's
+// matrices in a validation. Anything but float32 needs --validate and
+// the CPU (a GPU is validated in its profile's bfloat16).
+func validationFormat(dtype string, validate, onGPU bool) (tensor.DType, error) {
+	d, err := model.ParseDType(dtype)
+	if err != nil || d == model.DTypeAuto {
+		return 0, fmt.Errorf("calibrate: --dtype %q: want float32, bfloat16 or float16", dtype)
+	}
+	if d == model.Float32 {
+		return tensor.F32, nil
+	}
+	if !validate {
+		return 0, errors.New("calibrate: --dtype picks the weight format of a validation; add --validate (a profile measures every format)")
+	}
+	if onGPU {
+		return 0, errors.New("calibrate: --dtype: a GPU is validated in its profile's bfloat16")
+	}
+	return d.Tensor(), nil
 }
 
 // validationModel is one model a validation runs: a named real shape, or
@@ -140,6 +166,7 @@ func validationModels(list string, onGPU bool) ([]validationModel, error) {
 type validation struct {
 	p       *sim.Profile
 	threads int
+	weights tensor.DType // the CPU engine's matrices
 	models  []validationModel
 	runners calibrate.Runners // nil: the CPU engine
 	catalog *sim.GPU          // the catalog entry of the GPU validated on
@@ -176,7 +203,7 @@ func (v *validation) run(ctx context.Context) error {
 		label := v.label(m)
 		fmt.Fprintf(v.stderr, "step-time sweep on %s\n", label)
 		steps, err := calibrate.ValidateSteps(ctx, v.p, calibrate.StepOptions{
-			Threads: v.threads, Model: m.config, Runners: v.runners, Catalog: v.catalog, Log: v.stderr,
+			Threads: v.threads, Model: m.config, Runners: v.runners, Catalog: v.catalog, Weights: v.weights, Log: v.stderr,
 		})
 		if err != nil {
 			return err
@@ -196,7 +223,7 @@ func (v *validation) run(ctx context.Context) error {
 	}
 	for _, m := range v.models {
 		fmt.Fprintf(v.stderr, "serving 200 requests of %s for real, then in simulation\n", v.label(m))
-		serve, err := calibrate.ValidateServe(ctx, v.p, calibrate.ServeOptions{Threads: v.threads, Model: m.config, Runners: v.runners})
+		serve, err := calibrate.ValidateServe(ctx, v.p, calibrate.ServeOptions{Threads: v.threads, Model: m.config, Runners: v.runners, Weights: v.weights})
 		if err != nil {
 			return err
 		}

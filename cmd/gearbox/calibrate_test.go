@@ -39,6 +39,10 @@ func TestCalibrateDevices(t *testing.T) {
 		{[]string{"--shapes", "llama-3.2-1b"}, "--validate"},
 		{[]string{"--validate", "--shapes", "llama-9"}, "unknown model shape"},
 		{[]string{"--device", "cuda", "--threads", "4"}, "a GPU has none"},
+		{[]string{"--dtype", "bfloat16"}, "add --validate"},
+		{[]string{"--validate", "--dtype", "int8"}, "want float32, bfloat16 or float16"},
+		{[]string{"--validate", "--dtype", "auto"}, "want float32, bfloat16 or float16"},
+		{[]string{"--device", "cuda", "--validate", "--dtype", "float16"}, "its profile's bfloat16"},
 	} {
 		if _, _, err := runCalibrateCLI(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want an error containing %q", c.args, err, c.want)

@@ -79,7 +79,7 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 		if p.sparse != "on" || p.cspsTTFT <= 0 || p.cspsProf == "" {
 			return plan, nil, fmt.Errorf("--csps-ttft-ms needs a positive TTFT, --sparse-attention on and --csps-profile FILE (gearbox calibrate)")
 		}
-		prefill, err := cspsPredictor(cfg, p.cspsProf, pol.Ranks, p.micro)
+		prefill, err := cspsPredictor(cfg, p.dtype, p.quant, p.cspsProf, pol.Ranks, p.micro)
 		if err != nil {
 			return plan, nil, err
 		}
@@ -95,8 +95,10 @@ func (p *parallelFlags) csps(cfg *model.Config, plan parallel.Plan, set map[stri
 // calibrate.Node shares them. The simulator cuts CSA levels by server, so
 // on one machine its levels above 2 span all ranks, where the executor's
 // level v spans 2^(v-1) ranks: the predictor then counts fewer dropped
-// pairs than the executor makes, and errs on the slow side.
-func cspsPredictor(cfg *model.Config, path string, ranks, micro int) (func(int, policy.CSPSConfig) time.Duration, error) {
+// pairs than the executor makes, and errs on the slow side. Matrices are
+// priced in the format the CPU engine holds them in under --dtype dtype
+// (sim.CPUEnginePrecision); quantized ones it cannot price.
+func cspsPredictor(cfg *model.Config, dtype, quant, path string, ranks, micro int) (func(int, policy.CSPSConfig) time.Duration, error) {
 	prof, err := sim.LoadProfile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--csps-profile: %w", err)
@@ -108,9 +110,15 @@ func cspsPredictor(cfg *model.Config, path string, ranks, micro int) (func(int, 
 	if err != nil {
 		return nil, err
 	}
-	prec, err := sim.CPUKVPrecision("float32")
+	if q, _ := model.ParseQuantization(quant); q != model.NoQuantization {
+		return nil, fmt.Errorf("--csps-profile: the predictor prices float32, bfloat16 and float16 matrices, not --quantization %s", quant)
+	}
+	prec, err := sim.CPUEnginePrecision(cfg, dtype, "float32")
 	if err != nil {
 		return nil, err
+	}
+	if err := prof.CheckPrecision(prec); err != nil {
+		return nil, fmt.Errorf("--csps-profile %s: %w", path, err)
 	}
 	cost, err := sim.NewCostModel(node, prec)
 	if err != nil {

@@ -172,6 +172,7 @@ func TestCSPSTTFTObjective(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := &model.Config{Hidden: 512, Intermediate: 1536, Layers: 4, Heads: 8, KVHeads: 4, HeadDim: 64, Vocab: 1000, MaxPositions: 65536, RMSNormEps: 1e-5, RopeTheta: 1e4, ModelType: "llama"}
+	dtype, quant := "auto", "" // the device's flags
 	resolve := func(args ...string) (*policy.CSPS, error) {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -179,6 +180,7 @@ func TestCSPSTTFTObjective(t *testing.T) {
 		if err := fs.Parse(append([]string{"--policy", "csps", "--plan", "sp=4", "--csps-spt-max", "4096"}, args...)); err != nil {
 			return nil, err
 		}
+		par.dtype, par.quant = dtype, quant
 		_, pol, err := par.resolve(cfg)
 		if err != nil {
 			return nil, err
@@ -217,6 +219,19 @@ func TestCSPSTTFTObjective(t *testing.T) {
 	if short := drop("0.001", 1000); short.Degree != 1 || short.CSALevels != 1 {
 		t.Fatalf("a one-rank prompt: %+v", short)
 	}
+	// The predictor prices the matrices as the engine holds them: this
+	// profile measured float32 GEMMs only, so bfloat16 and quantized
+	// matrices are refused rather than priced as float32.
+	objective := []string{"--sparse-attention", "on", "--csa-levels", "2", "--csps-ttft-ms", "100", "--csps-profile", path}
+	dtype = "bfloat16"
+	if _, err := resolve(objective...); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("bfloat16 matrices on a float32-only profile: %v", err)
+	}
+	dtype, quant = "auto", "int8"
+	if _, err := resolve(objective...); err == nil || !strings.Contains(err.Error(), "not --quantization int8") {
+		t.Errorf("int8 matrices: %v", err)
+	}
+	quant = ""
 	for _, args := range [][]string{
 		{"--csps-ttft-ms", "100", "--csps-profile", path},                                       // sparse attention off
 		{"--sparse-attention", "on", "--csps-ttft-ms", "100"},                                   // no profile

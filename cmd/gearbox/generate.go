@@ -125,6 +125,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	par.dtype, par.quant = dev.dtype, dev.quant
 	plan, pol, err := par.resolve(m.Config)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)

@@ -154,6 +154,7 @@ func runFollower(ctx context.Context, c serveConfig, logger *slog.Logger, progre
 	if err != nil {
 		return err
 	}
+	c.par.dtype, c.par.quant = c.dev.dtype, c.dev.quant
 	_, pol, err := c.par.resolve(m.Config)
 	if err != nil {
 		return err

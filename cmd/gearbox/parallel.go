@@ -37,6 +37,7 @@ type parallelFlags struct {
 	cspsTTFT       float64       // --csps-ttft-ms (csps): the TTFT objective, ms
 	cspsProf       string        // --csps-profile (csps): calibration profile for its predictor
 	cspsArch       string        // --csps-arch auto|sp-ntp|sp-tp (csps)
+	dtype, quant   string        // the device's --dtype and --quantization, set by the command: the matrices csps's predictor prices
 	nitsumWin      time.Duration // --nitsum-window (nitsum)
 	nitsumBudget   float64       // --nitsum-weight-budget, GiB per rank (nitsum); 0: none
 	nitsumColocate bool          // --nitsum-colocate (nitsum)

@@ -145,6 +145,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	c.par.dtype, c.par.quant = c.dev.dtype, c.dev.quant
 	plan, pol, err := c.par.resolve(m.Config)
 	if err != nil {
 		return nil, nil, nil, err

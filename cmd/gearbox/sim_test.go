@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/sim"
 )
 
 func TestSimulateCLI(t *testing.T) {
@@ -153,6 +154,52 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 	if _, _, err := runCLI(t, "simulate", "--model", dir, "--hardware", "2xcpu", "--profile", prof, "--plan", "tp=2",
 		"--kv-cache-dtype", "fp8"); err == nil || !strings.Contains(err.Error(), "not fp8") {
 		t.Fatalf("fp8 KV on the CPU: %v", err)
+	}
+	// A BF16 checkpoint runs in its own format under --dtype auto: two-byte
+	// matrices leave more memory to the KV cache than --dtype float32.
+	bdir, err := fixture.Dir(t.TempDir(), fixture.Spec{Hidden: 128, Heads: 8, KVHeads: 4, Layers: 2, DType: "BF16", Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simulateBF16 := func(profile string, extra ...string) (string, error) {
+		args := append([]string{"simulate", "--model", bdir, "--hardware", "cpu", "--profile", profile, "--plan", "single",
+			"--dataset", "synthetic:in=32,out=8,n=10"}, extra...)
+		stdout, stderr, err := runCLI(t, args...)
+		if err == nil && !strings.Contains(stdout, "Successful requests:                     10") {
+			t.Fatalf("%q:\n%s\n%s", extra, stdout, stderr)
+		}
+		return stderr, err
+	}
+	auto, err := simulateBF16(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := simulateBF16(prof, "--dtype", "float32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, w := capacity(auto), capacity(wide); a <= w {
+		t.Errorf("KV capacity %d tokens with the checkpoint's bfloat16 matrices, %d with float32", a, w)
+	}
+	if _, err := simulateBF16(prof, "--quantization", "fp8"); err == nil || !strings.Contains(err.Error(), "not quantized ones") {
+		t.Errorf("fp8 weights on the CPU: %v", err)
+	}
+	// A profile written before the weight formats were measured prices
+	// float32 only.
+	p, err := sim.LoadProfile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.GEMMWeights = nil
+	old := filepath.Join(t.TempDir(), "old.json")
+	if err := p.Save(old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := simulateBF16(old); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("bfloat16 on a float32-only profile: %v", err)
+	}
+	if _, err := simulateBF16(old, "--dtype", "float32"); err != nil {
+		t.Errorf("--dtype float32 on a float32-only profile: %v", err)
 	}
 	if _, _, err := runCLI(t, "simulate", "--hardware", "cpu", "--plan", "single"); err == nil || !strings.Contains(err.Error(), "needs --profile") {
 		t.Fatalf("cpu without a profile: %v", err)

@@ -61,7 +61,7 @@ func measureAttention(ctx context.Context, runners Runners, pool *tensor.Pool, g
 	if err != nil {
 		return attentionRates{}, err
 	}
-	w := randomWeights(cfg, pool)
+	w := randomWeights(cfg, pool, tensor.F32)
 	const bs = 16
 	tokens, longPrefill := g.prefill, 3*g.prefill
 	batch, short, long := g.decode[0], g.decode[1], g.decode[2]
@@ -170,7 +170,7 @@ func measureStepOverhead(ctx context.Context, runners Runners, pool *tensor.Pool
 	if err != nil {
 		return hostTimes{}, err
 	}
-	m := &model.Model{Name: "overhead", Config: cfg, Weights: randomWeights(cfg, pool), Tokenizer: bm.Tokenizer}
+	m := &model.Model{Name: "overhead", Config: cfg, Weights: randomWeights(cfg, pool, tensor.F32), Tokenizer: bm.Tokenizer}
 	gen := g.loopSteps
 	batches := []int{1, overheadBatch}
 	execs := make([]engine.Runner, len(batches))
@@ -265,7 +265,7 @@ func runLoop(ctx context.Context, m *model.Model, exec engine.Runner, n, gen int
 // runLoop runs: one prefill of every prompt, then gen−1 decode steps of
 // the whole batch.
 func predictLoop(p *sim.Profile, cfg *model.Config, n, gen int) (float64, error) {
-	lc, err := layoutCost(p, cfg, parallel.Single)
+	lc, err := layoutCost(p, p.Precision(), cfg, parallel.Single)
 	if err != nil {
 		return 0, err
 	}

@@ -64,10 +64,11 @@ func newGrid(quick bool) grid {
 // returns the profile the simulator's cost model reads (sim.Profile.GPU
 // fits its curves):
 //
-//   - GEMM: tensor.MatMul's GFLOP/s over a grid of tokens M × weight
+//   - GEMM: tensor.MatMulW's GFLOP/s over a grid of tokens M × weight
 //     shapes N×K, weights read cold from a buffer larger than the
 //     last-level cache, as a model larger than the cache reads them every
-//     step;
+//     step; with float32 weights, then with bfloat16 and float16 ones
+//     (GEMMWeights), which have kernels of their own;
 //   - memory: STREAM copy over the kernel pool, bytes read plus written;
 //   - kernel latency: one pooled kernel with negligible arithmetic;
 //   - link: all-reduces and all-to-alls of 4 KiB to 8 MiB over two ranks
@@ -121,8 +122,16 @@ func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 		return nil, err
 	}
 	logf("kernel latency: %.2f µs", p.KernelLatencyS*1e6)
-	if p.GEMM, err = measureGEMM(ctx, pool, cold, g, logf); err != nil {
+	if p.GEMM, err = measureGEMM(ctx, pool, cold, tensor.F32, g, logf); err != nil {
 		return nil, err
+	}
+	p.GEMMWeights = map[string][]sim.GEMMPoint{}
+	for _, d := range weightFormats {
+		points, err := measureGEMM(ctx, pool, cold, d, g, logf)
+		if err != nil {
+			return nil, err
+		}
+		p.GEMMWeights[simDType(d).Name()] = points
 	}
 	cold = nil
 	if p.Link, err = measureLink(ctx, g, p.KernelLatencyS, logf); err != nil {
@@ -198,11 +207,36 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float
 	return t[0], nil
 }
 
-// measureGEMM times tensor.MatMul over the grid: every (M, N, K) once per
-// round, each call reading its weights from the next slice of cold, so
-// that weights come from memory as in a step of a model larger than the
-// cache.
-func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, g grid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
+// weightFormats are the CPU engine's weight formats besides float32 whose
+// GEMMs Measure times (sim.Profile.GEMMWeights), each with its own kernels.
+var weightFormats = []tensor.DType{tensor.BF16, tensor.F16}
+
+// simDType is the simulator's dtype of a float weight format.
+func simDType(d tensor.DType) sim.DType {
+	switch d {
+	case tensor.BF16:
+		return sim.BF16
+	case tensor.F16:
+		return sim.FP16
+	}
+	return sim.FP32
+}
+
+// measureGEMM times tensor.MatMulW with weights in format d over the grid:
+// every (M, N, K) once per round, each call reading its weights from the
+// next slice of cold (converted to d), so that weights come from memory
+// as in a step of a model larger than the cache.
+func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, d tensor.DType, g grid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
+	weights := func(off, n, k int) *tensor.Weights { return tensor.NewWeightsF32(cold[off:off+n*k], n, k) }
+	if d != tensor.F32 {
+		half := make([]uint16, len(cold))
+		encode, wrap := tensor.EncodeBF16, tensor.NewWeightsBF16
+		if d == tensor.F16 {
+			encode, wrap = tensor.EncodeF16, tensor.NewWeightsF16
+		}
+		pool.Run(len(cold), func(lo, hi int) { encode(half[lo:hi], cold[lo:hi]) })
+		weights = func(off, n, k int) *tensor.Weights { return wrap(half[off:off+n*k], n, k) }
+	}
 	shapes, maxMK, maxMN := gemmShapes(g.nks, g.ms)
 	x, y := make([]float32, maxMK), make([]float32, maxMN)
 	fillRandom(pool, x, 11)
@@ -213,14 +247,13 @@ func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, g grid,
 			return 0, fmt.Errorf("calibrate: GEMM weight %d×%d exceeds the cold buffer", n, k)
 		}
 		return perCall(g.sample, func(i int) {
-			off := (i % slots) * n * k
-			tensor.MatMul(pool, y[:m*n], x[:m*k], cold[off:off+n*k], m, k, n)
+			tensor.MatMulW(pool, y[:m*n], x[:m*k], weights((i%slots)*n*k, n, k), m)
 		}), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return gemmPoints(shapes, t, g.nks, "GFLOP/s", 1, logf), nil
+	return gemmPoints(shapes, t, g.nks, d.String()+" GFLOP/s", 1, logf), nil
 }
 
 // gemmShapes is the GEMM grid, every M for each weight shape N×K, with the

@@ -37,8 +37,14 @@ func TestMeasureQuick(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if q := newGrid(true); len(p.GEMM) != len(q.ms)*len(q.nks) {
+	q := newGrid(true)
+	if len(p.GEMM) != len(q.ms)*len(q.nks) {
 		t.Errorf("%d GEMM points, want %d", len(p.GEMM), len(q.ms)*len(q.nks))
+	}
+	for _, name := range []string{"bfloat16", "float16"} {
+		if got := len(p.GEMMWeights[name]); got != len(q.ms)*len(q.nks) || len(p.GEMMWeights) != 2 {
+			t.Errorf("%d %s GEMM points (formats %d), want %d", got, name, len(p.GEMMWeights), len(q.ms)*len(q.nks))
+		}
 	}
 	if p.Threads != 2 || p.Name == "" || p.MemoryBytes <= 0 {
 		t.Errorf("profile %+v", p)
@@ -120,7 +126,8 @@ func TestNodeShares(t *testing.T) {
 	p := &sim.Profile{
 		Version: sim.ProfileVersion, Name: "test", Threads: 4, MemoryBytes: 1 << 34, MemBytesPerS: 40e9,
 		AttentionGFLOPS: 20, Link: sim.AlphaBeta{BytesPerS: 10e9}, KernelLatencyS: 2e-6,
-		GEMM: []sim.GEMMPoint{{M: 1, N: 1024, K: 1024, GFLOPS: 10}, {M: 256, N: 1024, K: 1024, GFLOPS: 150}},
+		GEMM:        []sim.GEMMPoint{{M: 1, N: 1024, K: 1024, GFLOPS: 10}, {M: 256, N: 1024, K: 1024, GFLOPS: 150}},
+		GEMMWeights: map[string][]sim.GEMMPoint{"bfloat16": {{M: 1, N: 1024, K: 1024, GFLOPS: 12}, {M: 256, N: 1024, K: 1024, GFLOPS: 290}}},
 	}
 	one, err := p.Node(1)
 	if err != nil {
@@ -143,11 +150,15 @@ func TestNodeShares(t *testing.T) {
 	if n2.GPU.Eff != one.GPU.Eff || n2.Link != one.Link {
 		t.Error("sharing changed the efficiencies or the link")
 	}
+	c1, c2 := one.GPU.WeightGEMM[sim.BF16], n2.GPU.WeightGEMM[sim.BF16]
+	if !(c1.Peak > 0) || c2.Peak != c1.Peak/2 || c2.Half != c1.Half || n1.GPU.WeightGEMM[sim.BF16] != c1 {
+		t.Errorf("bfloat16 curve %+v on two ranks, %+v on the machine", c2, c1)
+	}
 	// Attention is a fraction of the peak, so a rank's share follows.
-	c1, _ := sim.NewCostModel(one, sim.CPUPrecision)
-	c2, _ := sim.NewCostModel(n2, sim.CPUPrecision)
+	m1, _ := sim.NewCostModel(one, sim.CPUPrecision)
+	m2, _ := sim.NewCostModel(n2, sim.CPUPrecision)
 	w := sim.SeqAttention(0, 512, 0)
-	if a1, a2 := c1.Attention(w, 8, 2, 128, false), c2.Attention(w, 8, 2, 128, false); math.Abs(a2-p.KernelLatencyS-2*(a1-p.KernelLatencyS)) > 1e-12 {
+	if a1, a2 := m1.Attention(w, 8, 2, 128, false), m2.Attention(w, 8, 2, 128, false); math.Abs(a2-p.KernelLatencyS-2*(a1-p.KernelLatencyS)) > 1e-12 {
 		t.Errorf("attention %g s on a shared rank, %g on the machine", a2, a1)
 	}
 	if _, err := Node(p, 0); err == nil {

@@ -80,9 +80,11 @@ func shapeOf(cfg *model.Config) Shape {
 }
 
 // randomWeights fills every tensor of cfg with small pseudo-random values
-// (the same for the same config), in parallel on pool. Timing does not
-// depend on the values; keeping them small keeps the activations finite.
-func randomWeights(cfg *model.Config, pool *tensor.Pool) *model.Weights {
+// (the same for the same config), in parallel on pool, and holds the
+// matrices in format (tensor.F32, BF16 or F16), as the CPU engine holds a
+// checkpoint's. Timing does not depend on the values; keeping them small
+// keeps the activations finite.
+func randomWeights(cfg *model.Config, pool *tensor.Pool, format tensor.DType) *model.Weights {
 	w := &model.Weights{}
 	for i, b := range model.Bindings(cfg, w) {
 		n := 1
@@ -92,6 +94,9 @@ func randomWeights(cfg *model.Config, pool *tensor.Pool) *model.Weights {
 		data := make([]float32, n)
 		fillRandom(pool, data, uint32(i))
 		b.SetFloat32(data)
+		if b.Mat != nil {
+			*b.Mat = tensor.Convert(pool, *b.Mat, format)
+		}
 	}
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed

@@ -9,7 +9,7 @@ import (
 // Node is the profiled machine as a node of ranks CPU ranks, the way the
 // CPU engine runs them: goroutines of one process sharing one kernel pool
 // of the profile's threads and one memory system. It is p.Node(ranks)
-// with each rank's compute peak and memory bandwidth divided by ranks:
+// with each rank's compute peaks and memory bandwidth divided by ranks:
 // the ranks of a step run their kernels at the same time (their
 // collectives keep them in lockstep), so each gets a 1/ranks share of the
 // cores and of the bandwidth the profile measured with all of them, and a
@@ -29,5 +29,11 @@ func Node(p *sim.Profile, ranks int) (sim.Node, error) {
 	share := float64(ranks)
 	n.GPU.BF16FLOPS /= share
 	n.GPU.HBMBytesPerS /= share
+	curves := make(map[sim.DType]sim.GEMMCurve, len(n.GPU.WeightGEMM))
+	for d, c := range n.GPU.WeightGEMM {
+		c.Peak /= share
+		curves[d] = c
+	}
+	n.GPU.WeightGEMM = curves
 	return n, nil
 }

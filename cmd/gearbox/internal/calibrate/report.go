@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 
@@ -11,9 +12,9 @@ import (
 )
 
 // WriteProfile prints a profile as a short table: the scalar
-// measurements, the GEMM curve sim.Profile.GPU fits to the points, and
+// measurements, the GEMM curves sim.Profile.GPU fits to the points, and
 // the points by weight shape (rows) and tokens M (columns), GFLOP/s for
-// a CPU and TFLOP/s for a GPU.
+// a CPU and TFLOP/s for a GPU, one table per weight format.
 func WriteProfile(w io.Writer, p *sim.Profile) error {
 	g, err := p.GPU()
 	if err != nil {
@@ -47,6 +48,10 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 		row("last-level cache", "%.0f MiB", p.L2Bytes/(1<<20))
 		row("STREAM copy", "%.1f GB/s", p.MemBytesPerS/1e9)
 		row("GEMM curve (fitted)", "%.1f GFLOP/s · s(m)·s(n)·s(k), s(x) = x/(x+%.1f)", g.BF16FLOPS/2/1e9, g.Eff.GEMMHalf)
+		for _, d := range slices.Sorted(maps.Keys(g.WeightGEMM)) {
+			c := g.WeightGEMM[d]
+			row("  with "+d.Name()+" weights", "%.1f GFLOP/s · s(m)·s(n)·s(k), s(x) = x/(x+%.1f)", c.Peak/1e9, c.Half)
+		}
 		row("attention", "%.1f GFLOP/s", p.AttentionGFLOPS)
 		row("collectives (2 ranks)", "%.2f µs per step + bytes at %.1f GB/s", p.Link.HopS*1e6, p.Link.BytesPerS/1e9)
 	}
@@ -57,10 +62,21 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 	}
 	row("engine step overhead", "%.1f µs", p.StepOverheadS*1e6)
 
+	writeGEMMGrid(&b, fmt.Sprintf("GEMM %s", unit), p.GEMM, scale)
+	for _, name := range slices.Sorted(maps.Keys(p.GEMMWeights)) {
+		writeGEMMGrid(&b, fmt.Sprintf("GEMM with %s weights, %s", name, unit), p.GEMMWeights[name], scale)
+	}
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+// writeGEMMGrid prints points as a table of rates (times scale) by weight
+// N×K (rows) and tokens M (columns) under a title.
+func writeGEMMGrid(b *bytes.Buffer, title string, points []sim.GEMMPoint, scale float64) {
 	var ms []int
 	var nks [][2]int
 	rate := map[[3]int]float64{}
-	for _, pt := range p.GEMM {
+	for _, pt := range points {
 		if !slices.Contains(ms, pt.M) {
 			ms = append(ms, pt.M)
 		}
@@ -70,24 +86,22 @@ func WriteProfile(w io.Writer, p *sim.Profile) error {
 		rate[[3]int{pt.M, pt.N, pt.K}] = pt.GFLOPS
 	}
 	slices.Sort(ms)
-	fmt.Fprintf(&b, "\nGEMM %s by weight N×K (rows) and tokens M (columns):\n%-11s", unit, "N×K")
+	fmt.Fprintf(b, "\n%s by weight N×K (rows) and tokens M (columns):\n%-11s", title, "N×K")
 	for _, m := range ms {
-		fmt.Fprintf(&b, " %6d", m)
+		fmt.Fprintf(b, " %6d", m)
 	}
 	b.WriteByte('\n')
 	for _, nk := range nks {
-		fmt.Fprintf(&b, "%-11s", fmt.Sprintf("%d×%d", nk[0], nk[1]))
+		fmt.Fprintf(b, "%-11s", fmt.Sprintf("%d×%d", nk[0], nk[1]))
 		for _, m := range ms {
 			if v, ok := rate[[3]int{m, nk[0], nk[1]}]; ok {
-				fmt.Fprintf(&b, " %6.1f", v*scale)
+				fmt.Fprintf(b, " %6.1f", v*scale)
 			} else {
-				fmt.Fprintf(&b, " %6s", "")
+				fmt.Fprintf(b, " %6s", "")
 			}
 		}
 		b.WriteByte('\n')
 	}
-	_, err = w.Write(b.Bytes())
-	return err
 }
 
 // WriteStepTable prints the step-time sweep as a Markdown table, then

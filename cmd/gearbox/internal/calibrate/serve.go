@@ -52,7 +52,10 @@ type ServeOptions struct {
 	// serve's.
 	MaxNumBatchedTokens int
 	MaxNumSeqs          int
-	Log                 io.Writer // the load generator's result table; nil: silent
+	// Weights is the format the CPU engine holds the matrices in, as
+	// StepOptions.Weights.
+	Weights tensor.DType
+	Log     io.Writer // the load generator's result table; nil: silent
 }
 
 func (o *ServeOptions) defaults(p *sim.Profile) error {
@@ -119,6 +122,9 @@ const servedName = "calibrate-validation"
 // server adds) and the same output length.
 func ValidateServe(ctx context.Context, p *sim.Profile, opts ServeOptions) (*ServeResult, error) {
 	if err := opts.defaults(p); err != nil {
+		return nil, err
+	}
+	if _, err := enginePrecision(p, opts.Weights); err != nil {
 		return nil, err
 	}
 	bm, err := model.LoadFS(builtin.FS(), builtin.Name)
@@ -193,7 +199,11 @@ func simulateServe(p *sim.Profile, cfg *model.Config, ds *bench.Dataset, measure
 	if err != nil {
 		return nil, 0, err
 	}
-	cm, err := sim.NewCostModel(node, p.Precision())
+	prec, err := enginePrecision(p, opts.Weights)
+	if err != nil {
+		return nil, 0, err
+	}
+	cm, err := sim.NewCostModel(node, prec)
 	if err != nil {
 		return nil, 0, fmt.Errorf("calibrate: %w", err)
 	}
@@ -231,7 +241,7 @@ func serveForReal(ctx context.Context, cfg *model.Config, tok *tokenizer.Tokeniz
 	if runners == nil {
 		runners = CPURunners(pool)
 	}
-	w := randomWeights(cfg, pool)
+	w := randomWeights(cfg, pool, opts.Weights)
 	// Enough KV blocks for every request at once, so the server never
 	// preempts; the simulation's memory model leaves far more.
 	blocks, longest := 0, 0

@@ -88,8 +88,12 @@ type StepOptions struct {
 	Prefill       []int
 	Decode        []int
 	DecodeContext int
-	Rounds        int       // interleaved rounds per case, default 5
-	Log           io.Writer // one line per case; nil: silent
+	Rounds        int // interleaved rounds per case, default 5
+	// Weights is the format the CPU engine holds the matrices in:
+	// tensor.F32 (the zero value), BF16 or F16, predicted with the
+	// profile's curve for it; a GPU profile takes F32.
+	Weights tensor.DType
+	Log     io.Writer // one line per case; nil: silent
 }
 
 func (o *StepOptions) defaults(p *sim.Profile) error {
@@ -141,7 +145,8 @@ func (o *StepOptions) defaults(p *sim.Profile) error {
 // opts.Runners (by default the CPU engine, cpuexec.Executor with a kernel
 // pool of opts.Threads) with random weights of opts.Model or opts.Shape,
 // and predicts it with the cost model built from p alone: Node(p, ranks)
-// and sim.NewCostModel(node, p.Precision()), and with opts.Catalog where
+// and sim.NewCostModel(node, prec) in the engine's precision with
+// opts.Weights (enginePrecision), and with opts.Catalog where
 // set. Cases are measured in interleaved rounds and the medians kept.
 func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []StepResult, err error) {
 	if err := opts.defaults(p); err != nil {
@@ -159,7 +164,11 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []S
 	if runners == nil {
 		runners = CPURunners(pool)
 	}
-	w := randomWeights(cfg, pool)
+	prec, err := enginePrecision(p, opts.Weights)
+	if err != nil {
+		return nil, err
+	}
+	w := randomWeights(cfg, pool, opts.Weights)
 
 	var cases []StepCase
 	for _, plan := range opts.Plans {
@@ -194,7 +203,7 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []S
 		}
 		defer func() { err = errors.Join(err, release()) }()
 		execs[plan] = exec
-		if layouts[plan], err = layoutCost(p, cfg, plan); err != nil {
+		if layouts[plan], err = layoutCost(p, prec, cfg, plan); err != nil {
 			return nil, err
 		}
 		if opts.Catalog != nil {
@@ -202,7 +211,7 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []S
 			if err != nil {
 				return nil, err
 			}
-			if catalog[plan], err = layoutOn(node, p.Precision(), cfg, plan); err != nil {
+			if catalog[plan], err = layoutOn(node, prec, cfg, plan); err != nil {
 				return nil, err
 			}
 		}
@@ -246,15 +255,37 @@ func ValidateSteps(ctx context.Context, p *sim.Profile, opts StepOptions) (_ []S
 	return out, nil
 }
 
-// layoutCost is the cost model of p, in p's precision, bound to cfg
+// layoutCost is the cost model of p, in precision prec, bound to cfg
 // under plan's standard layout, on a node of as many ranks as the plan
 // has.
-func layoutCost(p *sim.Profile, cfg *model.Config, plan parallel.Plan) (*sim.LayoutCost, error) {
+func layoutCost(p *sim.Profile, prec sim.Precision, cfg *model.Config, plan parallel.Plan) (*sim.LayoutCost, error) {
 	node, err := Node(p, plan.Ranks())
 	if err != nil {
 		return nil, err
 	}
-	return layoutOn(node, p.Precision(), cfg, plan)
+	return layoutOn(node, prec, cfg, plan)
+}
+
+// enginePrecision is the precision of the engine p describes with its
+// matrices in format: a GPU profile's (format must be tensor.F32: the GPU
+// runners convert the weights themselves), or the CPU engine's with
+// format's weights, which p must have measured.
+func enginePrecision(p *sim.Profile, format tensor.DType) (sim.Precision, error) {
+	if p.IsGPU() {
+		if format != tensor.F32 {
+			return sim.Precision{}, fmt.Errorf("calibrate: %s weights: a GPU profile is validated in its own precision (%s)", format, p.Precision())
+		}
+		return p.Precision(), nil
+	}
+	if format != tensor.F32 && format != tensor.BF16 && format != tensor.F16 {
+		return sim.Precision{}, fmt.Errorf("calibrate: %s weights: the simulator prices float32, bfloat16 and float16 matrices", format)
+	}
+	prec := sim.CPUPrecision
+	prec.Weights = simDType(format)
+	if err := p.CheckPrecision(prec); err != nil {
+		return sim.Precision{}, fmt.Errorf("calibrate: %w", err)
+	}
+	return prec, nil
 }
 
 // layoutOn is the cost model of node in precision prec bound to cfg

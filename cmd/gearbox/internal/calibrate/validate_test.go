@@ -11,6 +11,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/sim"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 var quickProfile struct {
@@ -77,6 +78,46 @@ func TestValidateStepsSmall(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestValidateStepsWeightFormats runs a step sweep with the matrices in
+// bfloat16 and float16: the engine runs them (the executor takes the
+// formats it loads checkpoints in) and the cost model prices each with
+// the profile's curve for it and two-byte weights, so its predictions
+// move away from float32's. A profile without the format, and a GPU
+// profile, are refused before anything runs.
+func TestValidateStepsWeightFormats(t *testing.T) {
+	p := testProfile(t)
+	opts := StepOptions{Shape: smallShape, Plans: []parallel.Plan{parallel.Single}, Prefill: []int{64}, Decode: []int{1}, DecodeContext: 64, Rounds: 1}
+	f32, err := ValidateSteps(context.Background(), p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []tensor.DType{tensor.BF16, tensor.F16} {
+		opts.Weights = format
+		res, err := ValidateSteps(context.Background(), p, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		for i, r := range res {
+			if !(r.Measured > 0) || !(r.Predicted > 0) || r.Predicted == f32[i].Predicted {
+				t.Errorf("%s %s: measured %g s, predicted %g s (float32 weights %g s)", format, r.StepCase, r.Measured, r.Predicted, f32[i].Predicted)
+			}
+		}
+	}
+	old := *p
+	old.GEMMWeights = nil
+	opts.Weights = tensor.BF16
+	if _, err := ValidateSteps(context.Background(), &old, opts); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("a profile without bfloat16 measurements: %v", err)
+	}
+	opts.Weights = tensor.Q8_0
+	if _, err := ValidateSteps(context.Background(), p, opts); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 and float16") {
+		t.Errorf("q8_0 weights: %v", err)
+	}
+	if _, err := ValidateServe(context.Background(), &old, ServeOptions{Shape: smallShape, Weights: tensor.F16}); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("serving float16 on a profile without it: %v", err)
 	}
 }
 
