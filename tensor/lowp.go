@@ -22,7 +22,9 @@ const lowpRows = 8
 // sequential stream per worker is faster (k = 2048: 33 GB/s against 28).
 const halfRowKMax = 4096
 
-// gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. BF16 products
+// gemvHalf serves BF16 and F16 weights for m <= gemvMaxM. F16 products of
+// m > 1 rows run gemvF16Quads where the CPU has the AVX-512 quad kernel
+// (k >= 16, n >= 4). BF16 products
 // take x rounded to bfloat16: for m > 1 in pairs through gemvPairs where
 // the CPU has AVX-512 BF16 (k even, k >= 32, n >= 4), else as floats
 // through gemvWidened. One row stays on gemvWidened's one sequential
@@ -32,6 +34,11 @@ const halfRowKMax = 4096
 // alternations: 11.3–13.3 tok/s against 12.6–17.5), though faster on
 // weights in the heap (BenchmarkMatMulWDecode).
 func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
+	if w.dtype == F16 && m > 1 && w.k >= 16 && w.n >= 4 {
+		if dots := f16QuadDots(); dots != nil {
+			return gemvF16Quads(y, x, w, m, acc, dots)
+		}
+	}
 	if w.dtype != BF16 {
 		return gemvWidened(y, x, w, m, acc)
 	}
@@ -48,6 +55,65 @@ func gemvHalf(y, x []float32, w *Weights, m int, acc bool) gemvWork {
 		putScratch(xr)
 	}
 	return wk
+}
+
+// f16QuadFunc adds to out[(4q+i)·4+j], for q < quads and i, j < 4, the
+// dot product over k elements (k%16 == 0) of x row 4q+i (row stride ldx)
+// with binary16 w row j (row stride ldw), widened as it loads: the kernel
+// of gemvF16Quads (dotQuadsF16AVX512).
+type f16QuadFunc func(k int, x []float32, ldx, quads int, w []uint16, ldw int, out []float32)
+
+// f16KB is gemvF16Quads' k block: four rows of w of that length (16 KiB)
+// stay in L1 while the quads of x rows pass over them.
+const f16KB = 2048
+
+// gemvF16Quads serves F16 products of 2 <= m <= gemvMaxM rows (k >= 16,
+// n >= 4) where the AVX-512 quad kernel runs: x rows (copied with zero
+// rows up to a multiple of four when m is not one) against groups of four
+// rows of w, widened in registers, f16KB columns at a time; the columns
+// past a multiple of 16 are summed in Go, and the last group of an n not
+// a multiple of four is the last four rows, of which only the new ones
+// are stored. Before it, gemvWidened widened w into an L1 buffer first,
+// which cost more than the products at these m (m = 4 ran at 0.6× the
+// float32 GEMV's rate, on half the bytes).
+func gemvF16Quads(y, x []float32, w *Weights, m int, acc bool, dots f16QuadFunc) gemvWork {
+	n, k := w.n, w.k
+	mq := (m + 3) &^ 3
+	xs := x
+	var xb *[]float32
+	if mq != m {
+		xb = getScratch(mq * k)
+		copy(*xb, x)
+		clear((*xb)[m*k:])
+		xs = *xb
+	}
+	k16 := k &^ 15
+	return gemvWork{units: (n + 3) / 4, run: func(lo, hi int) {
+		var sum [gemvMaxM * 4]float32
+		s := sum[:mq*4]
+		for j := lo * 4; j < min(hi*4, n); j += 4 {
+			j0 := min(j, n-4)
+			clear(s)
+			for kb := 0; kb < k16; kb += f16KB {
+				dots(min(f16KB, k16-kb), xs[kb:], k, mq/4, w.half[j0*k+kb:], k, s)
+			}
+			for i := range m {
+				for c := range 4 {
+					row := w.half[(j0+c)*k : (j0+c+1)*k]
+					for kk := k16; kk < k; kk++ {
+						s[i*4+c] += x[i*k+kk] * FromF16(row[kk])
+					}
+				}
+				for c := j - j0; c < 4; c++ {
+					put(y, i*n+j0+c, s[i*4+c], acc)
+				}
+			}
+		}
+	}, free: func() {
+		if xb != nil {
+			putScratch(xb)
+		}
+	}}
 }
 
 // gemvWidened is gemvHalf widening w to float32 (x rounded already for

@@ -305,3 +305,19 @@ var q8Perm = func() (t [8][16]int32) {
 	}
 	return t
 }()
+
+func f16QuadsAsm(k int, x []float32, ldx, quads int, w []uint16, ldw int, out []float32) {
+	_ = x[(4*quads-1)*ldx+k-1]
+	_ = w[3*ldw+k-1]
+	_ = out[16*quads-1]
+	dotQuadsF16AVX512(k, &x[0], ldx, quads, &w[0], ldw, &out[0])
+}
+
+// f16QuadDots returns the F16 quad kernel of gemvF16Quads where the CPU
+// has AVX-512 and F16C, else nil.
+func f16QuadDots() f16QuadFunc {
+	if useAsm && useAVX512 && f16cAvailable {
+		return f16QuadsAsm
+	}
+	return nil
+}

@@ -21,3 +21,5 @@ func dotRowsQ8(a *q8Act, i, nb, nbA int, wq []uint8, out []float32) {
 func quantizeAct(q []int8, c []int32, d []float32, x []float32) { quantizeActGo(q, c, d, x) }
 
 func quantizeQ8Row(row []uint8, nb int, src []float32) { quantizeQ8RowGo(row, nb, src, 0) }
+
+func f16QuadDots() f16QuadFunc { return nil }

@@ -72,6 +72,12 @@ func indexAVX2(x *float32, n int, v float32) int
 //go:noescape
 func dotQuadsAVX512(k int, x *float32, ldx int, quads int, w *float32, ldw int, out *float32)
 
+// dotQuadsF16AVX512 is dotQuadsAVX512 over binary16 w rows (row stride ldw
+// elements), each weight widened to float32 as it loads (F16C).
+//
+//go:noescape
+func dotQuadsF16AVX512(k int, x *float32, ldx int, quads int, w *uint16, ldw int, out *float32)
+
 // dot1x4AVX2 sets out[j] = Σ x[kk]·w[j*ldw+kk] for j < 4, kk < k (k%8 == 0).
 //
 //go:noescape

@@ -72,20 +72,22 @@
 	VMOVUPS X0, off(DX)
 
 // DOTQUADS is the body of the quad dot kernels: for q < quads, the x rows
-// 4q..4q+3 (row stride ldx) against the four w rows (row stride ldw),
-// k 4-byte elements a row, 16 at a time (k%16 == 0, k > 0, quads > 0),
-// each sum added to out[(4q+i)*4+j]. Q4(xz, xn, a0-a3, n0-n3) adds the
-// products of x vector xz (register number xn) with the w vectors in
-// Z0-Z3 into accumulators a0-a3 (numbers n0-n3). Accumulators: Z16+4i+j
-// for x row i, w row j.
-#define DOTQUADS(Q4) \
+// 4q..4q+3 (row stride ldx, 4-byte elements) against the four w rows (row
+// stride ldw), k elements a row, 16 at a time (k%16 == 0, k > 0, quads >
+// 0), each sum added to out[(4q+i)*4+j]. A w element is 1<<WSHIFT bytes
+// and an x element XS times that; LW(r, z) loads the 16 w elements at
+// (r)(CX*1) into z as floats. Q4(xz, xn, a0-a3, n0-n3) adds the products
+// of x vector xz (register number xn) with the w vectors in Z0-Z3 into
+// accumulators a0-a3 (numbers n0-n3). Accumulators: Z16+4i+j for x row
+// i, w row j.
+#define DOTQUADS(WSHIFT, XS, LW, Q4) \
 	MOVQ k+0(FP), BX; \
-	SHLQ $2, BX; \
+	SHLQ $WSHIFT, BX; \
 	MOVQ x+8(FP), SI; \
 	MOVQ quads+24(FP), R13; \
 	MOVQ w+32(FP), DI; \
 	MOVQ ldw+40(FP), R8; \
-	SHLQ $2, R8; \
+	SHLQ $WSHIFT, R8; \
 	MOVQ out+48(FP), DX; \
 	LEAQ (DI)(R8*1), R9; \
 	LEAQ (DI)(R8*2), R10; \
@@ -114,19 +116,19 @@ dqquad: \
 	VPXORD Z31, Z31, Z31; \
 	XORQ CX, CX; \
 dqloop: \
-	VMOVUPS (DI)(CX*1), Z0; \
-	VMOVUPS (R9)(CX*1), Z1; \
-	VMOVUPS (R10)(CX*1), Z2; \
-	VMOVUPS (R11)(CX*1), Z3; \
-	VMOVUPS (SI)(CX*1), Z4; \
-	VMOVUPS (AX)(CX*1), Z5; \
-	VMOVUPS (R8)(CX*1), Z6; \
-	VMOVUPS (R12)(CX*1), Z7; \
+	LW(DI, Z0); \
+	LW(R9, Z1); \
+	LW(R10, Z2); \
+	LW(R11, Z3); \
+	VMOVUPS (SI)(CX*XS), Z4; \
+	VMOVUPS (AX)(CX*XS), Z5; \
+	VMOVUPS (R8)(CX*XS), Z6; \
+	VMOVUPS (R12)(CX*XS), Z7; \
 	Q4(Z4, 4, Z16, Z17, Z18, Z19, 16, 17, 18, 19); \
 	Q4(Z5, 5, Z20, Z21, Z22, Z23, 20, 21, 22, 23); \
 	Q4(Z6, 6, Z24, Z25, Z26, Z27, 24, 25, 26, 27); \
 	Q4(Z7, 7, Z28, Z29, Z30, Z31, 28, 29, 30, 31); \
-	ADDQ $64, CX; \
+	ADDQ $(16<<WSHIFT), CX; \
 	CMPQ CX, BX; \
 	JLT  dqloop; \
 	QSUM(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19, 0); \
@@ -141,6 +143,12 @@ dqloop: \
 	JNZ  dqquad; \
 	VZEROUPPER; \
 	RET
+
+// LW32 loads 16 4-byte w elements (floats, or bfloat16 pairs) for DOTQUADS.
+#define LW32(r, z) VMOVUPS (r)(CX*1), z
+
+// LWF16 loads 16 binary16 w elements widened to floats for DOTQUADS.
+#define LWF16(r, z) VCVTPH2PS (r)(CX*1), z
 
 // QF32 is Q4 for float32 rows (QFMA4).
 #define QF32(xz, xn, a0, a1, a2, a3, n0, n1, n2, n3) QFMA4(xz, a0, a1, a2, a3)
@@ -531,9 +539,14 @@ d24loop:
 
 // func dotQuadsAVX512(k int, x *float32, ldx int, quads int, w *float32, ldw int, out *float32)
 TEXT ·dotQuadsAVX512(SB), NOSPLIT, $0-56
-	DOTQUADS(QF32)
+	DOTQUADS(2, 1, LW32, QF32)
+
+// func dotQuadsF16AVX512(k int, x *float32, ldx int, quads int, w *uint16, ldw int, out *float32)
+// DOTQUADS over binary16 w rows, widened as they load.
+TEXT ·dotQuadsF16AVX512(SB), NOSPLIT, $0-56
+	DOTQUADS(1, 2, LWF16, QF32)
 
 // func dotPairQuadsBF16(k int, x *uint32, ldx int, quads int, w *uint16, ldw int, out *float32)
 // DOTQUADS over bfloat16 pairs: k pairs a row, ldx and ldw in pairs.
 TEXT ·dotPairQuadsBF16(SB), NOSPLIT, $0-56
-	DOTQUADS(QBF16)
+	DOTQUADS(2, 1, LW32, QBF16)
