@@ -155,14 +155,14 @@ func decodeBatch(batch, per, pos int) forward.Batch {
 	return step
 }
 
-// formats1B are the 1B shape's random weights in float32, BF16 and Q8_0,
+// formats1B are the 1B shape's random weights in float32, BF16, F16 and Q8_0,
 // built once (8.7 GB together).
 var formats1B struct {
 	once sync.Once
 	w    map[string]*model.Weights
 }
 
-var formatNames = []string{"f32", "bf16", "q8_0"}
+var formatNames = []string{"f32", "bf16", "f16", "q8_0"}
 
 // load1BFormats returns the 1B shape's weights by format: load1B's float32
 // matrices, and the same converted to BF16 (nearest) and quantized to
@@ -171,7 +171,7 @@ func load1BFormats(b *testing.B, pool *tensor.Pool) (*model.Config, map[string]*
 	cfg, w := load1B(b, pool)
 	formats1B.once.Do(func() {
 		formats1B.w = map[string]*model.Weights{"f32": w}
-		for name, d := range map[string]tensor.DType{"bf16": tensor.BF16, "q8_0": tensor.Q8_0} {
+		for name, d := range map[string]tensor.DType{"bf16": tensor.BF16, "f16": tensor.F16, "q8_0": tensor.Q8_0} {
 			c := *w
 			c.Layers = slices.Clone(w.Layers)
 			c.Embed = tensor.Convert(pool, w.Embed, d)
@@ -192,8 +192,8 @@ func load1BFormats(b *testing.B, pool *tensor.Pool) (*model.Config, map[string]*
 }
 
 // BenchmarkDecode1BFormats runs decode steps of the 1B shape (batches of
-// 1 and 16 sequences, 512 tokens of context each) with float32, BF16 and
-// Q8_0 weights, interleaved step by step (each op is one step of every
+// 1 and 16 sequences, 512 tokens of context each) with float32, BF16, F16
+// and Q8_0 weights, interleaved step by step (each op is one step of every
 // format, timed apart), and reports each format's tokens/s, its speed-up
 // over float32 in the same op sequence (x-f32), and the bytes of its
 // weights.

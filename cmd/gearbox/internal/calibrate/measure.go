@@ -20,7 +20,7 @@ type Options struct {
 	// --threads; 0 means every core.
 	Threads int
 	// Quick measures a smaller grid with fewer repetitions, a few seconds
-	// instead of about 20, for tests and a first look.
+	// instead of about 35, for tests and a first look.
 	Quick bool
 	// MemoryBytes is the memory available to the engine; 0 reads the
 	// machine's physical memory from the OS.
@@ -84,7 +84,8 @@ func newGrid(quick bool) grid {
 // machine moves the medians less than it moves single runs; the grid and
 // the order are fixed. Other processes competing for the cores still
 // bias it: the log reports the load average before it starts. The
-// default grid takes about 20 s on two cores, Quick about 2 s. It returns ctx's error when ctx ends first.
+// default grid takes about 35 s on two cores, Quick about 3 s. It returns
+// ctx's error when ctx ends first.
 func Measure(ctx context.Context, opts Options) (*sim.Profile, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
