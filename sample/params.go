@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -56,7 +57,21 @@ type Params struct {
 	// Result.Top. 0 reports only the chosen token's log-probability; -1
 	// reports nothing. Values above the vocabulary size report all tokens.
 	Logprobs int
+
+	// LogitBias is added to the logits of the tokens it names before the
+	// penalties and the choice (OpenAI's logit_bias; vLLM applies it at
+	// the same point). Each bias must be in [-100, 100]; -100 in effect
+	// bans a token and 100 forces it. The reported log-probabilities stay
+	// the raw ones. Token ids must be inside the vocabulary (New).
+	LogitBias map[int]float32
 }
+
+// MaxLogitBias bounds the magnitude of a LogitBias entry, as OpenAI does.
+const MaxLogitBias = 100
+
+// ErrLogitBias marks an invalid LogitBias, so an API layer can name the
+// field.
+var ErrLogitBias = errors.New("logit_bias")
 
 // DefaultParams returns the OpenAI API defaults: temperature 1, no top-k,
 // top-p or min-p, no penalties, no log-probabilities, unseeded.
@@ -84,6 +99,11 @@ func (p Params) Validate() error {
 		return fmt.Errorf("repetition_penalty must be a finite number > 0, got %v", p.RepetitionPenalty)
 	case p.Logprobs < -1:
 		return fmt.Errorf("logprobs must be -1 (none) or >= 0, got %d", p.Logprobs)
+	}
+	for tok, b := range p.LogitBias {
+		if !(b >= -MaxLogitBias && b <= MaxLogitBias) {
+			return fmt.Errorf("%w: the bias of token %d must be in [%d, %d], got %v", ErrLogitBias, tok, -MaxLogitBias, MaxLogitBias, b)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,9 @@ import (
 func refDist(p Params, logits []float32, prompt, generated []int) []float64 {
 	v := len(logits)
 	x := slices.Clone(logits)
+	for tok, b := range p.LogitBias {
+		x[tok] += b
+	}
 	rep := p.RepetitionPenalty
 	if rep == 0 {
 		rep = 1

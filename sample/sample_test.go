@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -22,6 +23,10 @@ func TestGreedy(t *testing.T) {
 		{"NaN is never chosen", Params{}, []float32{1, nan, 0.5}, 0},
 		{"ignores top-k, top-p and min-p", Params{TopK: 1, TopP: 0.01, MinP: 1}, []float32{1, 3, 3}, 1},
 		{"applies penalties", Params{RepetitionPenalty: 4}, []float32{1, 3, 2}, 2}, // prompt {1}: 3/4
+		{"logit bias", Params{LogitBias: map[int]float32{0: 2.5}}, []float32{1, 3, 2}, 0},
+		{"logit bias bans", Params{LogitBias: map[int]float32{1: -100}}, []float32{1, 3, 2}, 2},
+		// The bias comes first: 3 + 1 = 4, then the prompt's penalty, 4/4.
+		{"logit bias before penalties", Params{RepetitionPenalty: 4, LogitBias: map[int]float32{1: 1}}, []float32{1, 3, 1.5}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +121,13 @@ func TestDistributions(t *testing.T) {
 			alt: Params{Temperature: 0.9}, n: 12000},
 		{name: "top_k across chunks", p: Params{Temperature: 0.9, TopK: 6}, logits: wide,
 			alt: Params{Temperature: 0.9}, n: 12000},
+		// p ∝ q·e^bias: .5, .25·e, .15, .1/e = .5, .67957, .15, .03679 (sum 1.36636)
+		{name: "logit bias", p: Params{Temperature: 1, LogitBias: map[int]float32{1: 1, 3: -1}}, logits: q4,
+			want: []float64{0.36594, 0.49736, 0.10978, 0.02692}, alt: Params{Temperature: 1}},
+		{name: "logit bias, penalties, then everything", p: Params{Temperature: 0.8, TopK: 8, TopP: 0.9, MinP: 0.02,
+			RepetitionPenalty: 1.3, FrequencyPenalty: 0.4, LogitBias: map[int]float32{5: 2, 0: -1.5, 11: 100}},
+			logits: twelve, prompt: []int{0, 1, 9}, generated: []int{0, 4, 4, 2},
+			alt: Params{Temperature: 0.8, TopK: 8, TopP: 0.9, MinP: 0.02, RepetitionPenalty: 1.3, FrequencyPenalty: 0.4}, n: 40000},
 		// The top token holds 73% and every other sits 9 nats below: the
 		// nucleus reaches past the first prefilter depth of 8 nats and
 		// takes the lowest ids of the tied tail.
@@ -498,5 +510,47 @@ func TestPlainGreedy(t *testing.T) {
 		if got := s.Sample(logits).Token; got != 1 {
 			t.Errorf("%+v: plain greedy sample = %d, want the lowest argmax 1", tc.p, got)
 		}
+	}
+}
+
+// TestLogitBias: the bias moves the choice but not the reported raw
+// log-probabilities, leaves the caller's logits as it found them apart
+// from what Sample may do anyway, turns off the device argmax shortcut,
+// and bad ids or values are refused as logit_bias errors.
+func TestLogitBias(t *testing.T) {
+	logits := []float32{1, 3, 2}
+	plain, _ := New(Params{Logprobs: 2}, nil, 3)
+	biased, err := New(Params{Logprobs: 2, LogitBias: map[int]float32{0: 5, 2: 0}}, nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := plain.Sample(slices.Clone(logits)), biased.Sample(slices.Clone(logits))
+	if a.Token != 1 || b.Token != 0 {
+		t.Fatalf("tokens %d without and %d with a bias of 5 on token 0, want 1 and 0", a.Token, b.Token)
+	}
+	// log_softmax(1, 3, 2) at token 0: 1 − ln(e + e³ + e²) = −2.40761.
+	if math.Abs(float64(b.Logprob)+2.40761) > 1e-4 || !slices.Equal(a.Top, b.Top) {
+		t.Errorf("with the bias: logprob %v, top %v; want the raw −2.40761 and the unbiased top %v", b.Logprob, b.Top, a.Top)
+	}
+	greedy := func(bias map[int]float32) bool {
+		s, err := New(Params{Logprobs: -1, LogitBias: bias}, nil, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.PlainGreedy()
+	}
+	if !greedy(nil) || greedy(map[int]float32{0: 5}) {
+		t.Error("PlainGreedy must be off with a logit bias")
+	}
+	if !greedy(map[int]float32{1: 0}) {
+		t.Error("a zero bias turned PlainGreedy off")
+	}
+	for _, bad := range []map[int]float32{{3: 1}, {-1: 1}, {0: 100.5}, {1: float32(math.NaN())}} {
+		if _, err := New(Params{LogitBias: bad}, nil, 3); !errors.Is(err, ErrLogitBias) {
+			t.Errorf("logit_bias %v: %v", bad, err)
+		}
+	}
+	if _, err := New(Params{LogitBias: map[int]float32{0: -100, 2: 100}}, nil, 3); err != nil {
+		t.Errorf("the bounds ±100: %v", err)
 	}
 }

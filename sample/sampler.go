@@ -49,8 +49,9 @@ type Sampler struct {
 	logMinP float64 // ln(minP)
 	nTop    int     // Params.Logprobs, at most vocab; -1 means none
 
-	rng rand.PCG
-	pen penalties
+	rng  rand.PCG
+	pen  penalties
+	bias logitBias
 
 	// Scratch, sized once.
 	chunk  []float32 // chunkLen weights of one chunk of the vocabulary
@@ -76,6 +77,10 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 			return nil, fmt.Errorf("sample: prompt token %d at position %d is outside the vocabulary [0, %d)", t, i, vocab)
 		}
 	}
+	bias, err := newLogitBias(p.LogitBias, vocab)
+	if err != nil {
+		return nil, err
+	}
 	s := &Sampler{
 		vocab:  vocab,
 		temp:   p.Temperature,
@@ -85,6 +90,7 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 		nTop:   min(p.Logprobs, vocab),
 		chunk:  make([]float32, chunkLen),
 		blocks: make([]float64, (vocab+chunkLen-1)/chunkLen),
+		bias:   bias,
 	}
 	if s.temp > 0 {
 		s.temp = max(s.temp, minTemperature)
@@ -115,7 +121,7 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 // Sample chooses the next token from logits (one float32 per vocabulary
 // id), records it for the penalties and returns it with its
 // log-probabilities. The pipeline is vLLM v1's: raw log-probabilities;
-// repetition, frequency and presence penalties; then either greedy argmax
+// the logit bias; repetition, frequency and presence penalties; then either greedy argmax
 // or temperature, min-p, top-k, top-p and a draw from the renormalised
 // distribution. NaN logits count as -Inf. If every penalised logit is -Inf
 // or NaN, Sample returns the token with the largest raw logit (the lowest
@@ -134,6 +140,7 @@ func (s *Sampler) Sample(logits []float32) Result {
 	if s.nTop >= 0 {
 		raw = s.rawDist(logits)
 	}
+	s.bias.apply(logits)
 	s.pen.apply(logits)
 	var tok int
 	if s.temp == 0 {
@@ -142,6 +149,7 @@ func (s *Sampler) Sample(logits []float32) Result {
 		tok = s.draw(logits, s.uniform())
 	}
 	s.pen.restore(logits)
+	s.bias.restore(logits)
 	if tok < 0 {
 		_, tok = maxIndex(logits)
 		tok = max(tok, 0)
@@ -156,10 +164,12 @@ func (s *Sampler) Sample(logits []float32) Result {
 }
 
 // PlainGreedy reports whether Sample is the argmax of the raw logits (the
-// lowest id on ties) and nothing more: greedy, with no penalties and no
-// log-probabilities. A backend may then pick the token where the logits
-// are and hand it to Accept.
-func (s *Sampler) PlainGreedy() bool { return s.temp == 0 && s.nTop < 0 && !s.pen.track }
+// lowest id on ties) and nothing more: greedy, with no logit bias, no
+// penalties and no log-probabilities. A backend may then pick the token
+// where the logits are and hand it to Accept.
+func (s *Sampler) PlainGreedy() bool {
+	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0
+}
 
 // Accept records token as generated without sampling, for tokens chosen
 // elsewhere (forced, or replayed after preemption). It does not advance

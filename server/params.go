@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/sample"
@@ -126,7 +127,11 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		return g, invalid("best_of", "best_of is not supported (it must equal n)")
 	}
 	if len(c.LogitBias) > 0 {
-		return g, invalid("logit_bias", "logit_bias is not supported")
+		bias, e := parseLogitBias(c.LogitBias)
+		if e != nil {
+			return g, e
+		}
+		g.params.LogitBias = bias
 	}
 	if c.StreamOptions != nil && !c.Stream {
 		return g, invalid("stream_options", "stream_options is only allowed with stream: true")
@@ -141,6 +146,25 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		return g, invalid("", "%v", err)
 	}
 	return g, nil
+}
+
+// parseLogitBias reads OpenAI's logit_bias: token ids (as JSON object
+// keys, so strings) to biases in [-100, 100]. Ids outside the vocabulary
+// are refused when the request is submitted (sample.New).
+func parseLogitBias(m map[string]any) (map[int]float32, *apiError) {
+	out := make(map[int]float32, len(m))
+	for key, v := range m {
+		tok, err := strconv.Atoi(key)
+		if err != nil || tok < 0 {
+			return nil, invalid("logit_bias", "logit_bias keys must be token ids (non-negative integers), got %q", key)
+		}
+		b, ok := v.(float64)
+		if !ok || !(b >= -sample.MaxLogitBias && b <= sample.MaxLogitBias) {
+			return nil, invalid("logit_bias", "logit_bias values must be numbers in [%d, %d], got %v for token %d", -sample.MaxLogitBias, sample.MaxLogitBias, v, tok)
+		}
+		out[tok] = float32(b)
+	}
+	return out, nil
 }
 
 // parseStop accepts null, a string or a list of strings.

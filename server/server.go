@@ -16,6 +16,7 @@ import (
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
@@ -270,6 +271,8 @@ func submitError(err error, param string) *apiError {
 		return draining()
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return invalid(param, "%v", err)
+	case errors.Is(err, sample.ErrLogitBias):
+		return invalid("logit_bias", "%v", err)
 	}
 	return invalid("", "%v", err)
 }

@@ -181,6 +181,48 @@ func TestCompletionsStreamedAndNot(t *testing.T) {
 	}
 }
 
+// TestLogitBias: a bias of +100 forces a token at every greedy step, and
+// -100 on the greedy continuation's first token moves the choice away
+// from it; the reported log-probabilities stay the model's.
+func TestLogitBias(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	complete := func(extra string) completionResponse {
+		t.Helper()
+		status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":1`+extra+`}`)
+		if status != 200 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		var resp completionResponse
+		if err := json.Unmarshal(body, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	tok := ts.m.Tokenizer
+	ids := tok.Encode("the cat", false)
+	forced := ids[len(ids)-1] // "at", a piece without a leading space
+	resp := complete(fmt.Sprintf(`,"logit_bias":{"%d":100}`, forced))
+	toks := resp.Choices[0].Logprobs.Tokens
+	piece := toks[0]
+	if len(toks) != 4 || piece != tok.Decode([]int{forced}, true) || strings.Repeat(piece, 4) != resp.Choices[0].Text {
+		t.Fatalf("forced %d: text %q, tokens %q", forced, resp.Choices[0].Text, toks)
+	}
+	for _, lp := range resp.Choices[0].Logprobs.TokenLogprobs {
+		if !(lp < -0.5) {
+			t.Errorf("a forced token's reported logprob %v: want the model's own, far below 0", lp)
+		}
+	}
+	plain := complete("")
+	first, ok := tok.TokenID(plain.Choices[0].Logprobs.Tokens[0])
+	if !ok {
+		t.Fatalf("no token for %q", plain.Choices[0].Logprobs.Tokens[0])
+	}
+	banned := complete(fmt.Sprintf(`,"logit_bias":{"%d":-100}`, first))
+	if banned.Choices[0].Logprobs.Tokens[0] == plain.Choices[0].Logprobs.Tokens[0] {
+		t.Fatalf("token %d banned, still chosen first: %q", first, banned.Choices[0].Text)
+	}
+}
+
 func TestChatStreamedAndNot(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16,"temperature":0%s}`
@@ -343,7 +385,12 @@ func TestBadRequests(t *testing.T) {
 		{"presence penalty", "/v1/completions", `{"model":"stories260K","prompt":"hi","presence_penalty":3}`, 400, "presence_penalty"},
 		{"logprobs too many", "/v1/completions", `{"model":"stories260K","prompt":"hi","logprobs":50}`, 400, "logprobs"},
 		{"stop wrong type", "/v1/completions", `{"model":"stories260K","prompt":"hi","stop":5}`, 400, "stop"},
-		{"logit_bias", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":1}}`, 400, "logit_bias"},
+		{"logit_bias key not an id", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"five":1}}`, 400, "logit_bias"},
+		{"logit_bias negative id", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"-3":1}}`, 400, "logit_bias"},
+		{"logit_bias id outside the vocabulary", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"99999":1}}`, 400, "logit_bias"},
+		{"logit_bias value too large", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":101}}`, 400, "logit_bias"},
+		{"logit_bias value not a number", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":"up"}}`, 400, "logit_bias"},
+		{"logit_bias not an object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"logit_bias":[1]}`, 400, "logit_bias"},
 		{"stream_options without stream", "/v1/completions", `{"model":"stories260K","prompt":"hi","stream_options":{"include_usage":true}}`, 400, "stream_options"},
 		{"prompt over context", "/v1/completions", `{"model":"stories260K","prompt":"` + long + `"}`, 400, "prompt"},
 		{"invalid UTF-8", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"\xff\xfe\"}", 400, ""},
