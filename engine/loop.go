@@ -32,6 +32,10 @@ type Request struct {
 	IgnoreEOS    bool     // keep generating past end-of-sequence tokens
 	Priority     int      // smaller runs first; FCFS within a priority
 	Tier         string   // the request's SLO tier (package slo), reported back in FinishStats; "" for none
+	// Constraint, when set, holds the generation to a format (structured
+	// output): the sampler masks with it and it follows every token. One
+	// per request; the engine keeps it through preemptions.
+	Constraint sample.Constraint
 }
 
 // Finish reasons, as OpenAI names them, plus the two terminal states a
@@ -288,6 +292,9 @@ func NewEngine(opts Options) (*Engine, error) {
 // MaxModelLen is the longest prompt plus completion the engine accepts.
 func (e *Engine) MaxModelLen() int { return e.maxLen }
 
+// EOS returns the end-of-sequence token ids the engine stops on.
+func (e *Engine) EOS() []int { return slices.Clone(e.eos) }
+
 // Submit admits a request and returns its stream. It fails at once with
 // ErrPromptTooLong, ErrQueueFull or ErrDraining (wrapped), ErrNoTokenizer
 // (stop strings without a tokenizer), or a sampling parameter error;
@@ -311,6 +318,9 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	sampler, err := sample.New(req.Sampling, req.Prompt, vocab)
 	if err != nil {
 		return nil, err
+	}
+	if req.Constraint != nil {
+		sampler.Constrain(req.Constraint)
 	}
 	for _, id := range req.Prompt {
 		if id < 0 || id >= vocab {

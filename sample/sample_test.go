@@ -554,3 +554,56 @@ func TestLogitBias(t *testing.T) {
 		t.Errorf("the bounds ±100: %v", err)
 	}
 }
+
+// fakeConstraint allows only the tokens in allow and records what it was
+// told was chosen.
+type fakeConstraint struct {
+	allow    []int
+	accepted []int
+}
+
+func (f *fakeConstraint) Mask(logits []float32) {
+	for id := range logits {
+		if !slices.Contains(f.allow, id) {
+			logits[id] = float32(math.Inf(-1))
+		}
+	}
+}
+
+func (f *fakeConstraint) Accept(token int) { f.accepted = append(f.accepted, token) }
+
+// TestConstrain: the constraint masks before anything else, so greedy and
+// random choices stay among its tokens and the reported log-probabilities
+// are over them (vLLM's structured output); it hears of every token,
+// sampled or accepted; and a constrained sampler never hands its argmax
+// to the device.
+func TestConstrain(t *testing.T) {
+	logits := []float32{5, 1, 2, 0}
+	c := &fakeConstraint{allow: []int{1, 2}}
+	s, err := New(Params{Logprobs: -1}, nil, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := s.PlainGreedy()
+	s.Constrain(c)
+	if !plain || s.PlainGreedy() {
+		t.Errorf("PlainGreedy %v before the constraint, %v after", plain, s.PlainGreedy())
+	}
+	if tok := s.Sample(slices.Clone(logits)).Token; tok != 2 {
+		t.Errorf("greedy under the constraint chose %d, want 2", tok)
+	}
+	s.Accept(1)
+	if !slices.Equal(c.accepted, []int{2, 1}) {
+		t.Errorf("the constraint heard %v, want [2 1]", c.accepted)
+	}
+	r, _ := New(Params{Temperature: 1, Logprobs: 0, Seed: 5, HasSeed: true}, nil, 4)
+	r.Constrain(&fakeConstraint{allow: []int{1, 2}})
+	for range 200 {
+		res := r.Sample(slices.Clone(logits))
+		// Over tokens 1 and 2 alone: log(e^l / (e + e²)).
+		want := float64(logits[res.Token]) - math.Log(math.E+math.E*math.E)
+		if res.Token != 1 && res.Token != 2 || math.Abs(float64(res.Logprob)-want) > 1e-5 {
+			t.Fatalf("drew %d with logprob %v, want 1 or 2 with %v", res.Token, res.Logprob, want)
+		}
+	}
+}

@@ -32,6 +32,15 @@ type Result struct {
 	Top     []Logprob // the Params.Logprobs most likely tokens, logprob descending then id ascending; freshly allocated, nil when Params.Logprobs <= 0
 }
 
+// Constraint restricts the tokens a sequence may generate (structured
+// output, package structured). It is stateful: one per sequence.
+type Constraint interface {
+	// Mask sets to -Inf the logits of the tokens that may not come next.
+	Mask(logits []float32)
+	// Accept follows the token that was chosen.
+	Accept(token int)
+}
+
 // Sampler turns one sequence's next-token logits into a token. It holds the
 // sequence's sampling state: the random stream, the prompt tokens and the
 // counts of generated tokens that the penalties need, and scratch buffers
@@ -52,6 +61,7 @@ type Sampler struct {
 	rng  rand.PCG
 	pen  penalties
 	bias logitBias
+	con  Constraint // nil: any token
 
 	// Scratch, sized once.
 	chunk  []float32 // chunkLen weights of one chunk of the vocabulary
@@ -120,8 +130,8 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 
 // Sample chooses the next token from logits (one float32 per vocabulary
 // id), records it for the penalties and returns it with its
-// log-probabilities. The pipeline is vLLM v1's: raw log-probabilities;
-// the logit bias; repetition, frequency and presence penalties; then either greedy argmax
+// log-probabilities. The pipeline is vLLM v1's: the constraint's mask
+// (Constrain); raw log-probabilities; the logit bias; repetition, frequency and presence penalties; then either greedy argmax
 // or temperature, min-p, top-k, top-p and a draw from the renormalised
 // distribution. NaN logits count as -Inf. If every penalised logit is -Inf
 // or NaN, Sample returns the token with the largest raw logit (the lowest
@@ -135,6 +145,9 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 func (s *Sampler) Sample(logits []float32) Result {
 	if len(logits) != s.vocab {
 		panic(fmt.Sprintf("sample: Sample got %d logits for a vocabulary of %d", len(logits), s.vocab))
+	}
+	if s.con != nil {
+		s.con.Mask(logits)
 	}
 	var raw rawDist
 	if s.nTop >= 0 {
@@ -160,15 +173,24 @@ func (s *Sampler) Sample(logits []float32) Result {
 		res.Top = raw.topList(s.top, s.nTop)
 	}
 	s.pen.record(tok)
+	if s.con != nil {
+		s.con.Accept(tok)
+	}
 	return res
 }
 
+// Constrain holds the sampler's choices to c from the next Sample on: c
+// masks the logits first (so the reported log-probabilities are those of
+// the allowed tokens, as vLLM's structured output reports them) and
+// follows every token chosen or accepted.
+func (s *Sampler) Constrain(c Constraint) { s.con = c }
+
 // PlainGreedy reports whether Sample is the argmax of the raw logits (the
-// lowest id on ties) and nothing more: greedy, with no logit bias, no
-// penalties and no log-probabilities. A backend may then pick the token
+// lowest id on ties) and nothing more: greedy, with no constraint, no
+// logit bias, no penalties and no log-probabilities. A backend may then pick the token
 // where the logits are and hand it to Accept.
 func (s *Sampler) PlainGreedy() bool {
-	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0
+	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0 && s.con == nil
 }
 
 // Accept records token as generated without sampling, for tokens chosen
@@ -180,6 +202,9 @@ func (s *Sampler) Accept(token int) {
 		panic(fmt.Sprintf("sample: Accept got token %d outside the vocabulary [0, %d)", token, s.vocab))
 	}
 	s.pen.record(token)
+	if s.con != nil {
+		s.con.Accept(token)
+	}
 }
 
 // Reseed restarts the random stream at the start of seed's stream, the

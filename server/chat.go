@@ -71,27 +71,29 @@ type chatResponse struct {
 	Usage   *usage       `json:"usage,omitempty"`
 }
 
-// checkResponseFormat accepts a response_format that asks for plain text,
-// which is what every reply is: none, null or {"type": "text"}. Structured
-// output ("json_object", "json_schema") is not implemented, so those types
-// are a 400, as are other types and a value that is not an object with a
-// string "type".
-func checkResponseFormat(raw json.RawMessage) *apiError {
+// parseResponseFormat reads response_format: none, null or {"type":
+// "text"} is plain text; {"type": "json_object"} holds every choice to one
+// JSON object (OpenAI's JSON mode; package structured), and reports true.
+// "json_schema" is not implemented and is a 400, as are other types and a
+// value that is not an object with a string "type".
+func parseResponseFormat(raw json.RawMessage) (jsonObject bool, _ *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+		return false, nil
 	}
 	var rf map[string]json.RawMessage
 	var typ string
 	if json.Unmarshal(raw, &rf) != nil || len(rf["type"]) == 0 || rf["type"][0] != '"' || json.Unmarshal(rf["type"], &typ) != nil {
-		return invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
+		return false, invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
 	}
 	switch typ {
 	case "text":
-		return nil
-	case "json_object", "json_schema":
-		return invalid("response_format", `response_format type %q is not supported: this server does not implement structured output; only "text" is accepted`, typ)
+		return false, nil
+	case "json_object":
+		return true, nil
+	case "json_schema":
+		return false, invalid("response_format", `response_format type "json_schema" is not supported; "text" and "json_object" are`)
 	}
-	return invalid("response_format", `unknown response_format type %q; only "text" is accepted`, typ)
+	return false, invalid("response_format", `unknown response_format type %q; "text" and "json_object" are supported`, typ)
 }
 
 // chatCompletions serves POST /v1/chat/completions.
@@ -143,8 +145,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			return
 		}
 	}
-	if e := checkResponseFormat(req.ResponseFormat); e != nil {
+	if g.json, e = parseResponseFormat(req.ResponseFormat); e != nil {
 		writeError(w, e)
+		return
+	}
+	if g.json && s.opts.Tokenizer == nil {
+		writeError(w, invalid("response_format", "structured output needs the model's tokenizer"))
 		return
 	}
 	if s.opts.ChatTemplate == nil {

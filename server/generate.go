@@ -72,10 +72,14 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 				params.Seed += int64(c) // distinct but reproducible choices, as vLLM seeds n > 1
 			}
 			id := s.newID("req")
-			st, err := eng.Submit(engine.Request{
+			req := engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
 				IgnoreEOS: g.ignoreEOS, Priority: g.priority, Tier: g.tier,
-			})
+			}
+			if g.json {
+				req.Constraint = s.structuredVocab().JSONObject()
+			}
+			st, err := eng.Submit(req)
 			if err != nil {
 				return fail(submitError(err, promptParam))
 			}

@@ -59,6 +59,7 @@ type generation struct {
 	ignoreEOS bool
 	priority  int
 	tier      string // SLO tier name, resolved against the server's tiers; "" without tiers
+	json      bool   // response_format json_object: every choice one JSON object
 }
 
 // validate checks the shared fields; logprobs is the number of top

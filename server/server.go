@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/slo"
+	"github.com/gearboxlm/gearbox/structured"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
@@ -43,9 +45,13 @@ type Options struct {
 	ModelRoot    string         // the model directory, reported by /v1/models as "root" ("" for the built-in model)
 	ChatTemplate *chat.Template // nil: chat requests get a 400
 	BOS, EOS     string         // template variables bos_token and eos_token
-	APIKey       string         // when set, requests need "Authorization: Bearer KEY"
-	MaxBodyBytes int64          // default 8 MiB
-	Metrics      *Metrics       // nil: /metrics serves an empty registry
+	// EOSTokens are the ids that end a generation (the engine's), which
+	// structured output allows once its format is complete; nil: the
+	// tokenizer's.
+	EOSTokens    []int
+	APIKey       string   // when set, requests need "Authorization: Bearer KEY"
+	MaxBodyBytes int64    // default 8 MiB
+	Metrics      *Metrics // nil: /metrics serves an empty registry
 	// Tiers are the SLO tiers requests may name (the slo_tier field or the
 	// X-SLO-Tier header); nil: requests name none.
 	Tiers  *slo.Set
@@ -63,6 +69,9 @@ type Server struct {
 	mux      *http.ServeMux
 	nextID   atomic.Int64
 	draining atomic.Bool
+
+	vocabOnce sync.Once
+	vocab     *structured.Vocab // the tokenizer's, for structured output; built on first use
 }
 
 // New builds a server.
@@ -260,6 +269,24 @@ var commonFieldNames = []string{"model", "max_tokens", "temperature", "top_p", "
 
 func (s *Server) newID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, s.opts.Clock.Now().UnixNano(), s.nextID.Add(1))
+}
+
+// structuredVocab returns the tokenizer's vocabulary arranged for
+// structured output, building it on first use (a pass over every token).
+func (s *Server) structuredVocab() *structured.Vocab {
+	s.vocabOnce.Do(func() {
+		tok := s.opts.Tokenizer
+		pieces := make([]string, tok.VocabSize())
+		for id := range pieces {
+			pieces[id] = tok.Piece(id)
+		}
+		eos := s.opts.EOSTokens
+		if eos == nil {
+			eos = tok.EOS()
+		}
+		s.vocab = structured.NewVocab(pieces, tok.IsSpecial, eos)
+	})
+	return s.vocab
 }
 
 // submitError maps an engine admission error to its HTTP error.

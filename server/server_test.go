@@ -223,6 +223,67 @@ func TestLogitBias(t *testing.T) {
 	}
 }
 
+// TestJSONObjectResponseFormat: with response_format json_object every
+// choice is one JSON object and ends on the end token ("stop"), streamed
+// or not, where the same request without it is not JSON at all. The tiny
+// model keeps a dialogue going inside the object, so a bias on "}" lets
+// it close within the test's budget; the mask decides where "}" may go.
+func TestJSONObjectResponseFormat(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	tok := ts.m.Tokenizer
+	closing := -1
+	for id := range tok.VocabSize() {
+		if tok.Piece(id) == "}" {
+			closing = id
+		}
+	}
+	req := fmt.Sprintf(`{"model":"stories260K","messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":300,"temperature":1,"seed":2,"n":3,"logit_bias":{"%d":8}%%s}`, closing)
+	format := `,"response_format":{"type":"json_object"}`
+	var resp chatResponse
+	status, body := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, format))
+	if status != 200 || json.Unmarshal(body, &resp) != nil || len(resp.Choices) != 3 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	for _, c := range resp.Choices {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(c.Message.Content), &obj); err != nil || *c.FinishReason != "stop" || len(obj) == 0 {
+			t.Errorf("choice %d (%s): %q is not a JSON object with a key: %v", c.Index, *c.FinishReason, c.Message.Content, err)
+		}
+	}
+	status, body = ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, ""))
+	if status != 200 || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	for _, c := range resp.Choices {
+		if json.Valid([]byte(c.Message.Content)) {
+			t.Errorf("without response_format choice %d is JSON already: %q", c.Index, c.Message.Content)
+		}
+	}
+	events := ts.sseEvents(t, "/v1/chat/completions", fmt.Sprintf(req, format+`,"stream":true`))
+	texts := map[float64]*strings.Builder{}
+	for _, ev := range events {
+		for _, c := range ev["choices"].([]any) {
+			c := c.(map[string]any)
+			i := c["index"].(float64)
+			if texts[i] == nil {
+				texts[i] = &strings.Builder{}
+			}
+			if s, ok := c["delta"].(map[string]any)["content"].(string); ok {
+				texts[i].WriteString(s)
+			}
+		}
+	}
+	for i, b := range texts {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(b.String()), &obj); err != nil {
+			t.Errorf("streamed choice %v: %q: %v", i, b.String(), err)
+		}
+	}
+	if len(texts) != 3 {
+		t.Errorf("%d streamed choices", len(texts))
+	}
+}
+
 func TestChatStreamedAndNot(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16,"temperature":0%s}`
@@ -319,20 +380,19 @@ func TestModelsHealthVersionMetrics(t *testing.T) {
 	}
 }
 
-// TestResponseFormat checks that response_format asking for text, the
-// default, is served, and that the types it cannot honour are refused with
-// a message that says why.
+// TestResponseFormat checks that response_format asking for text (the
+// default) or JSON mode is served, and that the types it cannot honour are
+// refused with a message that says why.
 func TestResponseFormat(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":2%s}`
-	for _, rf := range []string{``, `,"response_format":null`, `,"response_format":{"type":"text"}`} {
+	for _, rf := range []string{``, `,"response_format":null`, `,"response_format":{"type":"text"}`, `,"response_format":{"type":"json_object"}`} {
 		if status, body := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, rf)); status != 200 {
 			t.Errorf("%q: %d %s", rf, status, body)
 		}
 	}
 	for _, c := range []struct{ rf, msg string }{
-		{`{"type":"json_object"}`, "structured output"},
-		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, "structured output"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, `"json_schema" is not supported`},
 		{`{"type":"yaml"}`, `unknown response_format type "yaml"`},
 		{`{"Type":"text"}`, `string "type"`},
 		{`"json_object"`, `string "type"`},
@@ -400,7 +460,6 @@ func TestBadRequests(t *testing.T) {
 		{"content wrong type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":5}]}`, 400, "messages"},
 		{"image content", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages"},
 		{"tools", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`, 400, "tools"},
-		{"response_format json_object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, 400, "response_format"},
 		{"response_format json_schema", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"text","schema":{}}}}`, 400, "response_format"},
 		{"response_format unknown type", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"xml"}}`, 400, "response_format"},
 		{"response_format not an object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":"text"}`, 400, "response_format"},

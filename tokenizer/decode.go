@@ -45,6 +45,15 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 	return s
 }
 
+// Piece returns the bytes id adds to a text when it follows another token
+// (a string that may hold part of a UTF-8 character), special tokens
+// included; "" for an id outside the vocabulary. Structured output masks
+// the vocabulary by these bytes.
+func (t *Tokenizer) Piece(id int) string {
+	p, _ := t.piece(id, false, false)
+	return p
+}
+
 // piece returns the bytes id decodes to; ok is false for ids that decode to
 // nothing (out of range, or special when skipping them).
 func (t *Tokenizer) piece(id int, first, skipSpecial bool) (p string, ok bool) {

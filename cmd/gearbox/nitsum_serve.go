@@ -121,7 +121,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	api := server.New(server.Options{
 		Engine: cl, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
-		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
+		BOS: bos, EOS: eos, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
 	})
 	cleanup := func() {
 		cl.Close()

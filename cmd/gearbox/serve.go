@@ -207,7 +207,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	api := server.New(server.Options{
 		Engine: eng, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
-		BOS: bos, EOS: eos, APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
+		BOS: bos, EOS: eos, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
 		Health: c.tr.health(),
 	})
 	runCtx, stop := context.WithCancel(context.Background())

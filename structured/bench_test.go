@@ -1,0 +1,69 @@
+package structured
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// benchPieces is a synthetic vocabulary of Llama 3's size (128,256):
+// words of 1-10 letters, about half with a leading space, and a tenth of
+// tokens mixing in digits, punctuation, quotes, brackets, newlines or
+// multi-byte characters, the mix a byte-level BPE vocabulary has.
+func benchPieces(n int) []string {
+	r := rand.New(rand.NewPCG(3, 4))
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	extra := []string{"0", "1", "42", ".", ",", ":", `"`, `",`, `":`, "{", "}", "[", "]", "\n", "\n  ", "é", "日", "\\", "\xE2", "\x80"}
+	pieces := make([]string, n)
+	seen := map[string]bool{}
+	for i := range pieces {
+		for {
+			var b strings.Builder
+			if r.IntN(2) == 0 {
+				b.WriteByte(' ')
+			}
+			for range 1 + r.IntN(10) {
+				b.WriteByte(letters[r.IntN(len(letters))])
+			}
+			if r.IntN(10) == 0 {
+				b.WriteString(extra[r.IntN(len(extra))])
+			}
+			if p := b.String(); !seen[p] {
+				seen[p], pieces[i] = true, p
+				break
+			}
+		}
+	}
+	return pieces
+}
+
+// BenchmarkMask masks a 128,256-token vocabulary in the states a JSON
+// generation spends its time in: inside a string (the plain-string
+// shortcut plus the other tokens one by one), where a value is due (the
+// trie search), and after a value.
+func BenchmarkMask(b *testing.B) {
+	pieces := benchPieces(128256)
+	v := NewVocab(pieces, func(int) bool { return false }, []int{0})
+	logits := make([]float32, len(pieces))
+	for _, c := range []struct{ name, prefix string }{
+		{"string", `{"key": "some text`}, {"value", `{"key": `}, {"after", `{"key": 12`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := v.JSONObject()
+			for i := 0; i < len(c.prefix); i++ {
+				if !m.st.step(c.prefix[i]) {
+					b.Fatalf("prefix %q refused at %d", c.prefix, i)
+				}
+			}
+			for b.Loop() {
+				m.Mask(logits)
+			}
+			b.ReportMetric(float64(len(pieces))/(b.Elapsed().Seconds()/float64(b.N))/1e6, "Mtokens/s")
+		})
+	}
+	b.Run("build", func(b *testing.B) {
+		for b.Loop() {
+			NewVocab(pieces, func(int) bool { return false }, nil)
+		}
+	})
+}
