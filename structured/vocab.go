@@ -3,6 +3,7 @@ package structured
 import (
 	"math"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -15,13 +16,14 @@ type Vocab struct {
 	size int
 	eos  []int
 
-	// The trie: node i's children are edges[first[i]:first[i+1]], sorted
-	// by byte; the tokens spelled by the path to node i are
-	// tokens[tokFirst[i]:tokFirst[i+1]]. Node 0 is the root.
-	first    []int32
-	edges    []edge
-	tokFirst []int32
-	tokens   []int32
+	// The trie, node 0 its root: node i is reached by byte label[i] from
+	// its parent; its children are child[i], sibling[child[i]], … in byte
+	// order (-1 ends); the tokens it spells are tokHead[i], tokNext[…], ….
+	label   []byte
+	child   []int32
+	sibling []int32
+	tokHead []int32
+	tokNext []int32 // by token id
 
 	// plain holds the tokens made of whole UTF-8 characters other than
 	// '"', '\\' and control characters: inside a string, between
@@ -32,22 +34,13 @@ type Vocab struct {
 	bytes [][]byte // by token id; nil for tokens never allowed
 }
 
-type edge struct {
-	b     byte
-	child int32
-}
-
 // NewVocab arranges a vocabulary: pieces[id] is the text token id adds
 // when it follows other tokens ("" for tokens that add nothing), special
 // reports the control tokens (never allowed, except eos), and eos are the
 // tokens that end a generation (allowed once the format is complete).
 func NewVocab(pieces []string, special func(id int) bool, eos []int) *Vocab {
-	v := &Vocab{size: len(pieces), eos: slices.Clone(eos), plain: make([]bool, len(pieces)), bytes: make([][]byte, len(pieces))}
-	type buildNode struct {
-		kids map[byte]int32
-		toks []int32
-	}
-	nodes := []buildNode{{}}
+	v := &Vocab{size: len(pieces), eos: slices.Clone(eos), plain: make([]bool, len(pieces)), bytes: make([][]byte, len(pieces)), tokNext: make([]int32, len(pieces))}
+	var ids []int32
 	for id, p := range pieces {
 		if p == "" || special(id) {
 			continue
@@ -58,34 +51,53 @@ func NewVocab(pieces []string, special func(id int) bool, eos []int) *Vocab {
 		} else {
 			v.other = append(v.other, int32(id))
 		}
-		n := int32(0)
-		for i := 0; i < len(p); i++ {
-			if nodes[n].kids == nil {
-				nodes[n].kids = map[byte]int32{}
-			}
-			c, ok := nodes[n].kids[p[i]]
-			if !ok {
-				c = int32(len(nodes))
-				nodes[n].kids[p[i]] = c
-				nodes = append(nodes, buildNode{})
-			}
-			n = c
-		}
-		nodes[n].toks = append(nodes[n].toks, int32(id))
+		ids = append(ids, int32(id))
 	}
-	v.first = make([]int32, len(nodes)+1)
-	v.tokFirst = make([]int32, len(nodes)+1)
-	for i, n := range nodes {
-		start := len(v.edges)
-		for b, c := range n.kids {
-			v.edges = append(v.edges, edge{b, c})
+	// Sorted, each piece shares its trie path with the one before up to
+	// their common prefix, and a node's children come in byte order.
+	slices.SortFunc(ids, func(a, b int32) int { return strings.Compare(pieces[a], pieces[b]) })
+	n := 1
+	for i, id := range ids {
+		n += len(pieces[id])
+		if i > 0 {
+			n -= commonPrefix(pieces[id], pieces[ids[i-1]])
 		}
-		slices.SortFunc(v.edges[start:], func(x, y edge) int { return int(x.b) - int(y.b) })
-		v.first[i+1] = int32(len(v.edges))
-		v.tokens = append(v.tokens, n.toks...)
-		v.tokFirst[i+1] = int32(len(v.tokens))
+	}
+	v.label = make([]byte, 1, n)
+	v.child = append(make([]int32, 0, n), -1)
+	v.sibling = append(make([]int32, 0, n), -1)
+	v.tokHead = append(make([]int32, 0, n), -1)
+	last := append(make([]int32, 0, n), -1) // each node's last child so far
+	path := []int32{0}                      // the nodes of the previous piece, root first
+	prev := ""
+	for _, id := range ids {
+		p := pieces[id]
+		path = path[:commonPrefix(p, prev)+1]
+		for i := len(path) - 1; i < len(p); i++ {
+			c, parent := int32(len(v.label)), path[len(path)-1]
+			v.label = append(v.label, p[i])
+			v.child, v.sibling, v.tokHead, last = append(v.child, -1), append(v.sibling, -1), append(v.tokHead, -1), append(last, -1)
+			if last[parent] < 0 {
+				v.child[parent] = c
+			} else {
+				v.sibling[last[parent]] = c
+			}
+			last[parent] = c
+			path = append(path, c)
+		}
+		node := path[len(path)-1]
+		v.tokNext[id], v.tokHead[node] = v.tokHead[node], id
+		prev = p
 	}
 	return v
+}
+
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // plainString reports whether every byte of p may stand inside a JSON
@@ -163,13 +175,13 @@ func (m *Matcher) Mask(logits []float32) {
 // search marks the tokens in node's subtree that state st allows.
 func (m *Matcher) search(node int32, st jsonState) {
 	v := m.v
-	for _, id := range v.tokens[v.tokFirst[node]:v.tokFirst[node+1]] {
+	for id := v.tokHead[node]; id >= 0; id = v.tokNext[id] {
 		m.allowed[id] = true
 	}
-	for _, e := range v.edges[v.first[node]:v.first[node+1]] {
+	for c := v.child[node]; c >= 0; c = v.sibling[c] {
 		next := st
-		if next.step(e.b) {
-			m.search(e.child, next)
+		if next.step(v.label[c]) {
+			m.search(c, next)
 		}
 	}
 }
