@@ -190,26 +190,18 @@ func gemvPairs(y, x []float32, w *Weights, m int, acc bool, dots pairDotFunc) ge
 	clear(xp[m*kp:])
 	k16 := kp &^ 15
 	return gemvWork{units: (n + 3) / 4, run: func(lo, hi int) {
-		var sum [gemvMaxM * 4]float32
-		s := sum[:mq*4]
-		for j := lo * 4; j < min(hi*4, n); j += 4 {
-			j0 := min(j, n-4)
-			clear(s)
+		quadGEMV(y, n, m, mq, acc, lo, hi, func(j0 int, s []float32) {
 			for kb := 0; kb < k16; kb += pairKB {
 				dots(min(pairKB, k16-kb), xp[kb:], kp, mq/4, w.half[j0*k+2*kb:], kp, s)
 			}
-			for i := range m {
-				for c := range 4 {
-					row := w.half[(j0+c)*k : (j0+c+1)*k]
-					for kk := k16; kk < kp; kk++ {
-						a := xp[i*kp+kk]
-						s[i*4+c] += FromBF16(uint16(a))*FromBF16(row[2*kk]) + FromBF16(uint16(a>>16))*FromBF16(row[2*kk+1])
-					}
-				}
-				for c := j - j0; c < 4; c++ {
-					put(y, i*n+j0+c, s[i*4+c], acc)
+		}, func(i, j0 int, s []float32) {
+			for c := range 4 {
+				row := w.half[(j0+c)*k : (j0+c+1)*k]
+				for kk := k16; kk < kp; kk++ {
+					a := xp[i*kp+kk]
+					s[i*4+c] += FromBF16(uint16(a))*FromBF16(row[2*kk]) + FromBF16(uint16(a>>16))*FromBF16(row[2*kk+1])
 				}
 			}
-		}
+		})
 	}, free: func() { pairScratch.Put(xb) }}
 }

@@ -83,6 +83,29 @@ func gemv(y, x, w []float32, m, k, n int, acc bool) gemvWork {
 	}}
 }
 
+// quadGEMV is the worker of the quad GEMVs (gemvPairs, gemvF16Quads) over
+// the groups of four rows of w [lo, hi): for each, dots(j0, s) adds the
+// products of the quads of x rows with rows j0..j0+3 into s (row i's four
+// sums at s[4i:]), tail(i, j0, s) adds row i's columns past the kernel's,
+// and the sums are stored into y (or added, with acc). The last group of
+// an n not a multiple of four is the last four rows, of which only the
+// new ones are stored. m ≤ mq ≤ gemvMaxM rows; mq is m padded to quads.
+func quadGEMV(y []float32, n, m, mq int, acc bool, lo, hi int, dots func(j0 int, s []float32), tail func(i, j0 int, s []float32)) {
+	var sum [gemvMaxM * 4]float32
+	s := sum[:mq*4]
+	for j := lo * 4; j < min(hi*4, n); j += 4 {
+		j0 := min(j, n-4)
+		clear(s)
+		dots(j0, s)
+		for i := range m {
+			tail(i, j0, s)
+			for c := j - j0; c < 4; c++ {
+				put(y, i*n+j0+c, s[i*4+c], acc)
+			}
+		}
+	}
+}
+
 // dotRows adds to sum[i*4+j] the dot product of x row i < m (row stride
 // ldx) with w row j < 4 (row stride ldw) over k elements: in quads of x
 // rows where the AVX-512 kernel runs, in pairs otherwise.

@@ -89,26 +89,18 @@ func gemvF16Quads(y, x []float32, w *Weights, m int, acc bool, dots f16QuadFunc)
 	}
 	k16 := k &^ 15
 	return gemvWork{units: (n + 3) / 4, run: func(lo, hi int) {
-		var sum [gemvMaxM * 4]float32
-		s := sum[:mq*4]
-		for j := lo * 4; j < min(hi*4, n); j += 4 {
-			j0 := min(j, n-4)
-			clear(s)
+		quadGEMV(y, n, m, mq, acc, lo, hi, func(j0 int, s []float32) {
 			for kb := 0; kb < k16; kb += f16KB {
 				dots(min(f16KB, k16-kb), xs[kb:], k, mq/4, w.half[j0*k+kb:], k, s)
 			}
-			for i := range m {
-				for c := range 4 {
-					row := w.half[(j0+c)*k : (j0+c+1)*k]
-					for kk := k16; kk < k; kk++ {
-						s[i*4+c] += x[i*k+kk] * FromF16(row[kk])
-					}
-				}
-				for c := j - j0; c < 4; c++ {
-					put(y, i*n+j0+c, s[i*4+c], acc)
+		}, func(i, j0 int, s []float32) {
+			for c := range 4 {
+				row := w.half[(j0+c)*k : (j0+c+1)*k]
+				for kk := k16; kk < k; kk++ {
+					s[i*4+c] += x[i*k+kk] * FromF16(row[kk])
 				}
 			}
-		}
+		})
 	}, free: func() {
 		if xb != nil {
 			putScratch(xb)
