@@ -9,6 +9,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/structured"
 )
 
 type chatRequest struct {
@@ -72,28 +73,40 @@ type chatResponse struct {
 }
 
 // parseResponseFormat reads response_format: none, null or {"type":
-// "text"} is plain text; {"type": "json_object"} holds every choice to one
-// JSON object (OpenAI's JSON mode; package structured), and reports true.
-// "json_schema" is not implemented and is a 400, as are other types and a
-// value that is not an object with a string "type".
-func parseResponseFormat(raw json.RawMessage) (jsonObject bool, _ *apiError) {
+// "text"} is plain text (nil); {"type": "json_object"} holds every choice
+// to one JSON object (OpenAI's JSON mode) and {"type": "json_schema",
+// "json_schema": {"name": …, "schema": {…}}} to a value its schema allows
+// (package structured). Other types, a value that is not an object with a
+// string "type", and a schema outside the supported subset are a 400.
+func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return false, nil
+		return nil, nil
 	}
 	var rf map[string]json.RawMessage
 	var typ string
 	if json.Unmarshal(raw, &rf) != nil || len(rf["type"]) == 0 || rf["type"][0] != '"' || json.Unmarshal(rf["type"], &typ) != nil {
-		return false, invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
+		return nil, invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
 	}
 	switch typ {
 	case "text":
-		return false, nil
+		return nil, nil
 	case "json_object":
-		return true, nil
+		return structured.JSONObject(), nil
 	case "json_schema":
-		return false, invalid("response_format", `response_format type "json_schema" is not supported; "text" and "json_object" are`)
+		var js struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		}
+		if json.Unmarshal(rf["json_schema"], &js) != nil || len(js.Schema) == 0 {
+			return nil, invalid("response_format", `response_format json_schema needs "json_schema": {"name": ..., "schema": {...}}`)
+		}
+		f, err := structured.JSONSchema(js.Schema)
+		if err != nil {
+			return nil, invalid("response_format", "response_format json_schema: %v", err)
+		}
+		return f, nil
 	}
-	return false, invalid("response_format", `unknown response_format type %q; "text" and "json_object" are supported`, typ)
+	return nil, invalid("response_format", `unknown response_format type %q; "text", "json_object" and "json_schema" are supported`, typ)
 }
 
 // chatCompletions serves POST /v1/chat/completions.
@@ -145,11 +158,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			return
 		}
 	}
-	if g.json, e = parseResponseFormat(req.ResponseFormat); e != nil {
+	if g.format, e = parseResponseFormat(req.ResponseFormat); e != nil {
 		writeError(w, e)
 		return
 	}
-	if g.json && s.opts.Tokenizer == nil {
+	if g.format != nil && s.opts.Tokenizer == nil {
 		writeError(w, invalid("response_format", "structured output needs the model's tokenizer"))
 		return
 	}

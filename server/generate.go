@@ -76,8 +76,8 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
 				IgnoreEOS: g.ignoreEOS, Priority: g.priority, Tier: g.tier,
 			}
-			if g.json {
-				req.Constraint = s.structuredVocab().JSONObject()
+			if g.format != nil {
+				req.Constraint = s.structuredVocab().Matcher(g.format)
 			}
 			st, err := eng.Submit(req)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/structured"
 )
 
 // commonParams are the request fields completions and chat share. Pointers
@@ -58,8 +59,8 @@ type generation struct {
 	n         int
 	ignoreEOS bool
 	priority  int
-	tier      string // SLO tier name, resolved against the server's tiers; "" without tiers
-	json      bool   // response_format json_object: every choice one JSON object
+	tier      string             // SLO tier name, resolved against the server's tiers; "" without tiers
+	format    *structured.Format // response_format json_object or json_schema; nil: free text
 }
 
 // validate checks the shared fields; logprobs is the number of top

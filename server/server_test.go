@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,6 +285,45 @@ func TestJSONObjectResponseFormat(t *testing.T) {
 	}
 }
 
+// TestJSONSchemaResponseFormat: with response_format json_schema every
+// choice follows the schema: its keys in order, each value of its type,
+// the enum's values only, bounded strings and arrays, and then the end
+// token.
+func TestJSONSchemaResponseFormat(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	schema := `{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},` +
+		`"mood":{"enum":["happy","sad"]},"friends":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":2}},` +
+		`"required":["name","age","mood","friends"]}`
+	status, body := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Tell me about a cat"}],`+
+		`"max_tokens":300,"temperature":1,"seed":1,"n":3,"response_format":{"type":"json_schema","json_schema":{"name":"cat","schema":`+schema+`}}}`)
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(body, &resp) != nil || len(resp.Choices) != 3 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	for _, c := range resp.Choices {
+		var cat struct {
+			Name    *string  `json:"name"`
+			Age     *int     `json:"age"`
+			Mood    string   `json:"mood"`
+			Friends []string `json:"friends"`
+		}
+		dec := json.NewDecoder(strings.NewReader(c.Message.Content))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&cat)
+		order := []int{strings.Index(c.Message.Content, `"name"`), strings.Index(c.Message.Content, `"age"`),
+			strings.Index(c.Message.Content, `"mood"`), strings.Index(c.Message.Content, `"friends"`)}
+		if err != nil || *c.FinishReason != "stop" || cat.Name == nil || len([]rune(*cat.Name)) > 12 || cat.Age == nil ||
+			cat.Mood != "happy" && cat.Mood != "sad" || cat.Friends == nil || len(cat.Friends) > 2 || !slices.IsSorted(order) || order[0] < 0 {
+			t.Errorf("choice %d (%s): %q does not follow the schema: %v", c.Index, *c.FinishReason, c.Message.Content, err)
+		}
+		for _, f := range cat.Friends {
+			if len([]rune(f)) > 8 {
+				t.Errorf("choice %d: friend %q over maxLength 8", c.Index, f)
+			}
+		}
+	}
+}
+
 func TestChatStreamedAndNot(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16,"temperature":0%s}`
@@ -392,7 +432,9 @@ func TestResponseFormat(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ rf, msg string }{
-		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, `"json_schema" is not supported`},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, `the root must be an object`},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"integer","minimum":0}}}}}`, `keyword "minimum" is not supported`},
+		{`{"type":"json_schema","json_schema":{"name":"x"}}`, `needs "json_schema"`},
 		{`{"type":"yaml"}`, `unknown response_format type "yaml"`},
 		{`{"Type":"text"}`, `string "type"`},
 		{`"json_object"`, `string "type"`},

@@ -49,7 +49,7 @@ func BenchmarkMask(b *testing.B) {
 		{"string", `{"key": "some text`}, {"value", `{"key": `}, {"after", `{"key": 12`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			m := v.JSONObject()
+			m := v.Matcher(JSONObject())
 			for i := 0; i < len(c.prefix); i++ {
 				if !m.st.step(c.prefix[i]) {
 					b.Fatalf("prefix %q refused at %d", c.prefix, i)

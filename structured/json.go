@@ -1,31 +1,51 @@
 package structured
 
-// jsonState is a byte-level recognizer of one JSON object (RFC 8259) with
-// optional whitespace around it: the prefixes it accepts are exactly the
-// prefixes of such texts, so a generation that follows it can always be
-// completed. It is a small value (the nesting is a bit stack), copied
-// freely while the vocabulary is searched.
+import "math/bits"
+
+// jsonState is a byte-level recognizer of one JSON value (RFC 8259) that
+// a compiled schema (node) allows, with whitespace around its tokens: the
+// prefixes it accepts are exactly the prefixes of such texts, so a
+// generation that follows it can always be completed. It is a small value
+// (the open containers are a linked list of frames that never change once
+// made), copied freely while the vocabulary is searched.
 //
 // Two limits keep a generation from running away inside it (small models
 // in JSON mode are prone to endless whitespace; vLLM grew an option
-// against it): objects and arrays nest at most maxDepth deep, and a run of
+// against it): containers nest at most maxDepth deep, and a run of
 // whitespace between tokens holds at most one newline and at most
 // wsLimit(depth) bytes, room for one pretty-printed line break and its
-// indentation. Strings are checked to be UTF-8
-// (no overlong forms or surrogates, which JSON text may not hold raw) and
-// to hold no raw control characters.
+// indentation. Strings are checked to be UTF-8 (no overlong forms or
+// surrogates, which JSON text may not hold raw) and to hold no raw control
+// characters.
 type jsonState struct {
+	top   *frame // the open containers, innermost first; nil at the top level
 	mode  mode
-	key   bool  // the string being read is an object key
-	lit   uint8 // the literal being read (literals)
-	idx   uint8 // bytes of the literal read, or hex digits of a \u escape still to come
+	val   *node // the value due (mTop, mValue); the string or number being read
+	key   bool  // the string being read is a free key (a map object's)
+	idx   uint8 // hex digits of a \u escape still to come
 	cont  uint8 // UTF-8 continuation bytes still to come
 	lo    byte  // the range of the next continuation byte
 	hi    byte
 	ws    uint8 // length of the current whitespace run
 	nl    bool  // the run holds a newline
 	depth uint8
-	stack [maxDepth / 64]uint64 // bit d set: level d is an array, else an object
+
+	next  int    // the innermost container's progress: an object's next declared property, an array's items so far
+	cand  uint64 // a declared key being read: the properties it may still be (bit i: props[i])
+	pos   int    // bytes matched of the key or literal being read
+	chars int    // characters of the string being read
+
+	lits     []string // the literal values being matched, sorted
+	llo, lhi int      // the ones still matching: lits[llo:lhi]
+}
+
+// frame is one open container, and the enclosing one's progress to
+// restore when it closes.
+type frame struct {
+	parent *frame
+	n      *node
+	arr    bool
+	next   int
 }
 
 // Limits of jsonState.
@@ -41,11 +61,12 @@ func wsLimit(d uint8) int { return min(2+4*int(d), maxWhitespace) }
 type mode uint8
 
 const (
-	mTop      mode = iota // before the object
+	mTop      mode = iota // before the value
 	mValue                // a value is due (after ':', or ',' in an array)
 	mArrFirst             // after '[': a value or ']'
 	mObjFirst             // after '{': a key or '}'
 	mObjKey               // after ',' in an object: a key
+	mKey                  // inside a declared key
 	mColon                // after a key
 	mAfter                // after a value: ',' or the closing bracket
 	mString               // inside a string
@@ -59,19 +80,28 @@ const (
 	mExp                  // number: after 'e'
 	mExpSign              // number: after the exponent's sign
 	mExpInt               // number: exponent digits
-	mLit                  // inside true, false or null
-	mDone                 // after the object
+	mLit                  // inside a literal: true, false, null, or an enum's value
+	mDone                 // after the value
 )
 
-var literals = [...]string{"true", "false", "null"}
+var (
+	boolLits = []string{"false", "true"}
+	nullLits = []string{"null"}
+)
 
-// complete reports whether the text so far is a whole JSON object.
+// newState is the recognizer of a value that root allows.
+func newState(root *node) jsonState { return jsonState{mode: mTop, val: root} }
+
+// complete reports whether the text so far is a whole value.
 func (s *jsonState) complete() bool { return s.mode == mDone }
 
-// inPlainString reports whether s is inside a string between characters:
-// any run of bytes free of '"', '\\' and control characters that is whole
-// UTF-8 keeps it there (see Vocab.plain).
-func (s *jsonState) inPlainString() bool { return s.mode == mString && s.cont == 0 }
+// inPlainString reports whether s is inside a string with no length
+// bound, between characters: any run of bytes free of '"', '\\' and
+// control characters that is whole UTF-8 is allowed there and keeps it
+// there (see Vocab.plain).
+func (s *jsonState) inPlainString() bool {
+	return s.mode == mString && s.cont == 0 && (s.val == nil || s.val.maxLen < 0)
+}
 
 func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
 
@@ -99,15 +129,10 @@ func (s *jsonState) step(b byte) bool {
 			s.mode = mString
 		}
 		return true
+	case mKey:
+		return s.keyByte(b)
 	case mLit:
-		lit := literals[s.lit]
-		if b != lit[s.idx] {
-			return false
-		}
-		if s.idx++; int(s.idx) == len(lit) {
-			s.mode = mAfter
-		}
-		return true
+		return s.litByte(b)
 	case mMinus, mZero, mInt, mDot, mFrac, mExp, mExpSign, mExpInt:
 		return s.numberByte(b)
 	}
@@ -126,26 +151,21 @@ func (s *jsonState) step(b byte) bool {
 	}
 	s.ws, s.nl = 0, false
 	switch s.mode {
-	case mTop:
-		return b == '{' && s.push(false)
-	case mValue:
-		return s.value(b)
+	case mTop, mValue:
+		return s.value(s.val, b)
 	case mArrFirst:
+		n := s.top.n
 		if b == ']' {
-			return s.pop(true)
+			return n.minItems == 0 && s.pop()
 		}
-		return s.value(b)
+		return n.maxItems != 0 && s.value(n.items, b)
 	case mObjFirst:
 		if b == '}' {
-			return s.pop(false)
+			return s.mayClose() && s.pop()
 		}
 		fallthrough
 	case mObjKey:
-		if b != '"' {
-			return false
-		}
-		s.mode, s.key = mString, true
-		return true
+		return b == '"' && s.startKey()
 	case mColon:
 		if b != ':' {
 			return false
@@ -153,14 +173,22 @@ func (s *jsonState) step(b byte) bool {
 		s.mode = mValue
 		return true
 	case mAfter:
-		arr := s.top()
+		f := s.top
 		switch {
-		case b == ',' && arr:
-			s.mode = mValue
-		case b == ',':
+		case f.arr && b == ',':
+			if f.n.maxItems >= 0 && s.next >= f.n.maxItems {
+				return false
+			}
+			s.mode, s.val = mValue, f.n.items
+		case f.arr && b == ']':
+			return s.next >= f.n.minItems && s.pop()
+		case !f.arr && b == ',':
+			if f.n.extra == nil && s.candidates() == 0 {
+				return false
+			}
 			s.mode = mObjKey
-		case b == ']' && arr, b == '}' && !arr:
-			return s.pop(arr)
+		case !f.arr && b == '}':
+			return s.mayClose() && s.pop()
 		default:
 			return false
 		}
@@ -169,31 +197,66 @@ func (s *jsonState) step(b byte) bool {
 	return false // mDone: only whitespace
 }
 
-// value starts a value with its first byte b.
-func (s *jsonState) value(b byte) bool {
+// value starts a value that n allows with its first byte b.
+func (s *jsonState) value(n *node, b byte) bool {
+	if n.lits != nil {
+		return s.startLit(n.lits, b)
+	}
+	var k kind
 	switch {
 	case b == '{':
-		return s.push(false)
+		k = kObject
 	case b == '[':
-		return s.push(true)
+		k = kArray
 	case b == '"':
-		s.mode, s.key = mString, false
-	case b == '-':
-		s.mode = mMinus
-	case b == '0':
-		s.mode = mZero
-	case '1' <= b && b <= '9':
-		s.mode = mInt
+		k = kString
+	case b == '-' || '0' <= b && b <= '9':
+		k = kNumber
+	case b == 't' || b == 'f':
+		k = kBool
+	case b == 'n':
+		k = kNull
 	default:
-		for i, lit := range literals {
-			if b == lit[0] {
-				s.mode, s.lit, s.idx = mLit, uint8(i), 1
-				return true
-			}
-		}
 		return false
 	}
+	sub := n.byKind[k]
+	if sub == nil {
+		return false
+	}
+	switch k {
+	case kObject, kArray:
+		return s.push(sub, k == kArray)
+	case kString:
+		s.mode, s.key, s.val, s.chars = mString, false, sub, 0
+	case kNumber:
+		s.val = sub
+		switch {
+		case b == '-':
+			s.mode = mMinus
+		case b == '0':
+			s.mode = mZero
+		default:
+			s.mode = mInt
+		}
+	case kBool:
+		return s.startLit(boolLits, b)
+	case kNull:
+		return s.startLit(nullLits, b)
+	}
 	return true
+}
+
+// ended moves past a value that is complete: the top-level one, or a
+// member or item of the innermost container.
+func (s *jsonState) ended() {
+	if s.top == nil {
+		s.mode = mDone
+		return
+	}
+	if s.top.arr {
+		s.next++
+	}
+	s.mode = mAfter
 }
 
 // stringByte reads one byte inside a string.
@@ -206,16 +269,26 @@ func (s *jsonState) stringByte(b byte) bool {
 		s.lo, s.hi = 0x80, 0xBF
 		return true
 	}
-	switch {
-	case b == '"':
-		s.mode = mAfter
+	n := s.val
+	if b == '"' {
 		if s.key {
 			s.mode = mColon
+			s.val = s.top.n.extra
+			return true
 		}
+		if s.chars < n.minLen {
+			return false
+		}
+		s.ended()
+		return true
+	}
+	if n != nil && n.maxLen >= 0 && s.chars == n.maxLen || b < 0x20 {
+		return false
+	}
+	s.chars++
+	switch {
 	case b == '\\':
 		s.mode = mEscape
-	case b < 0x20:
-		return false
 	case b < 0x80:
 	case 0xC2 <= b && b <= 0xDF:
 		s.cont, s.lo, s.hi = 1, 0x80, 0xBF
@@ -275,55 +348,142 @@ func (s *jsonState) numberByte(b byte) bool {
 		return true
 	}
 	// mZero, mInt, mFrac, mExpInt: the number may end here.
+	integer := s.val.integer
 	switch {
 	case digit && (s.mode == mInt || s.mode == mFrac || s.mode == mExpInt):
 		return true
-	case b == '.' && (s.mode == mZero || s.mode == mInt):
+	case b == '.' && !integer && (s.mode == mZero || s.mode == mInt):
 		s.mode = mDot
 		return true
-	case (b == 'e' || b == 'E') && s.mode != mExpInt:
+	case (b == 'e' || b == 'E') && !integer && s.mode != mExpInt:
 		s.mode = mExp
 		return true
 	}
-	// Anything else ends the number and is read after it; the object at
-	// the top means a number is always inside a container, so it ends
-	// only at a delimiter.
-	s.mode = mAfter
+	// Anything else ends the number and is read after it. The root is an
+	// object, so a number is always inside a container and ends only at
+	// a delimiter.
+	s.ended()
 	return s.step(b)
 }
 
-// top reports whether the innermost open container is an array.
-func (s *jsonState) top() bool {
-	d := s.depth - 1
-	return s.stack[d/64]&(1<<(d%64)) != 0
+// startLit starts matching one of lits (sorted) with its first byte.
+func (s *jsonState) startLit(lits []string, b byte) bool {
+	s.mode, s.lits, s.llo, s.lhi, s.pos = mLit, lits, 0, len(lits), 0
+	return s.litByte(b)
 }
 
-// push opens a container.
-func (s *jsonState) push(arr bool) bool {
-	if s.depth == maxDepth {
+// litByte reads one byte of a literal: the values still matching are
+// those with b next. When none is, a value that is complete ends, and b
+// is read after it (a number among the values ends only at a
+// delimiter); when the one value left is complete, it ends at once.
+func (s *jsonState) litByte(b byte) bool {
+	lo, hi := s.llo, s.lhi
+	for lo < hi && (len(s.lits[lo]) <= s.pos || s.lits[lo][s.pos] < b) {
+		lo++
+	}
+	end := lo
+	for end < hi && s.lits[end][s.pos] == b {
+		end++
+	}
+	if lo == end {
+		if len(s.lits[s.llo]) == s.pos { // sorted: a complete value comes first
+			s.ended()
+			return s.step(b)
+		}
 		return false
 	}
-	d := s.depth
-	if arr {
-		s.stack[d/64] |= 1 << (d % 64)
-		s.mode = mArrFirst
-	} else {
-		s.stack[d/64] &^= 1 << (d % 64)
-		s.mode = mObjFirst
+	s.llo, s.lhi = lo, end
+	s.pos++
+	if end-lo == 1 && len(s.lits[lo]) == s.pos {
+		s.ended()
 	}
-	s.depth++
 	return true
 }
 
-// pop closes the innermost container, an array when arr.
-func (s *jsonState) pop(arr bool) bool {
-	if s.depth == 0 || s.top() != arr {
+// candidates is the set of declared properties that may come next in the
+// innermost object: the next one, and each after it while those before
+// are optional.
+func (s *jsonState) candidates() uint64 {
+	var c uint64
+	for i, p := range s.top.n.props[s.next:] {
+		c |= 1 << (s.next + i)
+		if p.required {
+			break
+		}
+	}
+	return c
+}
+
+// mayClose reports whether the innermost object may end here: no
+// required property is left.
+func (s *jsonState) mayClose() bool {
+	for _, p := range s.top.n.props[s.next:] {
+		if p.required {
+			return false
+		}
+	}
+	return true
+}
+
+// startKey reads the opening quote of a key.
+func (s *jsonState) startKey() bool {
+	n := s.top.n
+	if n.extra != nil {
+		s.mode, s.key, s.val, s.chars = mString, true, nil, 0
+		return true
+	}
+	if s.cand = s.candidates(); s.cand == 0 {
 		return false
 	}
-	s.depth--
-	s.mode = mAfter
-	if s.depth == 0 {
-		s.mode = mDone
+	s.mode, s.pos = mKey, 1
+	return true
+}
+
+// keyByte reads one byte of a declared key; the key is whole when it
+// spells one property's (its closing quote cannot end another's).
+func (s *jsonState) keyByte(b byte) bool {
+	props := s.top.n.props
+	var c uint64
+	for rest := s.cand; rest != 0; rest &= rest - 1 {
+		i := bits.TrailingZeros64(rest)
+		if k := props[i].key; s.pos < len(k) && k[s.pos] == b {
+			c |= 1 << i
+		}
 	}
+	if c == 0 {
+		return false
+	}
+	s.cand = c
+	s.pos++
+	for rest := c; rest != 0; rest &= rest - 1 {
+		if i := bits.TrailingZeros64(rest); len(props[i].key) == s.pos {
+			s.mode, s.next, s.val = mColon, i+1, props[i].value
+			break
+		}
+	}
+	return true
+}
+
+// push opens a container that n governs.
+func (s *jsonState) push(n *node, arr bool) bool {
+	if s.depth == maxDepth {
+		return false
+	}
+	s.top = &frame{parent: s.top, n: n, arr: arr, next: s.next}
+	s.next = 0
+	s.depth++
+	s.mode = mObjFirst
+	if arr {
+		s.mode = mArrFirst
+	}
+	return true
+}
+
+// pop closes the innermost container.
+func (s *jsonState) pop() bool {
+	s.next = s.top.next
+	s.top = s.top.parent
+	s.depth--
+	s.ended()
 	return true
 }

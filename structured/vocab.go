@@ -115,10 +115,30 @@ func plainString(p string) bool {
 	return true
 }
 
-// JSONObject returns a Matcher that holds a generation to one JSON object
-// (OpenAI's response_format {"type": "json_object"}), then an end token.
-func (v *Vocab) JSONObject() *Matcher {
-	return &Matcher{v: v, allowed: make([]bool, v.size)}
+// Format is a compiled output format, shared by the Matchers of every
+// sequence that follows it.
+type Format struct{ root *node }
+
+// JSONObject is JSON mode's format (OpenAI's response_format {"type":
+// "json_object"}): one JSON object, any keys and values.
+func JSONObject() *Format { return &Format{root: anyObject} }
+
+// JSONSchema compiles a JSON Schema (response_format {"type":
+// "json_schema"}) into a format: one JSON value that the schema allows,
+// within the subset compileSchema describes; other schemas are an error
+// that says what is not supported.
+func JSONSchema(schema []byte) (*Format, error) {
+	n, err := compileSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Format{root: n}, nil
+}
+
+// Matcher returns a Matcher that holds one generation to f, then an end
+// token.
+func (v *Vocab) Matcher(f *Format) *Matcher {
+	return &Matcher{v: v, st: newState(f.root), allowed: make([]bool, v.size)}
 }
 
 // Matcher holds one sequence's generation to a format: it masks the
@@ -130,7 +150,7 @@ type Matcher struct {
 	allowed []bool // scratch for Mask
 }
 
-// Complete reports whether the text so far is a whole object.
+// Complete reports whether the text so far is a whole value of the format.
 func (m *Matcher) Complete() bool { return m.st.complete() }
 
 // Mask sets to -Inf the logits of the tokens that cannot come next: a

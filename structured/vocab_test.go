@@ -68,7 +68,7 @@ func TestMatcherWalks(t *testing.T) {
 	closing := []string{"</s>", `"`, "}", "]", ":", "0", ","}
 	r := rand.New(rand.NewPCG(1, 2))
 	for walk := range 400 {
-		m := v.JSONObject()
+		m := v.Matcher(JSONObject())
 		var text strings.Builder
 		for step := 0; ; step++ {
 			if step > 2000 {
@@ -108,7 +108,7 @@ func TestMatcherWalks(t *testing.T) {
 // token is.
 func TestMatcherMask(t *testing.T) {
 	v := testVocab()
-	m := v.JSONObject()
+	m := v.Matcher(JSONObject())
 	logits := make([]float32, len(testPieces)+3)
 	m.Mask(logits)
 	start := []string{"{", " {", "{}", `{"`, " ", "\n", "\t"} // runs of two bytes at the top level
@@ -128,15 +128,15 @@ func TestMatcherMask(t *testing.T) {
 	// A vocabulary without the closing quote strands a string: the end
 	// token is the way out.
 	noQuote := NewVocab([]string{"<s>", "</s>", "{", "a"}, func(id int) bool { return id < 2 }, []int{1})
-	m = noQuote.JSONObject()
+	m = noQuote.Matcher(JSONObject())
 	m.Accept(2)
 	if got := allowedByMask(m, 4); !slices.Equal(got, []int{1}) {
 		t.Errorf("after { with no quote token: allowed %v, want the end token alone", got)
 	}
 	// A token the mask did not allow leaves the state as it was.
-	m = v.JSONObject()
+	m = v.Matcher(JSONObject())
 	m.Accept(slices.Index(testPieces, "}"))
-	if got := allowedByMask(m, len(testPieces)); !slices.Equal(got, allowedByMask(v.JSONObject(), len(testPieces))) {
+	if got := allowedByMask(m, len(testPieces)); !slices.Equal(got, allowedByMask(v.Matcher(JSONObject()), len(testPieces))) {
 		t.Errorf("a refused token moved the state: %v", got)
 	}
 }
