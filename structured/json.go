@@ -220,6 +220,9 @@ func (s *jsonState) value(n *node, b byte) bool {
 		return false
 	}
 	sub := n.byKind[k]
+	for sub != nil && sub.byKind[k] != sub { // an anyOf's alternative that is itself one
+		sub = sub.byKind[k]
+	}
 	if sub == nil {
 		return false
 	}

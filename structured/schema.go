@@ -382,30 +382,65 @@ func (c *compiler) anyOf(s *object, alts any, path string) (*node, error) {
 		if alt.lits != nil {
 			return nil, fmt.Errorf("schema %s/%d: enum or const inside anyOf is not supported", path, i)
 		}
-		for k, sub := range alt.byKind {
-			if sub == nil {
-				continue
-			}
+		// The alternative's kinds come from its text: a recursive $ref
+		// compiles to a node that is filled in only later.
+		kinds, err := c.kinds(a, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range kinds {
 			if n.byKind[k] != nil {
-				return nil, fmt.Errorf("schema %s: two alternatives allow %s values; alternatives must differ in type", path, kind(k))
+				return nil, fmt.Errorf("schema %s: two alternatives allow %s values; alternatives must differ in type", path, k)
 			}
-			n.byKind[k] = sub
+			n.byKind[k] = alt // resolved to the alternative's own node for k when a value starts (jsonState.value)
 		}
 	}
 	return n, nil
 }
 
-// ref resolves a local reference, "#/$defs/Name" or "#/definitions/Name".
-func (c *compiler) ref(r string) (*node, error) {
-	if n, ok := c.refs[r]; ok {
-		return n, nil
+// kinds lists the kinds of value schema s allows, read from its text.
+func (c *compiler) kinds(s any, depth int) ([]kind, error) {
+	all := []kind{kObject, kArray, kString, kNumber, kBool, kNull}
+	o, ok := s.(*object)
+	if !ok || depth > 64 {
+		if depth > 64 {
+			return nil, fmt.Errorf("schema: $ref chain too long")
+		}
+		return all, nil // true (false does not compile)
 	}
-	rest, ok := strings.CutPrefix(r, "#/")
-	if !ok {
+	if ref, ok := o.get("$ref"); ok {
+		target, err := c.resolve(ref.(string))
+		if err != nil {
+			return nil, err
+		}
+		return c.kinds(target, depth+1)
+	}
+	for _, key := range []string{"anyOf", "oneOf"} {
+		if alts, ok := o.get(key); ok {
+			var out []kind
+			for _, a := range alts.([]any) {
+				ks, err := c.kinds(a, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, ks...)
+			}
+			return out, nil
+		}
+	}
+	ks, _, err := types(o, "")
+	return ks, err
+}
+
+// resolve returns the schema a local reference points to: "#" (the
+// root), "#/$defs/Name", "#/definitions/Name", or another JSON pointer.
+func (c *compiler) resolve(r string) (any, error) {
+	rest, ok := strings.CutPrefix(r, "#")
+	if !ok || rest != "" && rest[0] != '/' {
 		return nil, fmt.Errorf("schema: $ref %q: only local references (#/...) are supported", r)
 	}
 	target := c.root
-	for _, part := range strings.Split(rest, "/") {
+	for _, part := range strings.Split(rest, "/")[1:] {
 		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
 		m, ok := target.(*object)
 		if !ok {
@@ -414,6 +449,19 @@ func (c *compiler) ref(r string) (*node, error) {
 		if target, ok = m.get(part); !ok {
 			return nil, fmt.Errorf("schema: $ref %q does not resolve", r)
 		}
+	}
+	return target, nil
+}
+
+// ref compiles a local reference: "#" (the root), "#/$defs/Name",
+// "#/definitions/Name", or any other JSON pointer into the schema.
+func (c *compiler) ref(r string) (*node, error) {
+	if n, ok := c.refs[r]; ok {
+		return n, nil
+	}
+	target, err := c.resolve(r)
+	if err != nil {
+		return nil, err
 	}
 	// A placeholder first, so that a schema that refers to itself
 	// compiles to a node that points back to its own.

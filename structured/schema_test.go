@@ -37,6 +37,7 @@ var testSchemas = map[string]string{
 		"val": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}
 	}, "required": ["val"]}}}`,
 	"empty": `{"type": "object", "additionalProperties": false}`,
+	"self":  `{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["name"]}`,
 }
 
 func compileTest(t *testing.T, name string) *Format {
@@ -75,6 +76,7 @@ func TestSchemaAccepts(t *testing.T) {
 		"union": {`{"v":"s","w":true}`, `{"v":[1,2],"w":{"n":3}}`, `{"v":null,"w":false}`, `{"v":[],"w":{"n":-1}}`},
 		"tree":  {`{"val":1}`, `{"val":1,"kids":[{"val":2},{"val":3,"kids":[{"val":4}]}]}`},
 		"empty": {`{}`, ` { } `},
+		"self":  {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
 	} {
 		f := compileTest(t, name)
 		for _, text := range texts {
@@ -153,6 +155,7 @@ func TestSchemaErrors(t *testing.T) {
 		`{"type": "object", "properties": {"a": {"type": "integer", "items": {}}}}`:                                    "keywords for a type",
 		`{"type": "object", "properties": {"a": false}}`:                                                               "false allows no value",
 		`{"type": "object"`: "schema:",
+		`{"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"anyOf": [{"$ref": "#/$defs/x"}]}}}`: "$ref chain too long",
 	} {
 		if _, err := JSONSchema([]byte(schema)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error containing %q", schema, err, want)
@@ -180,7 +183,7 @@ func TestSchemaWalks(t *testing.T) {
 	}
 	pieces = append(pieces, `"name":"`, `"tags":["`, `admin`, `"role":`, `"point":{"x":`, `fixed"`, `"val":`, `"kids":[`)
 	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
-	closing := []string{"</s>", `"`, "}", "]", ":", "0", ","}
+	closing := []string{"</s>", `"`, "}", "]", ":", ",", "0"}
 	r := rand.New(rand.NewPCG(5, 6))
 	for name := range testSchemas {
 		f := compileTest(t, name)
@@ -249,7 +252,7 @@ func check(root *object, s any, v any, _ string) string {
 	o := s.(*object)
 	if ref, ok := o.get("$ref"); ok {
 		target := any(root)
-		for _, part := range strings.Split(strings.TrimPrefix(ref.(string), "#/"), "/") {
+		for _, part := range strings.Split(ref.(string), "/")[1:] { // "#", "#/$defs/name"
 			target, _ = target.(*object).get(part)
 		}
 		return check(root, target, v, "")
