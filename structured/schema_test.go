@@ -183,38 +183,13 @@ func TestSchemaWalks(t *testing.T) {
 	}
 	pieces = append(pieces, `"name":"`, `"tags":["`, `admin`, `"role":`, `"point":{"x":`, `fixed"`, `"val":`, `"kids":[`)
 	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
-	closing := []string{"</s>", `"`, "}", "]", ":", ",", "0"}
 	r := rand.New(rand.NewPCG(5, 6))
 	for name := range testSchemas {
 		f := compileTest(t, name)
 		for walk := range 150 {
-			m := v.Matcher(f)
-			var text strings.Builder
-			for step := 0; ; step++ {
-				if step > 3000 {
-					t.Fatalf("%s walk %d did not end: %q", name, walk, text.String())
-				}
-				ids := allowedByMask(m, len(pieces))
-				if want := allowedByHand(m, 1); !slices.Equal(ids, want) {
-					t.Fatalf("%s walk %d after %q: mask allows %v, by hand %v", name, walk, text.String(), ids, want)
-				}
-				tok := ids[r.IntN(len(ids))]
-				if step > 80 {
-					for _, c := range closing {
-						if i := slices.Index(pieces, c); slices.Contains(ids, i) {
-							tok = i
-							break
-						}
-					}
-				}
-				if tok == 1 {
-					break
-				}
-				m.Accept(tok)
-				text.WriteString(pieces[tok])
-			}
-			if err := validate(t, testSchemas[name], text.String()); err != "" {
-				t.Fatalf("%s walk %d generated %q: %s", name, walk, text.String(), err)
+			text := randomWalk(t, v, pieces, f, r, 80)
+			if err := validate(t, testSchemas[name], text); err != "" {
+				t.Fatalf("%s walk %d generated %q: %s", name, walk, text, err)
 			}
 		}
 	}

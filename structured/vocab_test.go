@@ -65,40 +65,50 @@ func allowedByHand(m *Matcher, eos int) []int {
 // and every walk ends in one JSON object.
 func TestMatcherWalks(t *testing.T) {
 	v := testVocab()
-	closing := []string{"</s>", `"`, "}", "]", ":", "0", ","}
 	r := rand.New(rand.NewPCG(1, 2))
 	for walk := range 400 {
-		m := v.Matcher(JSONObject())
-		var text strings.Builder
-		for step := 0; ; step++ {
-			if step > 2000 {
-				t.Fatalf("walk %d did not end: %q", walk, text.String())
-			}
-			ids := allowedByMask(m, len(testPieces))
-			if want := allowedByHand(m, 1); !slices.Equal(ids, want) {
-				t.Fatalf("walk %d after %q: mask allows %v, by hand %v", walk, text.String(), ids, want)
-			}
-			tok := ids[r.IntN(len(ids))]
-			if step > 60 {
-				for _, c := range closing {
-					if i := slices.Index(testPieces, c); slices.Contains(ids, i) {
-						tok = i
-						break
-					}
-				}
-			}
-			if tok == 1 {
-				break
-			}
-			m.Accept(tok)
-			text.WriteString(testPieces[tok])
-		}
-		dec := json.NewDecoder(strings.NewReader(text.String()))
+		text := randomWalk(t, v, testPieces, JSONObject(), r, 60)
+		dec := json.NewDecoder(strings.NewReader(text))
 		dec.UseNumber()
 		var obj map[string]any
 		if err := dec.Decode(&obj); err != nil || dec.More() {
-			t.Fatalf("walk %d generated %q: %v", walk, text.String(), err)
+			t.Fatalf("walk %d generated %q: %v", walk, text, err)
 		}
+	}
+}
+
+// randomWalk generates from f with random choices among the tokens the
+// mask allows (pieces[1] is the end token), after the first free steps
+// preferring tokens that close what is open, so that every walk ends, and
+// checks at every step that the mask equals checking each token by hand.
+// It returns the text.
+func randomWalk(t *testing.T, v *Vocab, pieces []string, f *Format, r *rand.Rand, free int) string {
+	t.Helper()
+	closing := []string{"</s>", `"`, "}", "]", ":", ",", "0"}
+	m := v.Matcher(f)
+	var text strings.Builder
+	for step := 0; ; step++ {
+		if step > 3000 {
+			t.Fatalf("the walk did not end: %q", text.String())
+		}
+		ids := allowedByMask(m, len(pieces))
+		if want := allowedByHand(m, 1); !slices.Equal(ids, want) {
+			t.Fatalf("after %q: mask allows %v, by hand %v", text.String(), ids, want)
+		}
+		tok := ids[r.IntN(len(ids))]
+		if step > free {
+			for _, c := range closing {
+				if i := slices.Index(pieces, c); slices.Contains(ids, i) {
+					tok = i
+					break
+				}
+			}
+		}
+		if tok == 1 {
+			return text.String()
+		}
+		m.Accept(tok)
+		text.WriteString(pieces[tok])
 	}
 }
 
