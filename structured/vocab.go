@@ -169,16 +169,10 @@ func (m *Matcher) Mask(logits []float32) {
 		clear(allowed)
 		m.search(0, m.st)
 	}
-	any := false
-	for _, ok := range allowed {
-		if ok {
-			any = true
-			break
-		}
-	}
+	stuck := !slices.Contains(allowed, true)
 	for _, id := range m.v.eos {
 		if id >= 0 && id < len(allowed) {
-			allowed[id] = m.st.complete() || !any
+			allowed[id] = m.st.complete() || stuck
 		}
 	}
 	n := min(len(logits), len(allowed))
