@@ -9,7 +9,6 @@ import (
 
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/engine"
-	"github.com/gearboxlm/gearbox/structured"
 )
 
 type chatRequest struct {
@@ -20,7 +19,6 @@ type chatRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
-	ResponseFormat      json.RawMessage `json:"response_format"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
 }
@@ -32,7 +30,7 @@ type chatMessage struct {
 }
 
 var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools",
-	"tool_choice", "response_format", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
+	"tool_choice", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
 
 type chatDelta struct {
 	Role    string  `json:"role,omitempty"`
@@ -70,43 +68,6 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *usage       `json:"usage,omitempty"`
-}
-
-// parseResponseFormat reads response_format: none, null or {"type":
-// "text"} is plain text (nil); {"type": "json_object"} holds every choice
-// to one JSON object (OpenAI's JSON mode) and {"type": "json_schema",
-// "json_schema": {"name": …, "schema": {…}}} to a value its schema allows
-// (package structured). Other types, a value that is not an object with a
-// string "type", and a schema outside the supported subset are a 400.
-func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var rf map[string]json.RawMessage
-	var typ string
-	if json.Unmarshal(raw, &rf) != nil || len(rf["type"]) == 0 || rf["type"][0] != '"' || json.Unmarshal(rf["type"], &typ) != nil {
-		return nil, invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
-	}
-	switch typ {
-	case "text":
-		return nil, nil
-	case "json_object":
-		return structured.JSONObject(), nil
-	case "json_schema":
-		var js struct {
-			Name   string          `json:"name"`
-			Schema json.RawMessage `json:"schema"`
-		}
-		if json.Unmarshal(rf["json_schema"], &js) != nil || len(js.Schema) == 0 {
-			return nil, invalid("response_format", `response_format json_schema needs "json_schema": {"name": ..., "schema": {...}}`)
-		}
-		f, err := structured.JSONSchema(js.Schema)
-		if err != nil {
-			return nil, invalid("response_format", "response_format json_schema: %v", err)
-		}
-		return f, nil
-	}
-	return nil, invalid("response_format", `unknown response_format type %q; "text", "json_object" and "json_schema" are supported`, typ)
 }
 
 // chatCompletions serves POST /v1/chat/completions.
@@ -157,14 +118,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			writeError(w, invalid(f.name, "tool calling is not supported"))
 			return
 		}
-	}
-	if g.format, e = parseResponseFormat(req.ResponseFormat); e != nil {
-		writeError(w, e)
-		return
-	}
-	if g.format != nil && s.opts.Tokenizer == nil {
-		writeError(w, invalid("response_format", "structured output needs the model's tokenizer"))
-		return
 	}
 	if s.opts.ChatTemplate == nil {
 		writeError(w, invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions"))

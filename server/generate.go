@@ -45,6 +45,9 @@ type promptDetails struct {
 func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen int) int, promptParam string) ([]*job, *apiError) {
 	eng := s.opts.Engine
 	limit := eng.MaxModelLen()
+	if g.format != nil && s.opts.Tokenizer == nil {
+		return nil, invalid("response_format", "structured output needs the model's tokenizer")
+	}
 	var jobs []*job
 	fail := func(e *apiError) ([]*job, *apiError) {
 		for _, j := range jobs {

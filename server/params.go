@@ -36,7 +36,8 @@ type commonParams struct {
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
 	BestOf            *int            `json:"best_of"`
-	SLOTier           string          `json:"slo_tier"` // Gearbox extension: the request's SLO tier (--slo-tiers)
+	SLOTier           string          `json:"slo_tier"`        // Gearbox extension: the request's SLO tier (--slo-tiers)
+	ResponseFormat    json.RawMessage `json:"response_format"` // structured output, on completions too as vLLM takes it
 }
 
 type streamOptions struct {
@@ -135,6 +136,11 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		}
 		g.params.LogitBias = bias
 	}
+	format, e := parseResponseFormat(c.ResponseFormat)
+	if e != nil {
+		return g, e
+	}
+	g.format = format
 	if c.StreamOptions != nil && !c.Stream {
 		return g, invalid("stream_options", "stream_options is only allowed with stream: true")
 	}
@@ -148,6 +154,43 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		return g, invalid("", "%v", err)
 	}
 	return g, nil
+}
+
+// parseResponseFormat reads response_format: none, null or {"type":
+// "text"} is plain text (nil); {"type": "json_object"} holds every choice
+// to one JSON object (OpenAI's JSON mode) and {"type": "json_schema",
+// "json_schema": {"name": …, "schema": {…}}} to a value its schema allows
+// (package structured). Other types, a value that is not an object with a
+// string "type", and a schema outside the supported subset are a 400.
+func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var rf map[string]json.RawMessage
+	var typ string
+	if json.Unmarshal(raw, &rf) != nil || len(rf["type"]) == 0 || rf["type"][0] != '"' || json.Unmarshal(rf["type"], &typ) != nil {
+		return nil, invalid("response_format", `response_format must be an object with a string "type", such as {"type": "text"}`)
+	}
+	switch typ {
+	case "text":
+		return nil, nil
+	case "json_object":
+		return structured.JSONObject(), nil
+	case "json_schema":
+		var js struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		}
+		if json.Unmarshal(rf["json_schema"], &js) != nil || len(js.Schema) == 0 {
+			return nil, invalid("response_format", `response_format json_schema needs "json_schema": {"name": ..., "schema": {...}}`)
+		}
+		f, err := structured.JSONSchema(js.Schema)
+		if err != nil {
+			return nil, invalid("response_format", "response_format json_schema: %v", err)
+		}
+		return f, nil
+	}
+	return nil, invalid("response_format", `unknown response_format type %q; "text", "json_object" and "json_schema" are supported`, typ)
 }
 
 // parseLogitBias reads OpenAI's logit_bias: token ids (as JSON object

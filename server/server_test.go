@@ -283,6 +283,16 @@ func TestJSONObjectResponseFormat(t *testing.T) {
 	if len(texts) != 3 {
 		t.Errorf("%d streamed choices", len(texts))
 	}
+	// /v1/completions takes response_format too, as vLLM does.
+	status, body = ts.post(t, "/v1/completions", fmt.Sprintf(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":300,"temperature":0,"logit_bias":{"%d":8},"response_format":{"type":"json_object"}}`, closing))
+	var comp completionResponse
+	if status != 200 || json.Unmarshal(body, &comp) != nil {
+		t.Fatalf("completions: status %d: %s", status, body)
+	}
+	var obj map[string]any
+	if json.Unmarshal([]byte(comp.Choices[0].Text), &obj) != nil || *comp.Choices[0].FinishReason != "stop" {
+		t.Errorf("completions: %q (%s) is not a JSON object", comp.Choices[0].Text, *comp.Choices[0].FinishReason)
+	}
 }
 
 // TestJSONSchemaResponseFormat: with response_format json_schema every
