@@ -409,7 +409,8 @@ func (c *compiler) kinds(s any, depth int) ([]kind, error) {
 		return all, nil // true (false does not compile)
 	}
 	if ref, ok := o.get("$ref"); ok {
-		target, err := c.resolve(ref.(string))
+		r, _ := ref.(string)
+		target, err := c.resolve(r)
 		if err != nil {
 			return nil, err
 		}
@@ -417,8 +418,12 @@ func (c *compiler) kinds(s any, depth int) ([]kind, error) {
 	}
 	for _, key := range []string{"anyOf", "oneOf"} {
 		if alts, ok := o.get(key); ok {
+			list, ok := alts.([]any)
+			if !ok {
+				return nil, fmt.Errorf("schema: %s must be a non-empty array of schemas", key)
+			}
 			var out []kind
-			for _, a := range alts.([]any) {
+			for _, a := range list {
 				ks, err := c.kinds(a, depth+1)
 				if err != nil {
 					return nil, err
