@@ -38,6 +38,8 @@ type commonParams struct {
 	BestOf            *int            `json:"best_of"`
 	SLOTier           string          `json:"slo_tier"`        // Gearbox extension: the request's SLO tier (--slo-tiers)
 	ResponseFormat    json.RawMessage `json:"response_format"` // structured output, on completions too as vLLM takes it
+	GuidedJSON        json.RawMessage `json:"guided_json"`     // vLLM's extra: a JSON schema, or a string holding one
+	GuidedChoice      []string        `json:"guided_choice"`   // vLLM's extra: the text is one of these
 }
 
 type streamOptions struct {
@@ -136,7 +138,7 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		}
 		g.params.LogitBias = bias
 	}
-	format, e := parseResponseFormat(c.ResponseFormat)
+	format, e := c.structuredFormat()
 	if e != nil {
 		return g, e
 	}
@@ -191,6 +193,41 @@ func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
 		return f, nil
 	}
 	return nil, invalid("response_format", `unknown response_format type %q; "text", "json_object" and "json_schema" are supported`, typ)
+}
+
+// structuredFormat reads the request's output format: response_format,
+// or vLLM's guided_json or guided_choice; more than one is a 400.
+func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
+	format, e := parseResponseFormat(c.ResponseFormat)
+	if e != nil {
+		return nil, e
+	}
+	if len(c.GuidedJSON) > 0 && string(c.GuidedJSON) != "null" {
+		if format != nil {
+			return nil, invalid("guided_json", "guided_json and response_format both set the output format; send one")
+		}
+		schema := []byte(c.GuidedJSON)
+		var text string
+		if json.Unmarshal(schema, &text) == nil {
+			schema = []byte(text)
+		}
+		f, err := structured.JSONSchema(schema)
+		if err != nil {
+			return nil, invalid("guided_json", "guided_json: %v", err)
+		}
+		format = f
+	}
+	if c.GuidedChoice != nil {
+		if format != nil {
+			return nil, invalid("guided_choice", "guided_choice and another output format (response_format, guided_json) are both set; send one")
+		}
+		f, err := structured.Choice(c.GuidedChoice)
+		if err != nil {
+			return nil, invalid("guided_choice", "guided_choice: %v", err)
+		}
+		format = f
+	}
+	return format, nil
 }
 
 // parseLogitBias reads OpenAI's logit_bias: token ids (as JSON object

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -330,6 +331,50 @@ func TestJSONSchemaResponseFormat(t *testing.T) {
 			if len([]rune(f)) > 8 {
 				t.Errorf("choice %d: friend %q over maxLength 8", c.Index, f)
 			}
+		}
+	}
+}
+
+// TestGuidedChoiceAndJSON: vLLM's guided_choice makes the text exactly
+// one of the options, its guided_json is JSON Schema (an object or a
+// string holding one), and two output formats at once are a 400.
+func TestGuidedChoiceAndJSON(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	options := []string{"happy", "sad", "very sleepy"}
+	seen := map[string]bool{}
+	for seed := range 6 {
+		status, body := ts.post(t, "/v1/completions", fmt.Sprintf(`{"model":"stories260K","prompt":"The cat was","max_tokens":20,"seed":%d,"guided_choice":["happy","sad","very sleepy"]}`, seed))
+		var resp completionResponse
+		if status != 200 || json.Unmarshal(body, &resp) != nil {
+			t.Fatalf("status %d: %s", status, body)
+		}
+		if text := resp.Choices[0].Text; !slices.Contains(options, text) || *resp.Choices[0].FinishReason != "stop" {
+			t.Errorf("seed %d: %q (%s), want one of %q", seed, text, *resp.Choices[0].FinishReason, options)
+		}
+		seen[resp.Choices[0].Text] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("six seeds chose only %v", seen)
+	}
+	schema := `{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}`
+	for _, guided := range []string{schema, strconv.Quote(schema)} {
+		status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"The cat was","max_tokens":40,"temperature":0,"guided_json":`+guided+`}`)
+		var resp completionResponse
+		var v struct{ OK *bool }
+		if status != 200 || json.Unmarshal(body, &resp) != nil || json.Unmarshal([]byte(resp.Choices[0].Text), &v) != nil || v.OK == nil {
+			t.Errorf("guided_json %s: %d %s", guided, status, body)
+		}
+	}
+	for body, param := range map[string]string{
+		`"guided_choice":["a"],"response_format":{"type":"json_object"}`:           "guided_choice",
+		`"guided_json":{"type":"object"},"response_format":{"type":"json_object"}`: "guided_json",
+		`"guided_choice":[]`:              "guided_choice",
+		`"guided_json":{"type":"string"}`: "guided_json",
+	} {
+		status, resp := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"hi",`+body+`}`)
+		var e struct{ Error struct{ Param string } }
+		if json.Unmarshal(resp, &e) != nil || status != 400 || e.Error.Param != param {
+			t.Errorf("%s: %d %s, want a 400 naming %s", body, status, resp, param)
 		}
 	}
 }

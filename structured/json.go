@@ -37,6 +37,8 @@ type jsonState struct {
 
 	lits     []string // the literal values being matched, sorted
 	llo, lhi int      // the ones still matching: lits[llo:lhi]
+
+	raw bool // the text is one of a choice's strings as they are, not JSON: no whitespace around it
 }
 
 // frame is one open container, and the enclosing one's progress to
@@ -89,11 +91,15 @@ var (
 	nullLits = []string{"null"}
 )
 
-// newState is the recognizer of a value that root allows.
-func newState(root *node) jsonState { return jsonState{mode: mTop, val: root} }
+// newState is the recognizer of a value that root allows, or with raw of
+// one of root's literals as plain text (Choice).
+func newState(root *node, raw bool) jsonState { return jsonState{mode: mTop, val: root, raw: raw} }
 
-// complete reports whether the text so far is a whole value.
-func (s *jsonState) complete() bool { return s.mode == mDone }
+// complete reports whether the text so far is a whole value: past its
+// end, or a choice that another choice extends (the end token decides).
+func (s *jsonState) complete() bool {
+	return s.mode == mDone || s.raw && s.mode == mLit && len(s.lits[s.llo]) == s.pos
+}
 
 // inPlainString reports whether s is inside a string with no length
 // bound, between characters: any run of bytes free of '"', '\\' and
@@ -137,7 +143,7 @@ func (s *jsonState) step(b byte) bool {
 		return s.numberByte(b)
 	}
 	// Structural modes: whitespace may come between tokens.
-	if isWS(b) {
+	if isWS(b) && !s.raw {
 		if b == '\n' {
 			if s.nl {
 				return false

@@ -12,7 +12,7 @@ import (
 // run feeds text to a fresh recognizer and returns how many bytes it took
 // and whether the text is a whole object.
 func run(text string) (int, bool) {
-	s := newState(anyObject)
+	s := newState(anyObject, false)
 	for i := 0; i < len(text); i++ {
 		if !s.step(text[i]) {
 			return i, false

@@ -52,7 +52,7 @@ func compileTest(t *testing.T, name string) *Format {
 // runFormat feeds text to a fresh recognizer of f and returns how many
 // bytes it took and whether the text is a whole value.
 func runFormat(f *Format, text string) (int, bool) {
-	s := newState(f.root)
+	s := newState(f.root, f.raw)
 	for i := 0; i < len(text); i++ {
 		if !s.step(text[i]) {
 			return i, false
@@ -389,12 +389,55 @@ func TestSchemaMutations(t *testing.T) {
 			if err != nil {
 				return
 			}
-			s := newState(f.root)
+			s := newState(f.root, f.raw)
 			for _, b := range []byte(`{"name":"a","point":{"x":1},"v":[1],"val":2,"kids":[{"val":3}]}`) {
 				if !s.step(b) {
 					break
 				}
 			}
 		}()
+	}
+}
+
+// TestChoice: a choice format generates exactly one of its options as
+// plain text, one that another extends included (the end token is
+// allowed there), with no whitespace around it; empty options and an
+// empty list are refused.
+func TestChoice(t *testing.T) {
+	options := []string{"yes", "yes!", "no", "maybe so", "日本", `"quoted"`}
+	f, err := Choice(options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces := slices.Clone(testPieces)
+	for c := 'a'; c <= 'z'; c++ {
+		pieces = append(pieces, string(c))
+	}
+	pieces = append(pieces, "yes", "ye", "s!", "!", "maybe", " so", "no!")
+	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
+	r := rand.New(rand.NewPCG(11, 12))
+	seen := map[string]bool{}
+	for range 300 {
+		text := randomWalk(t, v, pieces, f, r, 1000)
+		if !slices.Contains(options, text) {
+			t.Fatalf("generated %q, not an option", text)
+		}
+		seen[text] = true
+	}
+	if len(seen) != len(options) {
+		t.Errorf("300 walks reached %d of the %d options: %v", len(seen), len(options), seen)
+	}
+	for text, at := range map[string]int{" yes": 0, "yes ": 3, "yes!!": 4, "nope": 2} {
+		if n, _ := runFormat(f, text); n != at {
+			t.Errorf("%q: refused at %d, want %d", text, n, at)
+		}
+	}
+	if n, ok := runFormat(f, "yes"); n != 3 || !ok {
+		t.Errorf(`"yes": took %d bytes, complete %v; it may end there`, n, ok)
+	}
+	for _, bad := range [][]string{nil, {"a", ""}} {
+		if _, err := Choice(bad); err == nil {
+			t.Errorf("Choice(%q) accepted", bad)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -117,7 +118,26 @@ func plainString(p string) bool {
 
 // Format is a compiled output format, shared by the Matchers of every
 // sequence that follows it.
-type Format struct{ root *node }
+type Format struct {
+	root *node
+	raw  bool // Choice: root's literals are plain text
+}
+
+// Choice is the format of exactly one of options as plain text (vLLM's
+// guided_choice). Options must be non-empty strings.
+func Choice(options []string) (*Format, error) {
+	if len(options) == 0 {
+		return nil, fmt.Errorf("choice: no options")
+	}
+	for i, o := range options {
+		if o == "" {
+			return nil, fmt.Errorf("choice: option %d is empty", i)
+		}
+	}
+	lits := slices.Clone(options)
+	slices.Sort(lits)
+	return &Format{root: &node{lits: slices.Compact(lits)}, raw: true}, nil
+}
 
 // JSONObject is JSON mode's format (OpenAI's response_format {"type":
 // "json_object"}): one JSON object, any keys and values.
@@ -138,7 +158,7 @@ func JSONSchema(schema []byte) (*Format, error) {
 // Matcher returns a Matcher that holds one generation to f, then an end
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
-	return &Matcher{v: v, st: newState(f.root), allowed: make([]bool, v.size)}
+	return &Matcher{v: v, st: newState(f.root, f.raw), allowed: make([]bool, v.size)}
 }
 
 // Matcher holds one sequence's generation to a format: it masks the
