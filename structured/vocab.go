@@ -175,7 +175,7 @@ func (m *Matcher) Complete() bool { return m.st.complete() }
 
 // Mask sets to -Inf the logits of the tokens that cannot come next: a
 // token is allowed when every byte of it is, an end token only once the
-// object is complete. When no token is allowed (the vocabulary cannot
+// value is complete. When no token is allowed (the vocabulary cannot
 // spell what the format needs next), the end tokens are, so the
 // generation stops rather than breaks the format silently.
 func (m *Matcher) Mask(logits []float32) {
