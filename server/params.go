@@ -40,6 +40,8 @@ type commonParams struct {
 	ResponseFormat    json.RawMessage `json:"response_format"` // structured output, on completions too as vLLM takes it
 	GuidedJSON        json.RawMessage `json:"guided_json"`     // vLLM's extra: a JSON schema, or a string holding one
 	GuidedChoice      []string        `json:"guided_choice"`   // vLLM's extra: the text is one of these
+	GuidedRegex       json.RawMessage `json:"guided_regex"`    // vLLM's extra, not implemented: a 400
+	GuidedGrammar     json.RawMessage `json:"guided_grammar"`  // vLLM's extra, not implemented: a 400
 }
 
 type streamOptions struct {
@@ -198,6 +200,14 @@ func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
 // structuredFormat reads the request's output format: response_format,
 // or vLLM's guided_json or guided_choice; more than one is a 400.
 func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"guided_regex", c.GuidedRegex}, {"guided_grammar", c.GuidedGrammar}} {
+		if len(f.raw) > 0 && string(f.raw) != "null" {
+			return nil, invalid(f.name, "%s is not supported; response_format (json_object, json_schema), guided_json and guided_choice are", f.name)
+		}
+	}
 	format, e := parseResponseFormat(c.ResponseFormat)
 	if e != nil {
 		return nil, e

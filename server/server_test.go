@@ -370,6 +370,8 @@ func TestGuidedChoiceAndJSON(t *testing.T) {
 		`"guided_json":{"type":"object"},"response_format":{"type":"json_object"}`: "guided_json",
 		`"guided_choice":[]`:              "guided_choice",
 		`"guided_json":{"type":"string"}`: "guided_json",
+		`"guided_regex":"[a-z]+"`:         "guided_regex",
+		`"guided_grammar":"root ::= x"`:   "guided_grammar",
 	} {
 		status, resp := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"hi",`+body+`}`)
 		var e struct{ Error struct{ Param string } }
