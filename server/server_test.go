@@ -490,7 +490,7 @@ func TestResponseFormat(t *testing.T) {
 	}
 	for _, c := range []struct{ rf, msg string }{
 		{`{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`, `the root must be an object`},
-		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"integer","minimum":0}}}}}`, `keyword "minimum" is not supported`},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}}}}`, `keyword "multipleOf" is not supported`},
 		{`{"type":"json_schema","json_schema":{"name":"x"}}`, `needs "json_schema"`},
 		{`{"type":"yaml"}`, `unknown response_format type "yaml"`},
 		{`{"Type":"text"}`, `string "type"`},

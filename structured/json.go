@@ -1,6 +1,9 @@
 package structured
 
-import "math/bits"
+import (
+	"math/bits"
+	"sort"
+)
 
 // jsonState is a byte-level recognizer of one JSON value (RFC 8259) that
 // a compiled schema (node) allows, with whitespace around its tokens: the
@@ -386,14 +389,27 @@ func (s *jsonState) startLit(lits []string, b byte) bool {
 // is read after it (a number among the values ends only at a
 // delimiter); when the one value left is complete, it ends at once.
 func (s *jsonState) litByte(b byte) bool {
-	lo, hi := s.llo, s.lhi
-	for lo < hi && (len(s.lits[lo]) <= s.pos || s.lits[lo][s.pos] < b) {
-		lo++
+	// The values still matching share their first pos bytes and are
+	// sorted by the next one, a value that ends there first (-1).
+	next := func(i int) int {
+		if l := s.lits[s.llo+i]; len(l) > s.pos {
+			return int(l[s.pos])
+		}
+		return -1
 	}
-	end := lo
-	for end < hi && s.lits[end][s.pos] == b {
-		end++
+	n := s.lhi - s.llo
+	var lo, end int
+	if n <= 8 { // true, false, null, a short enum: a scan
+		for lo < n && next(lo) < int(b) {
+			lo++
+		}
+		for end = lo; end < n && next(end) == int(b); end++ {
+		}
+	} else { // an integer range's thousands
+		lo = sort.Search(n, func(i int) bool { return next(i) >= int(b) })
+		end = sort.Search(n, func(i int) bool { return next(i) > int(b) })
 	}
+	lo, end = s.llo+lo, s.llo+end
 	if lo == end {
 		if len(s.lits[s.llo]) == s.pos { // sorted: a complete value comes first
 			s.ended()

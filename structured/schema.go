@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,7 @@ var anyObject = &node{byKind: [numKinds]*node{kObject: anyNode}, maxItems: -1, m
 // compileSchema compiles a JSON Schema (the subset OpenAI's structured
 // outputs and vLLM's guided decoding use) for a generation; the root must
 // be an object. Keywords that constrain a value in ways the byte-level
-// machine does not check (pattern, minimum, …) are refused rather than
+// machine does not check (pattern, multipleOf, …) are refused rather than
 // ignored; annotations (title, description, format, …) are ignored, as
 // JSON Schema makes format an annotation by default. An object's
 // properties come in the order the schema writes them, and with
@@ -105,7 +106,7 @@ type compiler struct {
 
 // Keywords compile reads, and annotations it ignores.
 var (
-	handled     = []string{"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions"}
+	handled     = []string{"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 	annotations = []string{"title", "description", "default", "examples", "format", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
 )
 
@@ -160,6 +161,14 @@ func (c *compiler) object(s *object, path string) (*node, error) {
 	kinds, integer, err := types(s, path)
 	if err != nil {
 		return nil, err
+	}
+	if has(s, "minimum") || has(s, "maximum") || has(s, "exclusiveMinimum") || has(s, "exclusiveMaximum") {
+		if n.lits != nil || !integer || len(kinds) != 1 {
+			return nil, fmt.Errorf("schema %s: minimum and maximum are supported on integers alone (\"type\": \"integer\", no enum)", path)
+		}
+		if err := n.integerRange(s, path); err != nil {
+			return nil, err
+		}
 	}
 	if n.lits != nil {
 		return n, nil // the listed values are all there is
@@ -361,6 +370,47 @@ func (n *node) setLits(vals []any) bool {
 	}
 	n.lits = lits
 	return len(lits) > 0
+}
+
+// maxRange is the most integers a bounded integer may take: they become
+// the node's literals, which the byte machine matches exactly.
+const maxRange = 4096
+
+// integerRange makes n allow the integers between the schema's bounds,
+// both of which it needs, at most maxRange of them.
+func (n *node) integerRange(s *object, path string) error {
+	lo, hi, haveLo, haveHi := int64(0), int64(0), false, false
+	for key, step := range map[string]int64{"minimum": 0, "exclusiveMinimum": 1, "maximum": 0, "exclusiveMaximum": -1} {
+		v, ok := s.get(key)
+		if !ok {
+			continue
+		}
+		num, _ := v.(json.Number)
+		f, err := strconv.ParseFloat(string(num), 64)
+		if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return fmt.Errorf("schema %s: %s must be an integer", path, key)
+		}
+		b := int64(f) + step
+		if strings.HasSuffix(key, "inimum") {
+			if !haveLo || b > lo {
+				lo = b
+			}
+			haveLo = true
+		} else {
+			if !haveHi || b < hi {
+				hi = b
+			}
+			haveHi = true
+		}
+	}
+	if !haveLo || !haveHi || hi < lo || hi-lo >= maxRange {
+		return fmt.Errorf("schema %s: an integer's bounds must both be set and span at most %d values", path, maxRange)
+	}
+	for v := lo; v <= hi; v++ {
+		n.lits = append(n.lits, strconv.FormatInt(v, 10))
+	}
+	slices.Sort(n.lits)
+	return nil
 }
 
 // anyOf compiles alternatives that a value's first byte tells apart: each

@@ -37,7 +37,12 @@ var testSchemas = map[string]string{
 		"val": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}
 	}, "required": ["val"]}}}`,
 	"empty": `{"type": "object", "additionalProperties": false}`,
-	"self":  `{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["name"]}`,
+	"bounded": `{"type": "object", "properties": {
+		"stars": {"type": "integer", "minimum": 1, "maximum": 5},
+		"temp": {"type": "integer", "exclusiveMinimum": -12, "maximum": 130},
+		"list": {"type": "array", "items": {"type": "integer", "minimum": 0, "exclusiveMaximum": 1000}}
+	}, "required": ["stars", "temp"]}`,
+	"self": `{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["name"]}`,
 }
 
 func compileTest(t *testing.T, name string) *Format {
@@ -73,10 +78,11 @@ func TestSchemaAccepts(t *testing.T) {
 			`{"point":{"x":0,"y":0},"flags":{"a":true,"b":false},"any":[1,{"z":null}],"k":"fixed"}`,
 			`{"point":{"x":1,"y":2},"flags":{},"k":"fixed"}`, `{"point":{"x":1,"y":2},"pair":[3, 4],"k":"fixed"}`,
 		},
-		"union": {`{"v":"s","w":true}`, `{"v":[1,2],"w":{"n":3}}`, `{"v":null,"w":false}`, `{"v":[],"w":{"n":-1}}`},
-		"tree":  {`{"val":1}`, `{"val":1,"kids":[{"val":2},{"val":3,"kids":[{"val":4}]}]}`},
-		"empty": {`{}`, ` { } `},
-		"self":  {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
+		"union":   {`{"v":"s","w":true}`, `{"v":[1,2],"w":{"n":3}}`, `{"v":null,"w":false}`, `{"v":[],"w":{"n":-1}}`},
+		"tree":    {`{"val":1}`, `{"val":1,"kids":[{"val":2},{"val":3,"kids":[{"val":4}]}]}`},
+		"empty":   {`{}`, ` { } `},
+		"bounded": {`{"stars":1,"temp":-11}`, `{"stars":5,"temp":130,"list":[0,7,999,10]}`, `{"stars": 3 , "temp": 0}`},
+		"self":    {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
 	} {
 		f := compileTest(t, name)
 		for _, text := range texts {
@@ -123,6 +129,8 @@ func TestSchemaRefuses(t *testing.T) {
 		},
 		"tree":  {`{"val":1,"kids":[{"val":2},{"val":3},`: 36, `{"kids":[]`: 2},
 		"empty": {`{"a"`: 1},
+		"bounded": {`{"stars":0`: 9, `{"stars":6`: 9, `{"stars":12`: 10, `{"stars":1,"temp":-12`: 20, `{"stars":1,"temp":131`: 20,
+			`{"stars":1,"temp":01`: 19, `{"stars":1,"temp":1.5`: 19, `{"stars":1,"temp":1,"list":[1000`: 31, `{"stars":1.0`: 10},
 	} {
 		f := compileTest(t, name)
 		for text, at := range cases {
@@ -139,7 +147,12 @@ func TestSchemaErrors(t *testing.T) {
 		`{"type": "array"}`:            "the root must be an object",
 		`{}`:                           "the root must be an object",
 		`{"type": ["object", "null"]}`: "the root must be an object",
-		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}`:                                   `keyword "minimum" is not supported`,
+		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}`:                                   "bounds must both be set",
+		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 4096}}}`:                  "span at most 4096",
+		`{"type": "object", "properties": {"a": {"type": "number", "minimum": 0, "maximum": 1}}}`:                      "supported on integers alone",
+		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0.5, "maximum": 3}}}`:                   "minimum must be an integer",
+		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}}`:                     "bounds must both be set",
+		`{"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}`:                                `keyword "multipleOf" is not supported`,
 		`{"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}`:                                  `keyword "pattern" is not supported`,
 		`{"type": "object", "properties": {"a": {"type": "decimal"}}}`:                                                 `unknown type "decimal"`,
 		`{"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}}}`: "alternatives must differ in type",
@@ -309,6 +322,18 @@ func check(root *object, s any, v any, _ string) string {
 			for _, e := range v {
 				if err := check(root, items, e, ""); err != "" {
 					return "item: " + err
+				}
+			}
+		}
+	case json.Number:
+		x, _ := v.Float64()
+		for key, ok := range map[string]func(b float64) bool{
+			"minimum": func(b float64) bool { return x >= b }, "exclusiveMinimum": func(b float64) bool { return x > b },
+			"maximum": func(b float64) bool { return x <= b }, "exclusiveMaximum": func(b float64) bool { return x < b },
+		} {
+			if b, has := o.get(key); has {
+				if f, _ := b.(json.Number).Float64(); !ok(f) {
+					return key + " violated: " + string(v)
 				}
 			}
 		}
