@@ -109,16 +109,7 @@ func gemmBF16(p *Pool, y, x []float32, w *Weights, m int, acc bool, kernel bf16K
 							}
 							var t [bfMR * bfNR]float32
 							kernel(kc, edgeA, kc, bp, t[:], bfNR, false)
-							for r := range rows {
-								row := c[r*n : r*n+cols]
-								if add {
-									for j := range row {
-										row[j] += t[r*bfNR+j]
-									}
-								} else {
-									copy(row, t[r*bfNR:])
-								}
-							}
+							storeTile(c, n, t[:], bfNR, rows, cols, add)
 						}
 					}
 				}

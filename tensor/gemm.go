@@ -89,14 +89,20 @@ func gemmPacked(p *Pool, y, x []float32, m, k, n int, acc bool, pack packFunc) {
 func edgeKernel(kc int, a, b, c []float32, ldc, rows, cols int, add bool) {
 	var t [mr * nr]float32
 	microKernel(kc, a, b, t[:], nr, false)
+	storeTile(c, ldc, t[:], nr, rows, cols, add)
+}
+
+// storeTile stores (or with add adds) the rows×cols corner of tile t (row
+// stride ldt) into c (row stride ldc): an edge tile's results.
+func storeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, add bool) {
 	for r := range rows {
 		row := c[r*ldc : r*ldc+cols]
 		if add {
 			for j := range row {
-				row[j] += t[r*nr+j]
+				row[j] += t[r*ldt+j]
 			}
 		} else {
-			copy(row, t[r*nr:])
+			copy(row, t[r*ldt:r*ldt+cols])
 		}
 	}
 }
