@@ -180,17 +180,16 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 func CPUEnginePrecision(cfg *model.Config, dtype, kvCacheDType string) (Precision, error) {
 	p := CPUPrecision
 	d := strings.ToLower(strings.TrimSpace(dtype))
+	from := fmt.Sprintf("--dtype %q on the CPU", dtype)
 	if d == "" || d == "auto" {
 		if d = cfg.TorchDtype; d == "" {
 			d = "float32"
 		}
-		if w, err := ParseDType(d); err != nil || w == FP8 {
-			return p, fmt.Errorf("sim: the checkpoint's torch_dtype %q: the CPU engine holds matrices in float32, bfloat16 or float16 (set --dtype)", d)
-		}
+		from = fmt.Sprintf("the checkpoint's torch_dtype %q (set --dtype)", d)
 	}
 	w, err := ParseDType(d)
 	if err != nil || w == FP8 {
-		return p, fmt.Errorf("sim: --dtype %q on the CPU: the CPU engine holds matrices in float32, bfloat16 or float16", dtype)
+		return p, fmt.Errorf("sim: %s: the CPU engine holds matrices in float32, bfloat16 or float16", from)
 	}
 	p.Weights = w
 	k := strings.ToLower(strings.TrimSpace(kvCacheDType))
