@@ -292,9 +292,6 @@ func NewEngine(opts Options) (*Engine, error) {
 // MaxModelLen is the longest prompt plus completion the engine accepts.
 func (e *Engine) MaxModelLen() int { return e.maxLen }
 
-// EOS returns the end-of-sequence token ids the engine stops on.
-func (e *Engine) EOS() []int { return slices.Clone(e.eos) }
-
 // Submit admits a request and returns its stream. It fails at once with
 // ErrPromptTooLong, ErrQueueFull or ErrDraining (wrapped), ErrNoTokenizer
 // (stop strings without a tokenizer), or a sampling parameter error;
