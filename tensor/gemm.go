@@ -92,21 +92,6 @@ func edgeKernel(kc int, a, b, c []float32, ldc, rows, cols int, add bool) {
 	storeTile(c, ldc, t[:], nr, rows, cols, add)
 }
 
-// storeTile stores (or with add adds) the rows×cols corner of tile t (row
-// stride ldt) into c (row stride ldc): an edge tile's results.
-func storeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, add bool) {
-	for r := range rows {
-		row := c[r*ldc : r*ldc+cols]
-		if add {
-			for j := range row {
-				row[j] += t[r*ldt+j]
-			}
-		} else {
-			copy(row, t[r*ldt:r*ldt+cols])
-		}
-	}
-}
-
 // packA packs rows [i0, i0+rows) × columns [pc, pc+kc) of x (row stride k)
 // into dst[kk*mr+r], padding to mr rows with zeros.
 func packA(dst, x []float32, k, i0, rows, pc, kc int) {

@@ -134,3 +134,19 @@ func put(y []float32, i int, v float32, acc bool) {
 		y[i] = v
 	}
 }
+
+// storeTile stores (or with add adds) the rows×cols corner of tile t (row
+// stride ldt) into c (row stride ldc): an edge tile's results (the
+// float32 GEMM's edgeKernel, gemmBF16). It builds under every tag.
+func storeTile(c []float32, ldc int, t []float32, ldt, rows, cols int, add bool) {
+	for r := range rows {
+		row := c[r*ldc : r*ldc+cols]
+		if add {
+			for j := range row {
+				row[j] += t[r*ldt+j]
+			}
+		} else {
+			copy(row, t[r*ldt:r*ldt+cols])
+		}
+	}
+}
