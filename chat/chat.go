@@ -10,10 +10,34 @@ import (
 	"github.com/gearboxlm/gearbox/clock"
 )
 
-// Message is one turn of a conversation.
+// Message is one turn of a conversation. Templates see it as vLLM
+// passes OpenAI messages: role and content (a string, "" where the
+// request's was null), and tool_calls, tool_call_id and name only when
+// set.
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"` // plain text
+	// ToolCalls are the calls an assistant turn made.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a "tool" turn answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool's name on a "tool" turn, or a participant's.
+	Name string `json:"name,omitempty"`
+}
+
+// ToolCall is one function call of an assistant turn, in OpenAI's shape.
+// Templates see {"id", "type": "function", "function": {"name",
+// "arguments"}} with arguments decoded (a dict, keys in order), as vLLM
+// passes them: chat templates write arguments with tojson.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function a ToolCall calls and its arguments.
+type FunctionCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"` // a JSON value, usually an object
 }
 
 // Options are the variables and limits of one Render.
@@ -115,7 +139,11 @@ func (t *Template) Render(msgs []Message, opts Options) (out string, err error) 
 	}
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
-		list[i] = messageValue(m)
+		v, err := messageValue(m)
+		if err != nil {
+			return "", fmt.Errorf("chat: messages[%d]: %w", i, err)
+		}
+		list[i] = v
 	}
 	g.set("messages", list)
 	g.set("add_generation_prompt", opts.AddGenerationPrompt)

@@ -80,12 +80,12 @@ func TestStories260K(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{[]Message{{"user", "Once upon a time"}}, "<s>Once upon a time"},
-		{[]Message{{"user", "  padded \n"}}, "<s>padded"},
-		{[]Message{{"system", "ignored"}, {"user", "Hi"}}, "<s>Hi"},
-		{[]Message{{"user", "Hi"}, {"assistant", " Hello there. "}, {"user", "More"}}, "<s>Hi Hello there.</s><s>More"},
-		{[]Message{{"user", ""}, {"assistant", ""}}, "<s> </s>"},
-		{[]Message{{"user", "{{ bos_token }} {% if %}"}}, "<s>{{ bos_token }} {% if %}"},
+		{[]Message{{Role: "user", Content: "Once upon a time"}}, "<s>Once upon a time"},
+		{[]Message{{Role: "user", Content: "  padded \n"}}, "<s>padded"},
+		{[]Message{{Role: "system", Content: "ignored"}, {Role: "user", Content: "Hi"}}, "<s>Hi"},
+		{[]Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: " Hello there. "}, {Role: "user", Content: "More"}}, "<s>Hi Hello there.</s><s>More"},
+		{[]Message{{Role: "user", Content: ""}, {Role: "assistant", Content: ""}}, "<s> </s>"},
+		{[]Message{{Role: "user", Content: "{{ bos_token }} {% if %}"}}, "<s>{{ bos_token }} {% if %}"},
 	} {
 		got, err := tpl.Render(c.msgs, opts)
 		if err != nil || got != c.want {
@@ -101,12 +101,12 @@ const llama2Template = `{% if messages[0]['role'] == 'system' %}{% set loop_mess
 func TestRaiseException(t *testing.T) {
 	tpl := mustParse(t, llama2Template)
 	opts := Options{BOSToken: "<s>", EOSToken: "</s>"}
-	got, err := tpl.Render([]Message{{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}}, opts)
+	got, err := tpl.Render([]Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello"}}, opts)
 	want := "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s>"
 	if err != nil || got != want {
 		t.Fatalf("Render = %q, %v; want %q", got, err, want)
 	}
-	_, err = tpl.Render([]Message{{"user", "a"}, {"user", "b"}}, opts)
+	_, err = tpl.Render([]Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, opts)
 	var re *RaiseError
 	if !errors.As(err, &re) || err.Error() != "Conversation roles must alternate user/assistant/user/assistant/..." {
 		t.Fatalf("Render(user, user) error = %v (%T), want the template's RaiseError", err, err)
@@ -155,7 +155,7 @@ func TestRenderErrors(t *testing.T) {
 		{"{% for x in none %}{% endfor %}", "'NoneType' object is not iterable"},
 		{"{{ none | length }}", "has no len()"},
 	} {
-		_, err := mustParse(t, c.src).Render([]Message{{"user", "hi"}}, Options{})
+		_, err := mustParse(t, c.src).Render([]Message{{Role: "user", Content: "hi"}}, Options{})
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("Render(%q) = %v; want an error with %q", c.src, err, c.msg)
 		}
@@ -264,7 +264,7 @@ func TestConcurrentRender(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				got, err := tpl.Render([]Message{{"user", "a"}, {"assistant", "b"}}, Options{})
+				got, err := tpl.Render([]Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}, Options{})
 				if err != nil || got != "user:a;assistant:b;2" {
 					t.Errorf("Render = %q, %v", got, err)
 					return
@@ -292,7 +292,7 @@ func FuzzRender(f *testing.F) {
 			}
 			return
 		}
-		_, err = tpl.Render([]Message{{"system", "s"}, {"user", "u"}}, Options{MaxSteps: 20_000, MaxBytes: 1 << 16,
+		_, err = tpl.Render([]Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}}, Options{MaxSteps: 20_000, MaxBytes: 1 << 16,
 			Extra: map[string]any{"x": 1, "y": "y", "z": []any{1.5, nil}, "w": map[string]any{"k": "v"}}})
 		if err != nil && strings.Contains(err.Error(), "panic") {
 			t.Fatalf("Render(%q): %v", src, err)

@@ -176,7 +176,7 @@ func fromGo(v any) (any, error) {
 	case json.RawMessage:
 		return decodeJSON(v)
 	case Message:
-		return messageValue(v), nil
+		return messageValue(v)
 	case []any:
 		out := make([]any, len(v))
 		for i, x := range v {
@@ -253,11 +253,35 @@ func fromGo(v any) (any, error) {
 	return decodeJSON(data)
 }
 
-func messageValue(m Message) *dict {
+func messageValue(m Message) (*dict, error) {
 	d := newDict(2)
 	d.set("role", m.Role)
 	d.set("content", m.Content)
-	return d
+	if len(m.ToolCalls) > 0 {
+		calls := make([]any, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			args, err := decodeJSON(c.Function.Arguments)
+			if err != nil {
+				return nil, fmt.Errorf("chat: tool call %q arguments: %w", c.Function.Name, err)
+			}
+			fn := newDict(2)
+			fn.set("name", c.Function.Name)
+			fn.set("arguments", args)
+			call := newDict(3)
+			call.set("id", c.ID)
+			call.set("type", "function")
+			call.set("function", fn)
+			calls[i] = call
+		}
+		d.set("tool_calls", calls)
+	}
+	if m.ToolCallID != "" {
+		d.set("tool_call_id", m.ToolCallID)
+	}
+	if m.Name != "" {
+		d.set("name", m.Name)
+	}
+	return d, nil
 }
 
 func numberValue(n json.Number) (any, error) {

@@ -265,8 +265,13 @@ func (s *jsonState) ended() {
 		s.mode = mDone
 		return
 	}
-	if s.top.arr {
+	f := s.top
+	if f.arr {
 		s.next++
+	} else if f.n.variants != nil && s.mode == mLit {
+		if v := f.n.variants[s.lits[s.llo]]; v != nil { // the tag: the rest of the object is v's
+			s.top = &frame{parent: f.parent, n: v, next: f.next}
+		}
 	}
 	s.mode = mAfter
 }

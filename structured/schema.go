@@ -49,6 +49,11 @@ type node struct {
 
 	integer bool     // numbers: integers only
 	lits    []string // enum or const: the allowed values' JSON texts, sorted
+
+	// variants, on an object whose first property is a tag with literal
+	// values, is the node the object becomes once the tag is read, by the
+	// tag's JSON text (ToolCalls: the called function's).
+	variants map[string]*node
 }
 
 type property struct {
