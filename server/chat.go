@@ -19,22 +19,40 @@ type chatRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  []toolCall      `json:"tool_calls"`   // assistant turns
+	ToolCallID string          `json:"tool_call_id"` // tool turns
+}
+
+// toolCall is OpenAI's tool call, in requests and responses; Index is
+// set in streamed deltas only.
+type toolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function functionCall `json:"function"`
+}
+
+type functionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"` // JSON text
 }
 
 var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools",
-	"tool_choice", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
+	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chatChoice struct {
@@ -46,8 +64,9 @@ type chatChoice struct {
 }
 
 type chatOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"` // null beside tool calls and no text
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chatLogprobs struct {
@@ -110,14 +129,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		writeError(w, modelNotFound(req.Model))
 		return
 	}
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"tools", req.Tools}, {"tool_choice", req.ToolChoice}} {
-		if len(f.raw) > 0 && string(f.raw) != "null" && string(f.raw) != "[]" && string(f.raw) != `"none"` {
-			writeError(w, invalid(f.name, "tool calling is not supported"))
-			return
-		}
+	tools, e := s.parseTools(&req, &g)
+	if e != nil {
+		writeError(w, e)
+		return
 	}
 	if s.opts.ChatTemplate == nil {
 		writeError(w, invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions"))
@@ -132,7 +147,19 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	if req.AddGenerationPrompt != nil {
 		addGen = *req.AddGenerationPrompt
 	}
-	text, err := s.opts.ChatTemplate.Render(msgs, chat.Options{AddGenerationPrompt: addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: req.ChatTemplateKwargs})
+	extra := map[string]any{}
+	for k, v := range req.ChatTemplateKwargs {
+		switch k {
+		case "messages", "add_generation_prompt", "bos_token", "eos_token", "tools":
+			writeError(w, invalid("chat_template_kwargs", "chat_template_kwargs may not set %q", k))
+			return
+		}
+		extra[k] = v
+	}
+	if len(tools.functions) > 0 {
+		extra["tools"] = req.Tools // as sent: templates print the schemas with tojson, keys in order
+	}
+	text, err := s.opts.ChatTemplate.Render(msgs, chat.Options{AddGenerationPrompt: addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: extra})
 	var raised *chat.RaiseError
 	switch {
 	case errors.As(err, &raised):
@@ -149,6 +176,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	id, created := s.newID("chatcmpl"), s.opts.Clock.Now().Unix()
+	turns := make([]*chatTurn, len(jobs))
+	for i := range turns {
+		turns[i] = s.newTurn(tools)
+	}
 	if req.Stream {
 		var first []any
 		for _, j := range jobs {
@@ -157,16 +188,20 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 				Choices: []chatChoice{{Index: j.index, Delta: &chatDelta{Role: "assistant", Content: &empty}}}})
 		}
 		chunk := func(ev event) any {
-			if ev.ev.Text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
+			turn := turns[ev.job.index]
+			d := turn.reader.Write(ev.ev.Text)
+			if ev.ev.Finish != "" {
+				end := turn.reader.Close()
+				d.Content += end.Content
+				d.Calls = append(d.Calls, end.Calls...)
+			}
+			content, calls := turn.take(d, true)
+			withLogprobs := logprobs >= 0 && len(ev.ev.Logprobs) > 0
+			if content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs {
 				return nil
 			}
-			delta := &chatDelta{}
-			if ev.ev.Text != "" {
-				t := ev.ev.Text
-				delta.Content = &t
-			}
-			ch := chatChoice{Index: ev.job.index, Delta: delta, FinishReason: finishReason(ev.ev.Finish)}
-			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
+			ch := chatChoice{Index: ev.job.index, Delta: &chatDelta{Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(ev.ev.Finish)}
+			if withLogprobs {
 				ch.Logprobs = s.chatLogprobs(ev.ev)
 			}
 			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}}
@@ -187,7 +222,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	}
 	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: req.Model}
 	for _, j := range jobs {
-		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", Content: j.text}, FinishReason: finishReason(j.finish)}
+		turn := turns[j.index]
+		d := turn.reader.Write(j.text)
+		end := turn.reader.Close()
+		d.Content += end.Content
+		d.Calls = append(d.Calls, end.Calls...)
+		content, calls := turn.take(d, false)
+		if content == nil && calls == nil {
+			empty := ""
+			content = &empty
+		}
+		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(j.finish)}
 		if logprobs >= 0 {
 			ch.Logprobs = s.chatLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs})
 		}
@@ -206,21 +251,30 @@ func parseMessages(in []chatMessage) ([]chat.Message, *apiError) {
 	out := make([]chat.Message, 0, len(in))
 	for i, m := range in {
 		switch m.Role {
-		case "system", "user", "assistant", "developer":
+		case "system", "user", "assistant", "developer", "tool":
 		case "":
 			return nil, invalid("messages", "messages[%d].role is required", i)
 		default:
-			return nil, invalid("messages", "messages[%d].role %q is not supported (system, developer, user, assistant)", i, m.Role)
+			return nil, invalid("messages", "messages[%d].role %q is not supported (system, developer, user, assistant, tool)", i, m.Role)
+		}
+		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+			return nil, invalid("messages", "messages[%d]: only assistant messages carry tool_calls", i)
 		}
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
-		content, e := messageContent(m.Content, i)
-		if e != nil {
+		msg := chat.Message{Role: role, Name: m.Name, ToolCallID: m.ToolCallID}
+		var e *apiError
+		if msg.ToolCalls, e = messageToolCalls(m.ToolCalls, i); e != nil {
 			return nil, e
 		}
-		out = append(out, chat.Message{Role: role, Content: content})
+		if len(msg.ToolCalls) == 0 || len(m.Content) > 0 && string(m.Content) != "null" { // an assistant's calls need no content
+			if msg.Content, e = messageContent(m.Content, i); e != nil {
+				return nil, e
+			}
+		}
+		out = append(out, msg)
 	}
 	return out, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/structured"
 	"github.com/gearboxlm/gearbox/tokenizer"
+	"github.com/gearboxlm/gearbox/toolcall"
 )
 
 // Version is reported by GET /version.
@@ -44,7 +45,11 @@ type Options struct {
 	ModelName    string         // served name; requests must name it
 	ModelRoot    string         // the model directory, reported by /v1/models as "root" ("" for the built-in model)
 	ChatTemplate *chat.Template // nil: chat requests get a 400
-	BOS, EOS     string         // template variables bos_token and eos_token
+	// ToolSyntax is how the model marks tool calls in free text, which
+	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
+	// named function work with any model).
+	ToolSyntax toolcall.Syntax
+	BOS, EOS   string // template variables bos_token and eos_token
 	// EOSTokens are the ids that end a generation (the engine's), which
 	// structured output allows once its format is complete; nil: the
 	// tokenizer's.

@@ -24,6 +24,7 @@ import (
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/tensor"
+	"github.com/gearboxlm/gearbox/toolcall"
 )
 
 type testServer struct {
@@ -39,6 +40,7 @@ type serverOpts struct {
 	apiKey     string
 	blocks     int
 	noTemplate bool
+	template   string // a chat template in place of the model's; its tool-call syntax is detected
 	tiers      *slo.Set
 	health     func() error
 }
@@ -78,7 +80,14 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 	if o.noTemplate {
 		tmpl = nil
 	}
-	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, BOS: "<s>", EOS: "</s>",
+	var syntax toolcall.Syntax
+	if o.template != "" {
+		if tmpl, err = chat.Parse(o.template); err != nil {
+			t.Fatal(err)
+		}
+		syntax = toolcall.Detect(o.template)
+	}
+	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, BOS: "<s>", EOS: "</s>",
 		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -248,8 +257,8 @@ func TestJSONObjectResponseFormat(t *testing.T) {
 	}
 	for _, c := range resp.Choices {
 		var obj map[string]any
-		if err := json.Unmarshal([]byte(c.Message.Content), &obj); err != nil || *c.FinishReason != "stop" || len(obj) == 0 {
-			t.Errorf("choice %d (%s): %q is not a JSON object with a key: %v", c.Index, *c.FinishReason, c.Message.Content, err)
+		if err := json.Unmarshal([]byte(*c.Message.Content), &obj); err != nil || *c.FinishReason != "stop" || len(obj) == 0 {
+			t.Errorf("choice %d (%s): %q is not a JSON object with a key: %v", c.Index, *c.FinishReason, *c.Message.Content, err)
 		}
 	}
 	status, body = ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, ""))
@@ -257,8 +266,8 @@ func TestJSONObjectResponseFormat(t *testing.T) {
 		t.Fatalf("status %d: %s", status, body)
 	}
 	for _, c := range resp.Choices {
-		if json.Valid([]byte(c.Message.Content)) {
-			t.Errorf("without response_format choice %d is JSON already: %q", c.Index, c.Message.Content)
+		if json.Valid([]byte(*c.Message.Content)) {
+			t.Errorf("without response_format choice %d is JSON already: %q", c.Index, *c.Message.Content)
 		}
 	}
 	events := ts.sseEvents(t, "/v1/chat/completions", fmt.Sprintf(req, format+`,"stream":true`))
@@ -318,14 +327,14 @@ func TestJSONSchemaResponseFormat(t *testing.T) {
 			Mood    string   `json:"mood"`
 			Friends []string `json:"friends"`
 		}
-		dec := json.NewDecoder(strings.NewReader(c.Message.Content))
+		dec := json.NewDecoder(strings.NewReader(*c.Message.Content))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(&cat)
-		order := []int{strings.Index(c.Message.Content, `"name"`), strings.Index(c.Message.Content, `"age"`),
-			strings.Index(c.Message.Content, `"mood"`), strings.Index(c.Message.Content, `"friends"`)}
+		order := []int{strings.Index(*c.Message.Content, `"name"`), strings.Index(*c.Message.Content, `"age"`),
+			strings.Index(*c.Message.Content, `"mood"`), strings.Index(*c.Message.Content, `"friends"`)}
 		if err != nil || *c.FinishReason != "stop" || cat.Name == nil || len([]rune(*cat.Name)) > 12 || cat.Age == nil ||
 			cat.Mood != "happy" && cat.Mood != "sad" || cat.Friends == nil || len(cat.Friends) > 2 || !slices.IsSorted(order) || order[0] < 0 {
-			t.Errorf("choice %d (%s): %q does not follow the schema: %v", c.Index, *c.FinishReason, c.Message.Content, err)
+			t.Errorf("choice %d (%s): %q does not follow the schema: %v", c.Index, *c.FinishReason, *c.Message.Content, err)
 		}
 		for _, f := range cat.Friends {
 			if len([]rune(f)) > 8 {
@@ -394,7 +403,7 @@ func TestChatStreamedAndNot(t *testing.T) {
 	}
 	// The template renders "<s>Once upon a time", the same ids as the
 	// completion prompt.
-	if resp.Choices[0].Message.Content != storiesCompletion || resp.Choices[0].Message.Role != "assistant" || resp.Object != "chat.completion" {
+	if *resp.Choices[0].Message.Content != storiesCompletion || resp.Choices[0].Message.Role != "assistant" || resp.Object != "chat.completion" {
 		t.Fatalf("response %s", body)
 	}
 	events := ts.sseEvents(t, "/v1/chat/completions", fmt.Sprintf(req, `,"stream":true`))

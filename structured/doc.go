@@ -1,6 +1,8 @@
 // Package structured holds generations to a format, token by token: the
 // structured output of OpenAI's response_format, {"type": "json_object"}
-// (JSONObject) and {"type": "json_schema"} (JSONSchema).
+// (JSONObject) and {"type": "json_schema"} (JSONSchema), vLLM's
+// guided_choice (Choice), and the calls tool_choice forces (ToolCalls,
+// ToolArguments; package toolcall reads them back).
 //
 // A Format is compiled once per request: a schema becomes a graph of
 // nodes, each saying what one value may be. A Vocab arranges a model's

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,38 +96,21 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	metrics.SetPlan(cl.Stats().Layout.String()) // the pool's steps report its layout
 	watchNitsum(metrics, cl)
-	name := c.servedName
-	if name == "" {
-		name = m.Name
-	}
-	tmpl, err := chatTemplateFor(c, m)
+	opts, err := c.apiOptions(m)
 	if err != nil {
 		cl.Close()
 		pool.Close()
 		m.Close()
 		return nil, nil, nil, err
 	}
-	bos, eos := "", ""
-	if id := m.Tokenizer.BOS(); id >= 0 {
-		bos = m.Tokenizer.Token(id)
-	}
-	if ids := m.Tokenizer.EOS(); len(ids) > 0 {
-		eos = m.Tokenizer.Token(ids[0])
-	}
-	root := ""
-	if c.modelDir != "" {
-		root, _ = filepath.Abs(c.modelDir)
-	}
-	api := server.New(server.Options{
-		Engine: cl, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
-		BOS: bos, EOS: eos, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
-	})
+	opts.Engine, opts.Metrics, opts.Logger, opts.Tiers = cl, metrics, logger, tiers
+	api := server.New(opts)
 	cleanup := func() {
 		cl.Close()
 		pool.Close()
 		_ = m.Close()
 	}
-	return &builtServer{api: api, name: name}, cl, cleanup, nil
+	return &builtServer{api: api, name: opts.ModelName}, cl, cleanup, nil
 }
 
 // watchNitsum adds the runtime's series to /metrics, read at scrape

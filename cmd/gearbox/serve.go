@@ -21,6 +21,7 @@ import (
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
 	"github.com/gearboxlm/gearbox/slo"
+	"github.com/gearboxlm/gearbox/toolcall"
 )
 
 // serveConfig is what serve needs beyond the model; tests build it directly.
@@ -31,6 +32,7 @@ type serveConfig struct {
 	port          int
 	apiKey        string
 	chatTemplate  string
+	toolParser    string
 	maxBatched    int
 	maxSeqs       int
 	maxWaiting    int
@@ -56,6 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
 	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "Jinja chat template file, replacing the model's")
+	fs.StringVar(&c.toolParser, "tool-call-parser", "auto", `how the model writes tool calls, which tool_choice "auto" reads: hermes, llama3_json, none (auto: from the chat template)`)
 	fs.IntVar(&c.maxBatched, "max-num-batched-tokens", 2048, "token budget of one engine step")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", 256, "requests running at once at most")
 	fs.IntVar(&c.maxWaiting, "max-waiting", 1024, "waiting requests at most; more get 429")
@@ -185,31 +188,13 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		metrics.Tiers(tiers)
 	}
 
-	tmpl, err := chatTemplateFor(c, m)
+	opts, err := c.apiOptions(m)
 	if err != nil {
 		run.close()
 		return nil, nil, nil, err
 	}
-	name := c.servedName
-	if name == "" {
-		name = m.Name
-	}
-	root := ""
-	if c.modelDir != "" {
-		root, _ = filepath.Abs(c.modelDir)
-	}
-	bos, eos := "", ""
-	if id := m.Tokenizer.BOS(); id >= 0 {
-		bos = m.Tokenizer.Token(id)
-	}
-	if ids := m.Tokenizer.EOS(); len(ids) > 0 {
-		eos = m.Tokenizer.Token(ids[0])
-	}
-	api := server.New(server.Options{
-		Engine: eng, Tokenizer: m.Tokenizer, ModelName: name, ModelRoot: root, ChatTemplate: tmpl,
-		BOS: bos, EOS: eos, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, Metrics: metrics, Logger: logger, Tiers: tiers,
-		Health: c.tr.health(),
-	})
+	opts.Engine, opts.Metrics, opts.Logger, opts.Tiers, opts.Health = eng, metrics, logger, tiers, c.tr.health()
+	api := server.New(opts)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -223,7 +208,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		<-done
 		run.close()
 	}
-	return &builtServer{api: api, name: name}, eng, cleanup, nil
+	return &builtServer{api: api, name: opts.ModelName}, eng, cleanup, nil
 }
 
 // runnerSpec is what serve asks of the executor: the same on every
@@ -246,9 +231,47 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 	}, nil
 }
 
-// chatTemplateFor is the chat template serve uses: --chat-template, else
-// the tokenizer's, else chat_template.jinja beside it; nil when none.
-func chatTemplateFor(c serveConfig, m *model.Model) (*chat.Template, error) {
+// apiOptions are the API server's options that come from the model and
+// the flags: its names, chat template, tool-call syntax and special
+// tokens.
+func (c serveConfig) apiOptions(m *model.Model) (server.Options, error) {
+	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes}
+	if o.ModelName == "" {
+		o.ModelName = m.Name
+	}
+	if c.modelDir != "" {
+		o.ModelRoot, _ = filepath.Abs(c.modelDir)
+	}
+	if id := m.Tokenizer.BOS(); id >= 0 {
+		o.BOS = m.Tokenizer.Token(id)
+	}
+	if ids := m.Tokenizer.EOS(); len(ids) > 0 {
+		o.EOS = m.Tokenizer.Token(ids[0])
+	}
+	source, err := c.chatTemplateSource(m)
+	if err != nil {
+		return o, err
+	}
+	if source != "" {
+		if o.ChatTemplate, err = chat.Parse(source); err != nil {
+			return o, fmt.Errorf("chat template: %w", err)
+		}
+	}
+	switch c.toolParser {
+	case "", "auto":
+		o.ToolSyntax = toolcall.Detect(source)
+	case "none":
+	default:
+		if o.ToolSyntax, err = toolcall.ParseSyntax(c.toolParser); err != nil {
+			return o, fmt.Errorf("--tool-call-parser: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// chatTemplateSource is the chat template serve uses: --chat-template,
+// else the tokenizer's, else chat_template.jinja beside it; "" when none.
+func (c serveConfig) chatTemplateSource(m *model.Model) (string, error) {
 	source := m.Tokenizer.ChatTemplate()
 	templateFile := c.chatTemplate
 	if templateFile == "" && source == "" && c.modelDir != "" {
@@ -260,18 +283,11 @@ func chatTemplateFor(c serveConfig, m *model.Model) (*chat.Template, error) {
 	if templateFile != "" {
 		data, err := os.ReadFile(templateFile)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		source = string(data)
 	}
-	if source == "" {
-		return nil, nil
-	}
-	tmpl, err := chat.Parse(source)
-	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
-	}
-	return tmpl, nil
+	return source, nil
 }
 
 // drainer is the serving side serve drains on shutdown: the engine, or

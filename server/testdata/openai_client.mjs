@@ -45,6 +45,19 @@ const sstream = await client.chat.completions.create({ model, messages: [{ role:
 for await (const chunk of sstream) chatStreamed += chunk.choices[0]?.delta?.content ?? "";
 check(chatStreamed === want, "streamed chat equals the non-streamed one");
 
+// Tool calling: a named function holds the generation to its arguments
+// with any model; the client's stream helper assembles the streamed call.
+const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string", maxLength: 6 } }, required: ["city"] } } }];
+const toolRequest = { model, messages: [{ role: "user", content: "Weather?" }], tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 200, temperature: 0 };
+const forced = await client.chat.completions.create(toolRequest);
+const call = forced.choices[0].message.tool_calls?.[0];
+check(call && call.type === "function" && call.id && call.function.name === "get_weather" && typeof JSON.parse(call.function.arguments).city === "string",
+  "tool_choice naming a function → message.tool_calls: " + JSON.stringify(call));
+const final = await client.chat.completions.stream(toolRequest).finalChatCompletion();
+const scall = final.choices[0].message.tool_calls?.[0];
+check(scall && scall.function.name === "get_weather" && scall.function.arguments === call.function.arguments,
+  "streamed tool call assembled by ChatCompletionStream equals the non-streamed one");
+
 try {
   await client.completions.create({ model: "no-such-model", prompt: "hi", max_tokens: 4 });
   check(false, "unknown model raises");

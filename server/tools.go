@@ -1,0 +1,124 @@
+package server
+
+import (
+	"encoding/json"
+
+	"github.com/gearboxlm/gearbox/chat"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/toolcall"
+)
+
+// chatTools is a chat request's tool calling: the functions offered,
+// tool_choice, and parallel_tool_calls.
+type chatTools struct {
+	functions []toolcall.Function
+	choice    toolcall.Choice
+	parallel  bool
+}
+
+// parseTools reads tools, tool_choice and parallel_tool_calls, and puts
+// the format a "required" or named choice holds the generation to in g.
+func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiError) {
+	var t chatTools
+	var err error
+	if t.functions, err = toolcall.ParseTools(req.Tools); err != nil {
+		return t, invalid("tools", "%v", err)
+	}
+	if t.choice, err = toolcall.ParseChoice(req.ToolChoice, t.functions); err != nil {
+		return t, invalid("tool_choice", "%v", err)
+	}
+	t.parallel = req.ParallelToolCalls == nil || *req.ParallelToolCalls
+	if t.choice.Mode == toolcall.Auto && s.opts.ToolSyntax == "" {
+		return t, invalid("tool_choice", `tool_choice "auto" (the default with tools) needs the syntax this model writes calls in, which its chat template does not show: start the server with --tool-call-parser (%q), or send tool_choice "required" or {"type": "function", "function": {"name": ...}}`, toolcall.Syntaxes)
+	}
+	format, err := t.choice.Format(t.functions, t.parallel)
+	if err != nil {
+		return t, invalid("tools", "%v", err)
+	}
+	if format != nil {
+		if g.format != nil {
+			return t, invalid("tool_choice", "tool_choice %s and response_format (or guided_json, guided_choice) both set the output format; send one", req.ToolChoice)
+		}
+		g.format = format
+	}
+	return t, nil
+}
+
+// chatTurn reads one choice's text into its message: content and calls.
+type chatTurn struct {
+	tools  chatTools
+	reader *toolcall.Reader
+	ids    []string // the calls' ids, by index
+	newID  func() string
+}
+
+func (s *Server) newTurn(t chatTools) *chatTurn {
+	return &chatTurn{tools: t, reader: toolcall.NewReader(t.choice, s.opts.ToolSyntax, t.functions), newID: func() string { return s.newID("call") }}
+}
+
+// take turns a Reader's delta into the message's content (nil when
+// there is none) and tool calls in OpenAI's shape; streamed calls carry
+// their index. A call's id and type come with its first piece. Without
+// parallel_tool_calls, calls after the first are dropped.
+func (t *chatTurn) take(d toolcall.Delta, stream bool) (*string, []toolCall) {
+	var content *string
+	if d.Content != "" {
+		content = &d.Content
+	}
+	var calls []toolCall
+	for _, c := range d.Calls {
+		if c.Index > 0 && !t.tools.parallel {
+			continue
+		}
+		var out toolCall
+		if c.Index == len(t.ids) {
+			t.ids = append(t.ids, t.newID())
+			out.ID, out.Type = t.ids[c.Index], "function"
+		}
+		out.Function = functionCall{Name: c.Name, Arguments: c.Arguments}
+		if stream {
+			out.Index = &c.Index
+			calls = append(calls, out)
+			continue
+		}
+		if out.ID != "" {
+			calls = append(calls, out)
+		} else { // the rest of a call's arguments
+			calls[len(calls)-1].Function.Arguments += c.Arguments
+		}
+	}
+	return content, calls
+}
+
+// finishReason is OpenAI's for the turn: "tool_calls" when it made calls
+// of its own choosing ("auto" or "required") and stopped by itself.
+func (t *chatTurn) finishReason(f string) *string {
+	if f == engine.FinishStop && len(t.ids) > 0 && t.tools.choice.Mode != toolcall.Named {
+		r := "tool_calls"
+		return &r
+	}
+	return finishReason(f)
+}
+
+// messageToolCalls reads an assistant turn's tool_calls, whose arguments
+// must be JSON: templates get them decoded.
+func messageToolCalls(in []toolCall, i int) ([]chat.ToolCall, *apiError) {
+	var out []chat.ToolCall
+	for k, c := range in {
+		if c.Type != "" && c.Type != "function" {
+			return nil, invalid("messages", "messages[%d].tool_calls[%d].type %q is not supported (function)", i, k, c.Type)
+		}
+		if c.Function.Name == "" {
+			return nil, invalid("messages", "messages[%d].tool_calls[%d].function.name is required", i, k)
+		}
+		args := c.Function.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		if !json.Valid([]byte(args)) {
+			return nil, invalid("messages", "messages[%d].tool_calls[%d].function.arguments must be a string of JSON", i, k)
+		}
+		out = append(out, chat.ToolCall{ID: c.ID, Function: chat.FunctionCall{Name: c.Function.Name, Arguments: json.RawMessage(args)}})
+	}
+	return out, nil
+}

@@ -1,0 +1,270 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// hermesTemplate is a small chat template in Hermes' style: it lists the
+// tools, writes an assistant's calls in <tool_call> tags and a tool
+// result with the id it answers.
+const hermesTemplate = `{%- if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools>{% endif %}` +
+	`{%- for m in messages %}<{{ m.role }}>{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>{% endfor %}{% endif %}` +
+	`{{ m.content }}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}{% endfor %}` +
+	`{%- if add_generation_prompt %}<assistant>{% endif %}`
+
+const testTools = `[{"type":"function","function":{"name":"get_weather","description":"Weather in a city",` +
+	`"parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":6},"unit":{"enum":["c","f"]}},"required":["city","unit"]}}},` +
+	`{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"zone":{"type":"integer","minimum":0,"maximum":12}},"required":["zone"]}}}]`
+
+// weatherCall checks one call against testTools' schemas.
+func checkToolCall(t *testing.T, c toolCall) {
+	t.Helper()
+	if c.Type != "function" || !strings.HasPrefix(c.ID, "call-") {
+		t.Errorf("call %+v: type and id", c)
+	}
+	dec := json.NewDecoder(strings.NewReader(c.Function.Arguments))
+	dec.DisallowUnknownFields()
+	switch c.Function.Name {
+	case "get_weather":
+		var args struct {
+			City *string `json:"city"`
+			Unit string  `json:"unit"`
+		}
+		if err := dec.Decode(&args); err != nil || args.City == nil || len([]rune(*args.City)) > 6 || args.Unit != "c" && args.Unit != "f" {
+			t.Errorf("get_weather arguments %q: %v", c.Function.Arguments, err)
+		}
+	case "get_time":
+		var args struct {
+			Zone *int `json:"zone"`
+		}
+		if err := dec.Decode(&args); err != nil || args.Zone == nil || *args.Zone < 0 || *args.Zone > 12 {
+			t.Errorf("get_time arguments %q: %v", c.Function.Arguments, err)
+		}
+	default:
+		t.Errorf("call of %q, not offered", c.Function.Name)
+	}
+}
+
+// TestToolChoiceForced: a named function and "required" hold every
+// choice to well-formed calls of the offered functions, whatever the
+// model (here the tiny built-in one, whose template knows no tools).
+func TestToolChoiceForced(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	var bias []string // toward "]": the tiny model would go on calling until the length limit
+	for id := range ts.m.Tokenizer.VocabSize() {
+		if ts.m.Tokenizer.Piece(id) == "]" {
+			bias = append(bias, fmt.Sprintf(`"%d":8`, id))
+		}
+	}
+	base := fmt.Sprintf(`{"model":"stories260K","messages":[{"role":"user","content":"Weather?"}],"max_tokens":480,"temperature":1,"seed":3,"n":3,"logit_bias":{%s},"tools":%s`,
+		strings.Join(bias, ","), testTools)
+	for _, c := range []struct {
+		choice   string
+		parallel bool
+		name     string // the named function
+		finish   string
+	}{
+		{`{"type":"function","function":{"name":"get_weather"}}`, true, "get_weather", "stop"},
+		{`{"type":"function","function":{"name":"get_time"}}`, true, "get_time", "stop"},
+		{`"required"`, true, "", "tool_calls"},
+		{`"required"`, false, "", "tool_calls"},
+	} {
+		body := fmt.Sprintf(`%s,"tool_choice":%s,"parallel_tool_calls":%v}`, base, c.choice, c.parallel)
+		status, data := ts.post(t, "/v1/chat/completions", body)
+		var resp chatResponse
+		if status != 200 || json.Unmarshal(data, &resp) != nil || len(resp.Choices) != 3 {
+			t.Fatalf("%s: status %d: %s", c.choice, status, data)
+		}
+		calls, ended := 0, 0
+		for _, ch := range resp.Choices {
+			m, finish := ch.Message, *ch.FinishReason
+			// The tiny model may call on until the length limit under
+			// "required"; a call cut short is content then.
+			if len(m.ToolCalls) == 0 || finish != c.finish && (c.name != "" || finish != "length") || m.Content != nil && finish != "length" {
+				t.Errorf("%s choice %d: %s", c.choice, ch.Index, data)
+				continue
+			}
+			if finish == c.finish {
+				ended++
+			}
+			if c.name != "" && (len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != c.name) || !c.parallel && len(m.ToolCalls) != 1 {
+				t.Errorf("%s parallel %v choice %d: calls %+v", c.choice, c.parallel, ch.Index, m.ToolCalls)
+			}
+			for _, call := range m.ToolCalls {
+				checkToolCall(t, call)
+			}
+			calls += len(m.ToolCalls)
+		}
+		t.Logf("%s parallel %v: %d calls in 3 choices, %d ended by the model", c.choice, c.parallel, calls, ended)
+		if ended == 0 {
+			t.Errorf("%s parallel %v: no choice ended with %q", c.choice, c.parallel, c.finish)
+		}
+
+		// Streamed with the same seed: the same calls, assembled from
+		// deltas that name each call once and then add to its arguments.
+		events := ts.sseEvents(t, "/v1/chat/completions", strings.TrimSuffix(body, "}")+`,"stream":true}`)
+		streamed := map[int][]toolCall{}
+		finish := map[int]string{}
+		for _, ev := range events {
+			for _, ch := range ev["choices"].([]any) {
+				ch := ch.(map[string]any)
+				i := int(ch["index"].(float64))
+				if f, ok := ch["finish_reason"].(string); ok {
+					finish[i] = f
+				}
+				delta, _ := ch["delta"].(map[string]any)
+				raw, _ := json.Marshal(delta["tool_calls"])
+				var parts []toolCall
+				_ = json.Unmarshal(raw, &parts)
+				for _, p := range parts {
+					switch {
+					case p.Index == nil:
+						t.Fatalf("streamed call without an index: %s", raw)
+					case *p.Index == len(streamed[i]) && p.ID != "" && p.Function.Name != "":
+						p.Index = nil
+						streamed[i] = append(streamed[i], p)
+					case *p.Index == len(streamed[i])-1 && p.ID == "" && p.Function.Name == "":
+						streamed[i][*p.Index].Function.Arguments += p.Function.Arguments
+					default:
+						t.Fatalf("streamed delta out of order: %s", raw)
+					}
+				}
+			}
+		}
+		for _, ch := range resp.Choices {
+			got, want := streamed[ch.Index], ch.Message.ToolCalls
+			same := len(got) == len(want) && finish[ch.Index] == *ch.FinishReason
+			for k := 0; same && k < len(got); k++ {
+				same = got[k].Function == want[k].Function
+			}
+			if !same {
+				t.Errorf("%s choice %d streamed %+v (%s), not %+v (%s)", c.choice, ch.Index, got, finish[ch.Index], want, *ch.FinishReason)
+			}
+		}
+	}
+}
+
+// TestToolChoiceAuto: under "auto" the calls are read from the text in
+// the model's syntax. guided_choice makes the tiny model write a given
+// text: a call in Hermes' tags, or prose.
+func TestToolChoiceAuto(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: hermesTemplate})
+	call := `Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}</tool_call>`
+	for _, stream := range []bool{false, true} {
+		for _, c := range []struct {
+			text    string
+			content *string
+			calls   []toolCall
+			finish  string
+		}{
+			{call, ptr("Checking."), []toolCall{{Function: functionCall{Name: "get_weather", Arguments: `{"city":"Paris","unit":"c"}`}}}, "tool_calls"},
+			{"No tools needed.", ptr("No tools needed."), nil, "stop"},
+			{`<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>`, ptr(`<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>`), nil, "stop"},
+		} {
+			body := fmt.Sprintf(`{"model":"stories260K","messages":[{"role":"user","content":"Weather?"}],"max_tokens":200,"tools":%s,"guided_choice":[%q],"stream":%v}`, testTools, c.text, stream)
+			var msg chatOut
+			var finish string
+			if !stream {
+				status, data := ts.post(t, "/v1/chat/completions", body)
+				var resp chatResponse
+				if status != 200 || json.Unmarshal(data, &resp) != nil {
+					t.Fatalf("status %d: %s", status, data)
+				}
+				msg, finish = *resp.Choices[0].Message, *resp.Choices[0].FinishReason
+			} else {
+				var content strings.Builder
+				for _, ev := range ts.sseEvents(t, "/v1/chat/completions", body) {
+					ch := ev["choices"].([]any)[0].(map[string]any)
+					if f, ok := ch["finish_reason"].(string); ok {
+						finish = f
+					}
+					delta := ch["delta"].(map[string]any)
+					if s, ok := delta["content"].(string); ok {
+						content.WriteString(s)
+					}
+					raw, _ := json.Marshal(delta["tool_calls"])
+					var parts []toolCall
+					_ = json.Unmarshal(raw, &parts)
+					for _, p := range parts {
+						p.Index = nil
+						msg.ToolCalls = append(msg.ToolCalls, p)
+					}
+				}
+				if content.Len() > 0 {
+					msg.Content = ptr(content.String())
+				}
+			}
+			if (msg.Content == nil) != (c.content == nil) || c.content != nil && *msg.Content != *c.content || finish != c.finish || len(msg.ToolCalls) != len(c.calls) {
+				t.Errorf("stream %v, %q: content %v, calls %+v, finish %s", stream, c.text, msg.Content, msg.ToolCalls, finish)
+				continue
+			}
+			for k, want := range c.calls {
+				if got := msg.ToolCalls[k]; got.Function != want.Function || got.Type != "function" || got.ID == "" {
+					t.Errorf("stream %v, %q: call %+v, want %+v", stream, c.text, got, want)
+				}
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestToolConversation: an assistant turn's calls and the tool's answer
+// reach the template as vLLM passes them (arguments decoded, the call's
+// id on the tool turn), with the tools listed.
+func TestToolConversation(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: hermesTemplate})
+	body := `{"model":"stories260K","max_tokens":1,"tools":` + testTools + `,"tool_choice":"none","messages":[` +
+		`{"role":"user","content":"Weather?"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"20C"}]}`
+	status, data := ts.post(t, "/v1/chat/completions", body)
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(data, &resp) != nil {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	want := `<tools>get_weather;get_time;</tools><user>Weather?<assistant><tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><tool>20C#call_1<assistant>`
+	if n := len(ts.m.Tokenizer.Encode(want, false)); resp.Usage.PromptTokens != n {
+		t.Errorf("prompt of %d tokens, want %d (%q)", resp.Usage.PromptTokens, n, want)
+	}
+}
+
+func TestToolBadRequests(t *testing.T) {
+	hermes := newTestServer(t, serverOpts{template: hermesTemplate})
+	plain := newTestServer(t, serverOpts{})
+	user := `"messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct {
+		ts         *testServer
+		body, want string
+	}{
+		{plain, user + `,"tools":` + testTools, "--tool-call-parser"}, // auto, the default, without a syntax
+		{plain, user + `,"tools":` + testTools + `,"tool_choice":"auto"`, "--tool-call-parser"},
+		{hermes, user + `,"tool_choice":"required"`, "needs tools"},
+		{hermes, user + `,"tools":` + testTools + `,"tool_choice":{"type":"function","function":{"name":"nope"}}`, "does not offer"},
+		{hermes, user + `,"tools":` + testTools + `,"tool_choice":"required","response_format":{"type":"json_object"}`, "both set the output format"},
+		{hermes, user + `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"a+"}}}}}],"tool_choice":"required"`, "pattern"},
+		{hermes, user + `,"tools":[{"type":"function","function":{"name":"bad name"}}]`, "letters, digits"},
+		{hermes, `"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}]`, "arguments must be a string of JSON"},
+		{hermes, `"messages":[{"role":"user","content":"x","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]`, "only assistant messages"},
+		{hermes, `"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"arguments":"{}"}}]}]`, "function.name is required"},
+		{hermes, `"messages":[{"role":"tool","tool_call_id":"c"}]`, "content is required"},
+		{hermes, user + `,"chat_template_kwargs":{"tools":[]}`, `may not set "tools"`},
+	} {
+		status, data := c.ts.post(t, "/v1/chat/completions", `{"model":"stories260K",`+c.body+`}`)
+		var e struct {
+			Error struct{ Message, Type, Param string }
+		}
+		if status != 400 || json.Unmarshal(data, &e) != nil || !strings.Contains(e.Error.Message, c.want) || e.Error.Type != "invalid_request_error" {
+			t.Errorf("%s: status %d %s, want a 400 with %q", c.body, status, data, c.want)
+		}
+	}
+	// The servers still serve.
+	for _, ts := range []*testServer{hermes, plain} {
+		if status, data := ts.post(t, "/v1/chat/completions", `{"model":"stories260K",`+user+`,"max_tokens":2}`); status != 200 {
+			t.Errorf("after the bad requests: status %d: %s", status, data)
+		}
+	}
+}
