@@ -50,10 +50,20 @@ var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logpro
 	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
 
 type chatDelta struct {
-	Role      string     `json:"role,omitempty"`
+	Role string `json:"role,omitempty"`
+	thinking
 	Content   *string    `json:"content,omitempty"`
 	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
+
+// thinking is a reasoning model's thought (--reasoning-parser), under
+// vLLM's name and its older one, which clients still read.
+type thinking struct {
+	Reasoning        *string `json:"reasoning,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+func thought(s *string) thinking { return thinking{s, s} }
 
 type chatChoice struct {
 	Index        int           `json:"index"`
@@ -64,7 +74,8 @@ type chatChoice struct {
 }
 
 type chatOut struct {
-	Role      string     `json:"role"`
+	Role string `json:"role"`
+	thinking
 	Content   *string    `json:"content"` // null beside tool calls and no text
 	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
@@ -178,7 +189,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	id, created := s.newID("chatcmpl"), s.opts.Clock.Now().Unix()
 	turns := make([]*chatTurn, len(jobs))
 	for i := range turns {
-		turns[i] = s.newTurn(tools)
+		turns[i] = s.newTurn(tools, g, text)
 	}
 	if req.Stream {
 		var first []any
@@ -189,18 +200,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		}
 		chunk := func(ev event) any {
 			turn := turns[ev.job.index]
-			d := turn.reader.Write(ev.ev.Text)
-			if ev.ev.Finish != "" {
-				end := turn.reader.Close()
-				d.Content += end.Content
-				d.Calls = append(d.Calls, end.Calls...)
-			}
-			content, calls := turn.take(d, true)
+			thinking, content, calls := turn.next(ev.ev.Text, ev.ev.Finish != "", true)
 			withLogprobs := logprobs >= 0 && len(ev.ev.Logprobs) > 0
-			if content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs {
+			if thinking == nil && content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs {
 				return nil
 			}
-			ch := chatChoice{Index: ev.job.index, Delta: &chatDelta{Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(ev.ev.Finish)}
+			ch := chatChoice{Index: ev.job.index, Delta: &chatDelta{thinking: thought(thinking), Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(ev.ev.Finish)}
 			if withLogprobs {
 				ch.Logprobs = s.chatLogprobs(ev.ev)
 			}
@@ -223,16 +228,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: req.Model}
 	for _, j := range jobs {
 		turn := turns[j.index]
-		d := turn.reader.Write(j.text)
-		end := turn.reader.Close()
-		d.Content += end.Content
-		d.Calls = append(d.Calls, end.Calls...)
-		content, calls := turn.take(d, false)
+		thinking, content, calls := turn.next(j.text, true, false)
 		if content == nil && calls == nil {
 			empty := ""
 			content = &empty
 		}
-		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(j.finish)}
+		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", thinking: thought(thinking), Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(j.finish)}
 		if logprobs >= 0 {
 			ch.Logprobs = s.chatLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs})
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/structured"
@@ -49,7 +50,10 @@ type Options struct {
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
 	// named function work with any model).
 	ToolSyntax toolcall.Syntax
-	BOS, EOS   string // template variables bos_token and eos_token
+	// ReasoningParser splits a reasoning model's thinking off into
+	// message.reasoning; "": none, the thinking stays in content.
+	ReasoningParser reasoning.Parser
+	BOS, EOS        string // template variables bos_token and eos_token
 	// EOSTokens are the ids that end a generation (the engine's), which
 	// structured output allows once its format is complete; nil: the
 	// tokenizer's.

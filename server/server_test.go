@@ -21,6 +21,7 @@ import (
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
+	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/slo"
 	"github.com/gearboxlm/gearbox/tensor"
@@ -41,6 +42,7 @@ type serverOpts struct {
 	blocks     int
 	noTemplate bool
 	template   string // a chat template in place of the model's; its tool-call syntax is detected
+	reasoning  reasoning.Parser
 	tiers      *slo.Set
 	health     func() error
 }
@@ -87,7 +89,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		}
 		syntax = toolcall.Detect(o.template)
 	}
-	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, BOS: "<s>", EOS: "</s>",
+	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, ReasoningParser: o.reasoning, BOS: "<s>", EOS: "</s>",
 		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

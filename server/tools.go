@@ -5,6 +5,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/toolcall"
 )
 
@@ -44,28 +45,55 @@ func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiErr
 	return t, nil
 }
 
-// chatTurn reads one choice's text into its message: content and calls.
+// chatTurn reads one choice's text into its message: thinking (with a
+// reasoning parser), content and tool calls.
 type chatTurn struct {
 	tools  chatTools
+	think  *reasoning.Reader // nil: no thinking to split off
 	reader *toolcall.Reader
 	ids    []string // the calls' ids, by index
 	newID  func() string
 }
 
-func (s *Server) newTurn(t chatTools) *chatTurn {
-	return &chatTurn{tools: t, reader: toolcall.NewReader(t.choice, s.opts.ToolSyntax, t.functions), newID: func() string { return s.newID("call") }}
+// newTurn starts reading a choice that continues prompt. Under an output
+// format the model writes the format from its first token, so there is
+// no thinking to split off.
+func (s *Server) newTurn(t chatTools, g generation, prompt string) *chatTurn {
+	turn := &chatTurn{tools: t, reader: toolcall.NewReader(t.choice, s.opts.ToolSyntax, t.functions), newID: func() string { return s.newID("call") }}
+	if s.opts.ReasoningParser != "" && g.format == nil {
+		turn.think = reasoning.NewReader(s.opts.ReasoningParser, prompt)
+	}
+	return turn
 }
 
-// take turns a Reader's delta into the message's content (nil when
-// there is none) and tool calls in OpenAI's shape; streamed calls carry
-// their index. A call's id and type come with its first piece. Without
+// next reads the next piece of the choice's text, and its end when end is
+// set, into the message's thinking and content (nil when there is none)
+// and tool calls in OpenAI's shape; streamed calls carry their index. A
+// call's id and type come with its first piece. Without
 // parallel_tool_calls, calls after the first are dropped.
-func (t *chatTurn) take(d toolcall.Delta, stream bool) (*string, []toolCall) {
-	var content *string
+func (t *chatTurn) next(text string, end, stream bool) (thinking, content *string, calls []toolCall) {
+	answer := text
+	if t.think != nil {
+		rd := t.think.Write(text)
+		if end {
+			e := t.think.Close()
+			rd.Reasoning += e.Reasoning
+			rd.Content += e.Content
+		}
+		if rd.Reasoning != "" {
+			thinking = &rd.Reasoning
+		}
+		answer = rd.Content
+	}
+	d := t.reader.Write(answer)
+	if end {
+		e := t.reader.Close()
+		d.Content += e.Content
+		d.Calls = append(d.Calls, e.Calls...)
+	}
 	if d.Content != "" {
 		content = &d.Content
 	}
-	var calls []toolCall
 	for _, c := range d.Calls {
 		if c.Index > 0 && !t.tools.parallel {
 			continue
@@ -87,7 +115,7 @@ func (t *chatTurn) take(d toolcall.Delta, stream bool) (*string, []toolCall) {
 			calls[len(calls)-1].Function.Arguments += c.Arguments
 		}
 	}
-	return content, calls
+	return thinking, content, calls
 }
 
 // finishReason is OpenAI's for the turn: "tool_calls" when it made calls

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/reasoning"
+	"github.com/gearboxlm/gearbox/toolcall"
 )
 
 // hermesTemplate is a small chat template in Hermes' style: it lists the
@@ -265,6 +268,87 @@ func TestToolBadRequests(t *testing.T) {
 	for _, ts := range []*testServer{hermes, plain} {
 		if status, data := ts.post(t, "/v1/chat/completions", `{"model":"stories260K",`+user+`,"max_tokens":2}`); status != 200 {
 			t.Errorf("after the bad requests: status %d: %s", status, data)
+		}
+	}
+}
+
+// TestReasoning: with --reasoning-parser the thinking goes to
+// message.reasoning (and reasoning_content), streamed or not. The
+// template opens the thinking, as DeepSeek-R1's does, so the tiny model's
+// whole greedy text, which never closes it, is thinking; with the
+// thinking closed in the prompt it is all answer.
+func TestReasoning(t *testing.T) {
+	opened := `{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant><think>` + "\n" + `{% endif %}`
+	closed := strings.Replace(opened, "<think>\n", "<think>\n\n</think>\n\n", 1)
+	req := `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":24,"temperature":0%s}`
+	chatOnce := func(ts *testServer) chatOut {
+		status, data := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, ""))
+		var resp chatResponse
+		if status != 200 || json.Unmarshal(data, &resp) != nil {
+			t.Fatalf("status %d: %s", status, data)
+		}
+		return *resp.Choices[0].Message
+	}
+	plain := chatOnce(newTestServer(t, serverOpts{template: opened}))
+	if plain.Reasoning != nil || plain.Content == nil || strings.Contains(*plain.Content, "</think>") {
+		t.Fatalf("without a parser: %+v", plain)
+	}
+	text := strings.TrimSpace(*plain.Content)
+
+	ts := newTestServer(t, serverOpts{template: opened, reasoning: reasoning.DeepSeekR1})
+	m := chatOnce(ts)
+	if m.Reasoning == nil || *m.Reasoning != text || m.ReasoningContent == nil || *m.ReasoningContent != text || m.Content == nil || *m.Content != "" {
+		t.Errorf("reasoning %v, content %v; want all of %q as reasoning", m.Reasoning, m.Content, text)
+	}
+	var streamed, content strings.Builder
+	for _, ev := range ts.sseEvents(t, "/v1/chat/completions", fmt.Sprintf(req, `,"stream":true`)) {
+		delta := ev["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
+		r, _ := delta["reasoning"].(string)
+		rc, _ := delta["reasoning_content"].(string)
+		if r != rc {
+			t.Fatalf("delta %v: reasoning and reasoning_content differ", delta)
+		}
+		streamed.WriteString(r)
+		c, _ := delta["content"].(string)
+		content.WriteString(c)
+	}
+	if streamed.String() != text || content.String() != "" {
+		t.Errorf("streamed reasoning %q, content %q; want %q as reasoning", streamed.String(), content.String(), text)
+	}
+
+	m = chatOnce(newTestServer(t, serverOpts{template: closed, reasoning: reasoning.DeepSeekR1}))
+	if m.Reasoning != nil || m.Content == nil || *m.Content == "" {
+		t.Errorf("thinking closed in the prompt: reasoning %v, content %v; want all answer", m.Reasoning, m.Content)
+	}
+}
+
+// TestTurnThinkingAndCalls: a Qwen3 answer that thinks, then calls a
+// tool in Hermes' tags, is read into its three parts, streamed or not.
+func TestTurnThinkingAndCalls(t *testing.T) {
+	s := New(Options{ToolSyntax: "hermes", ReasoningParser: reasoning.Qwen3})
+	tools := chatTools{functions: []toolcall.Function{{Name: "get_time"}}, choice: toolcall.Choice{Mode: toolcall.Auto}, parallel: true}
+	out := "<think>\nThe user wants the time.\n</think>\n\nOne moment.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"
+	for _, stream := range []bool{false, true} {
+		turn := s.newTurn(tools, generation{}, "<|im_start|>assistant\n")
+		var thinking, content strings.Builder
+		var calls []toolCall
+		pieces := []string{out}
+		if stream {
+			pieces = strings.SplitAfter(out, "") // a byte at a time
+		}
+		for i, p := range pieces {
+			th, c, cs := turn.next(p, i == len(pieces)-1, stream)
+			if th != nil {
+				thinking.WriteString(*th)
+			}
+			if c != nil {
+				content.WriteString(*c)
+			}
+			calls = append(calls, cs...)
+		}
+		if thinking.String() != "The user wants the time." || content.String() != "One moment." || len(calls) != 1 ||
+			calls[0].Function != (functionCall{Name: "get_time", Arguments: "{}"}) || calls[0].ID == "" || *turn.finishReason("stop") != "tool_calls" {
+			t.Errorf("stream %v: thinking %q, content %q, calls %+v", stream, thinking.String(), content.String(), calls)
 		}
 	}
 }

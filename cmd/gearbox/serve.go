@@ -18,6 +18,7 @@ import (
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/policy"
+	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/server"
 	"github.com/gearboxlm/gearbox/slo"
@@ -33,6 +34,7 @@ type serveConfig struct {
 	apiKey        string
 	chatTemplate  string
 	toolParser    string
+	reasoning     string
 	maxBatched    int
 	maxSeqs       int
 	maxWaiting    int
@@ -58,6 +60,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
 	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "Jinja chat template file, replacing the model's")
+	fs.StringVar(&c.reasoning, "reasoning-parser", "", "split a reasoning model's <think> text off into message.reasoning: qwen3, deepseek_r1 (default: none, it stays in content)")
 	fs.StringVar(&c.toolParser, "tool-call-parser", "auto", `how the model writes tool calls, which tool_choice "auto" reads: hermes, llama3_json, none (auto: from the chat template)`)
 	fs.IntVar(&c.maxBatched, "max-num-batched-tokens", 2048, "token budget of one engine step")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", 256, "requests running at once at most")
@@ -255,6 +258,11 @@ func (c serveConfig) apiOptions(m *model.Model) (server.Options, error) {
 	if source != "" {
 		if o.ChatTemplate, err = chat.Parse(source); err != nil {
 			return o, fmt.Errorf("chat template: %w", err)
+		}
+	}
+	if c.reasoning != "" {
+		if o.ReasoningParser, err = reasoning.ParseParser(c.reasoning); err != nil {
+			return o, fmt.Errorf("--reasoning-parser: %w", err)
 		}
 	}
 	switch c.toolParser {

@@ -1,0 +1,167 @@
+// Package reasoning separates a reasoning model's thinking from its
+// answer: the text inside <think> … </think>, which the chat API returns
+// as message.reasoning (vLLM's --reasoning-parser), while content keeps
+// the answer.
+//
+// Where the thinking starts depends on the chat template as much as on
+// the model. Qwen3's model writes <think> itself; DeepSeek-R1's template
+// (and Qwen3.5's) ends the prompt with <think>, so the output holds only
+// the closing tag; with thinking switched off (Qwen3's enable_thinking
+// false) the prompt ends with an empty <think></think> and the output is
+// all answer. A Reader therefore starts from the prompt it continues.
+package reasoning
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// Parser names how a model marks its thinking (vLLM's
+// --reasoning-parser names). Both use <think> tags; they differ in what an
+// output that does not open with <think> is.
+type Parser string
+
+const (
+	// Qwen3: thinking only between the tags the model (or the prompt)
+	// opens; an output that opens with anything else is all answer.
+	Qwen3 Parser = "qwen3"
+	// DeepSeekR1: the model thinks first, whether or not it writes
+	// <think>: everything before </think> is thinking.
+	DeepSeekR1 Parser = "deepseek_r1"
+)
+
+// Parsers are the parsers a Reader reads, by name.
+var Parsers = []Parser{Qwen3, DeepSeekR1}
+
+// ParseParser reads a --reasoning-parser name.
+func ParseParser(name string) (Parser, error) {
+	for _, p := range Parsers {
+		if string(p) == name {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown reasoning parser %q (have %q)", name, Parsers)
+}
+
+const (
+	openTag  = "<think>"
+	closeTag = "</think>"
+)
+
+// Delta is what a piece of output adds: thinking and answer text.
+type Delta struct {
+	Reasoning, Content string
+}
+
+type mode uint8
+
+const (
+	mUndecided mode = iota // the output may yet open with <think>
+	mThinking
+	mAnswer
+)
+
+// Reader splits one generation's text, as it streams, into thinking and
+// answer. Thinking is trimmed of the whitespace at its ends, and the
+// answer of the whitespace the model puts after </think>; the answer is
+// otherwise as written. A Reader is not safe for concurrent use.
+type Reader struct {
+	mode    mode
+	buf     string // text not yet given out: a tag's possible start, whitespace held back
+	thought bool   // some thinking was given out
+	lead    bool   // the answer has begun (its leading whitespace is behind)
+}
+
+// NewReader returns a Reader of the generation that continues prompt (the
+// rendered chat prompt).
+func NewReader(p Parser, prompt string) *Reader {
+	r := &Reader{}
+	tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
+	switch {
+	case strings.HasSuffix(tail, openTag):
+		r.mode = mThinking
+	case strings.HasSuffix(tail, closeTag):
+		r.mode, r.lead = mAnswer, true
+	case p == DeepSeekR1:
+		r.mode = mThinking
+	}
+	return r
+}
+
+// Write reads the next piece of the generation's text.
+func (r *Reader) Write(text string) Delta {
+	r.buf += text
+	return r.read(false)
+}
+
+// Close reads the end of the generation: an output cut inside its
+// thinking is all thinking.
+func (r *Reader) Close() Delta { return r.read(true) }
+
+func (r *Reader) read(end bool) Delta {
+	var d Delta
+	for {
+		switch r.mode {
+		case mUndecided:
+			lead := strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+			if !end && (lead == "" || strings.HasPrefix(openTag, lead)) {
+				return d // not yet known
+			}
+			if strings.HasPrefix(lead, openTag) {
+				r.mode, r.buf = mThinking, lead
+				continue
+			}
+			r.mode, r.lead = mAnswer, true
+		case mThinking:
+			if !r.thought { // the model's own <think>, also after a prompt's
+				lead := strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+				if !end && strings.HasPrefix(openTag, lead) {
+					return d
+				}
+				r.buf = strings.TrimLeftFunc(strings.TrimPrefix(lead, openTag), unicode.IsSpace)
+			}
+			if i := strings.Index(r.buf, closeTag); i >= 0 {
+				d.Reasoning += strings.TrimRightFunc(r.buf[:i], unicode.IsSpace)
+				r.mode, r.buf = mAnswer, r.buf[i+len(closeTag):]
+				continue
+			}
+			// Give out what cannot be the start of </think> or trailing
+			// whitespace, which goes only if thinking goes on after it.
+			keep := len(r.buf)
+			if !end {
+				keep = len(strings.TrimRightFunc(r.buf[:len(r.buf)-partialSuffix(r.buf, closeTag)], unicode.IsSpace))
+			}
+			if keep > 0 {
+				d.Reasoning += r.buf[:keep]
+				r.buf, r.thought = r.buf[keep:], true
+			}
+			if end {
+				d.Reasoning = strings.TrimRightFunc(d.Reasoning, unicode.IsSpace)
+			}
+			return d
+		case mAnswer:
+			if !r.lead {
+				r.buf = strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+				if r.buf == "" {
+					return d
+				}
+				r.lead = true
+			}
+			d.Content += r.buf
+			r.buf = ""
+			return d
+		}
+	}
+}
+
+// partialSuffix is the length of the longest suffix of text that is a
+// proper prefix of tag.
+func partialSuffix(text, tag string) int {
+	for n := min(len(text), len(tag)-1); n > 0; n-- {
+		if strings.HasSuffix(text, tag[:n]) {
+			return n
+		}
+	}
+	return 0
+}
