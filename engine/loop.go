@@ -30,8 +30,16 @@ type Request struct {
 	Stop         []string // stop strings; the text ends before the first one found
 	StopTokenIDs []int    // extra token ids that end generation
 	IgnoreEOS    bool     // keep generating past end-of-sequence tokens
-	Priority     int      // smaller runs first; FCFS within a priority
-	Tier         string   // the request's SLO tier (package slo), reported back in FinishStats; "" for none
+	// MinTokens is the fewest tokens to generate before an end token or a
+	// stop string may end the generation (vLLM's min_tokens): the sampler
+	// masks the end tokens until then, and stop strings are not looked
+	// for. At most MaxTokens.
+	MinTokens int
+	// IncludeStop keeps the stop string that ended the generation at the
+	// end of its text (vLLM's include_stop_str_in_output).
+	IncludeStop bool
+	Priority    int    // smaller runs first; FCFS within a priority
+	Tier        string // the request's SLO tier (package slo), reported back in FinishStats; "" for none
 	// Constraint, when set, holds the generation to a format (structured
 	// output): the sampler masks with it and it follows every token. One
 	// per request; the engine keeps it through preemptions.
@@ -307,6 +315,9 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
 	}
+	if req.MinTokens < 0 || req.MinTokens > req.MaxTokens {
+		return nil, fmt.Errorf("engine: min tokens must be in [0, max tokens %d], got %d", req.MaxTokens, req.MinTokens)
+	}
 	if e.tok == nil && slices.ContainsFunc(req.Stop, func(s string) bool { return s != "" }) {
 		return nil, ErrNoTokenizer
 	}
@@ -329,12 +340,15 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	l := &live{req: req, sampler: sampler, out: newStream(req.ID), arrival: e.clk.Now()}
 	if e.tok != nil {
-		l.dec, l.match = e.tok.NewDecoder(req.Prompt, true), newStopMatcher(req.Stop)
+		l.dec, l.match = e.tok.NewDecoder(req.Prompt, true), newStopMatcher(req.Stop, req.IncludeStop)
 	}
 	l.req.MaxTokens = maxTokens
 	l.stops = slices.Clone(req.StopTokenIDs)
 	if !req.IgnoreEOS {
 		l.stops = append(l.stops, e.eos...)
+	}
+	if req.MinTokens > 0 {
+		sampler.SuppressUntil(l.stops, req.MinTokens)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -898,7 +912,7 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 	}
 	finish := ""
 	switch {
-	case slices.Contains(l.stops, tok):
+	case slices.Contains(l.stops, tok) && l.tokens > l.req.MinTokens:
 		finish = FinishStop
 		ev.Text = l.flush()
 	case l.dec == nil: // no tokenizer: no text, no stop strings
@@ -906,7 +920,7 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 			finish = FinishLength
 		}
 	default:
-		text, stopped := l.match.Push(l.dec.Add(tok))
+		text, stopped := l.match.Push(l.dec.Add(tok), l.tokens >= l.req.MinTokens)
 		ev.Text = text
 		switch {
 		case stopped:
@@ -937,7 +951,7 @@ func (l *live) flush() string {
 	if l.dec == nil {
 		return ""
 	}
-	text, stopped := l.match.Push(l.dec.Flush())
+	text, stopped := l.match.Push(l.dec.Flush(), l.tokens >= l.req.MinTokens)
 	if stopped {
 		return text
 	}

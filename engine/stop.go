@@ -12,10 +12,11 @@ type stopMatcher struct {
 	stops   []string
 	hold    int
 	pending string
+	include bool // the text ends after the stop string found, not before it
 }
 
-func newStopMatcher(stops []string) *stopMatcher {
-	m := &stopMatcher{}
+func newStopMatcher(stops []string, include bool) *stopMatcher {
+	m := &stopMatcher{include: include}
 	for _, s := range stops {
 		if s == "" {
 			continue
@@ -27,21 +28,30 @@ func newStopMatcher(stops []string) *stopMatcher {
 }
 
 // Push adds new text and returns the text that is safe to emit, and whether
-// a stop string was found (the emitted text then ends just before it).
-func (m *stopMatcher) Push(text string) (emit string, stopped bool) {
+// a stop string was found (the emitted text then ends just before it, or
+// just after it with include). With check false stop strings are not
+// looked for (min_tokens not reached yet): the text passes, less what
+// may begin one.
+func (m *stopMatcher) Push(text string, check bool) (emit string, stopped bool) {
 	m.pending += text
 	if len(m.stops) == 0 {
 		emit, m.pending = m.pending, ""
 		return emit, false
 	}
-	first := -1
+	first, end := -1, 0
 	for _, s := range m.stops {
-		if i := strings.Index(m.pending, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+		if !check {
+			break
+		}
+		if i := strings.Index(m.pending, s); i >= 0 && (first < 0 || i < first || i == first && i+len(s) > end) {
+			first, end = i, i+len(s)
 		}
 	}
 	if first >= 0 {
-		emit, m.pending = m.pending[:first], ""
+		if !m.include {
+			end = first
+		}
+		emit, m.pending = m.pending[:end], ""
 		return emit, true
 	}
 	cut := len(m.pending) - m.hold

@@ -92,6 +92,26 @@ func TestStopStringsAndTokens(t *testing.T) {
 		t.Fatalf("stop token: tokens %v text %q finish %s", out.Tokens, out.Text, out.FinishReason)
 	}
 
+	// include_stop_str_in_output keeps the stop string.
+	out, err = g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 100, Sampling: greedy, Stop: []string{"Lily."}, IncludeStop: true}, nil)
+	if err != nil || out.Text != ", there was a little girl named Lily." || out.FinishReason != FinishStop {
+		t.Fatalf("stop string kept: text %q finish %s, %v", out.Text, out.FinishReason, err)
+	}
+	// min_tokens: the stop token cannot come among the first 6 tokens, nor
+	// a stop string end the text before them.
+	stop := storiesFirstIDs[3]
+	out, err = g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 40, MinTokens: 6, Sampling: greedy, StopTokenIDs: []int{stop}}, nil)
+	if err != nil || len(out.Tokens) < 7 || slices.Contains(out.Tokens[:6], stop) || out.FinishReason == FinishStop && out.Tokens[len(out.Tokens)-1] != stop {
+		t.Fatalf("min_tokens 6 with stop token %d: tokens %v finish %s, %v", stop, out.Tokens, out.FinishReason, err)
+	}
+	out, err = g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 30, MinTokens: 30, Sampling: greedy, Stop: []string{"Lily."}}, nil)
+	if err != nil || len(out.Tokens) != 30 || out.FinishReason != FinishLength || !strings.Contains(out.Text, "Lily.") {
+		t.Fatalf("min_tokens 30 with a stop string: %d tokens, text %q finish %s, %v", len(out.Tokens), out.Text, out.FinishReason, err)
+	}
+	if _, err := g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 3, MinTokens: 4, Sampling: greedy}, nil); err == nil {
+		t.Fatal("min_tokens above max_tokens: no error")
+	}
+
 	out, err = g.Generate(context.Background(), Request{Prompt: ids, MaxTokens: 3, Sampling: sample.Params{Logprobs: 2}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -607,3 +607,56 @@ func TestConstrain(t *testing.T) {
 		}
 	}
 }
+
+// TestSuppressUntil: min_tokens' mask keeps the suppressed tokens out of
+// the first n tokens, sampled or accepted, then lets them back; the
+// reported log-probabilities stay the raw ones.
+func TestSuppressUntil(t *testing.T) {
+	for _, temp := range []float32{0, 1} {
+		s, err := New(Params{Temperature: temp, Logprobs: 0}, nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SuppressUntil([]int{2, 2, 9, -1}, 3)                        // duplicates and ids outside the vocabulary are ignored
+		logits := func() []float32 { return []float32{0, 1, 12, -1} } // token 2 all but certain
+		s.Accept(1)
+		for i := 1; i < 3; i++ {
+			l := logits()
+			res := s.Sample(l)
+			if res.Token == 2 {
+				t.Fatalf("temperature %v: token %d is the suppressed one", temp, i)
+			}
+			if raw := logits(); math.Abs(float64(res.Logprob)-float64(rawLogprob(raw, res.Token))) > 1e-5 {
+				t.Errorf("temperature %v: logprob %v, want the raw %v", temp, res.Logprob, rawLogprob(raw, res.Token))
+			}
+		}
+		if res := s.Sample(logits()); res.Token != 2 {
+			t.Errorf("temperature %v: after 3 tokens got %d, want the suppressed token back", temp, res.Token)
+		}
+	}
+	g, err := New(Params{Logprobs: -1}, nil, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SuppressUntil([]int{2}, 1)
+	if g.PlainGreedy() {
+		t.Error("PlainGreedy while suppressing")
+	}
+	g.Accept(0)
+	if !g.PlainGreedy() {
+		t.Error("not PlainGreedy after the suppression")
+	}
+}
+
+// rawLogprob is log softmax(logits)[tok].
+func rawLogprob(logits []float32, tok int) float32 {
+	var m float64 = math.Inf(-1)
+	for _, x := range logits {
+		m = math.Max(m, float64(x))
+	}
+	var z float64
+	for _, x := range logits {
+		z += math.Exp(float64(x) - m)
+	}
+	return float32(float64(logits[tok]) - m - math.Log(z))
+}

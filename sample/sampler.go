@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // minTemperature is the smallest non-zero temperature; smaller ones are
@@ -62,6 +63,13 @@ type Sampler struct {
 	pen  penalties
 	bias logitBias
 	con  Constraint // nil: any token
+
+	// The tokens masked while fewer than suppressFor tokens are generated
+	// (SuppressUntil), and the tokens generated so far.
+	suppress    []int
+	suppressFor int
+	generated   int
+	saved       []float32 // the suppressed logits, restored after the draw
 
 	// Scratch, sized once.
 	chunk  []float32 // chunkLen weights of one chunk of the vocabulary
@@ -131,7 +139,7 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 // Sample chooses the next token from logits (one float32 per vocabulary
 // id), records it for the penalties and returns it with its
 // log-probabilities. The pipeline is vLLM v1's: the constraint's mask
-// (Constrain); raw log-probabilities; the logit bias; repetition, frequency and presence penalties; then either greedy argmax
+// (Constrain); raw log-probabilities; min_tokens' mask (SuppressUntil); the logit bias; repetition, frequency and presence penalties; then either greedy argmax
 // or temperature, min-p, top-k, top-p and a draw from the renormalised
 // distribution. NaN logits count as -Inf. If every penalised logit is -Inf
 // or NaN, Sample returns the token with the largest raw logit (the lowest
@@ -153,6 +161,12 @@ func (s *Sampler) Sample(logits []float32) Result {
 	if s.nTop >= 0 {
 		raw = s.rawDist(logits)
 	}
+	suppressing := s.generated < s.suppressFor
+	if suppressing {
+		for i, id := range s.suppress {
+			s.saved[i], logits[id] = logits[id], negInf
+		}
+	}
 	s.bias.apply(logits)
 	s.pen.apply(logits)
 	var tok int
@@ -163,6 +177,11 @@ func (s *Sampler) Sample(logits []float32) Result {
 	}
 	s.pen.restore(logits)
 	s.bias.restore(logits)
+	if suppressing {
+		for i, id := range s.suppress {
+			logits[id] = s.saved[i]
+		}
+	}
 	if tok < 0 {
 		_, tok = maxIndex(logits)
 		tok = max(tok, 0)
@@ -173,10 +192,26 @@ func (s *Sampler) Sample(logits []float32) Result {
 		res.Top = raw.topList(s.top, s.nTop)
 	}
 	s.pen.record(tok)
+	s.generated++
 	if s.con != nil {
 		s.con.Accept(tok)
 	}
 	return res
+}
+
+// SuppressUntil masks tokens (an end-of-sequence token, stop token ids)
+// while fewer than n tokens have been generated, sampled or accepted:
+// vLLM's min_tokens. Ids outside the vocabulary are ignored. The reported
+// log-probabilities stay the raw ones.
+func (s *Sampler) SuppressUntil(tokens []int, n int) {
+	s.suppress = s.suppress[:0]
+	for _, id := range tokens {
+		if id >= 0 && id < s.vocab && !slices.Contains(s.suppress, id) {
+			s.suppress = append(s.suppress, id)
+		}
+	}
+	s.suppressFor = n
+	s.saved = make([]float32, len(s.suppress))
 }
 
 // Constrain holds the sampler's choices to c from the next Sample on: c
@@ -190,7 +225,7 @@ func (s *Sampler) Constrain(c Constraint) { s.con = c }
 // logit bias, no penalties and no log-probabilities. A backend may then pick the token
 // where the logits are and hand it to Accept.
 func (s *Sampler) PlainGreedy() bool {
-	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0 && s.con == nil
+	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0 && s.con == nil && s.generated >= s.suppressFor
 }
 
 // Accept records token as generated without sampling, for tokens chosen
@@ -202,6 +237,7 @@ func (s *Sampler) Accept(token int) {
 		panic(fmt.Sprintf("sample: Accept got token %d outside the vocabulary [0, %d)", token, s.vocab))
 	}
 	s.pen.record(token)
+	s.generated++
 	if s.con != nil {
 		s.con.Accept(token)
 	}

@@ -48,6 +48,9 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 	if g.format != nil && s.opts.Tokenizer == nil {
 		return nil, invalid("response_format", "structured output needs the model's tokenizer")
 	}
+	if g.format != nil && g.minTokens > 0 {
+		return nil, invalid("min_tokens", "min_tokens cannot be combined with an output format (response_format, guided_*, a forced tool_choice): the format may be complete before it")
+	}
 	var jobs []*job
 	fail := func(e *apiError) ([]*job, *apiError) {
 		for _, j := range jobs {
@@ -69,6 +72,9 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			return fail(invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
 				limit, len(ids)+maxTokens, len(ids), maxTokens))
 		}
+		if g.minTokens > maxTokens {
+			return fail(invalid("min_tokens", "min_tokens %d is above the %d tokens this completion may have", g.minTokens, maxTokens))
+		}
 		for c := 0; c < g.n; c++ {
 			params := g.params
 			if params.HasSeed {
@@ -77,7 +83,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			id := s.newID("req")
 			req := engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
-				IgnoreEOS: g.ignoreEOS, Priority: g.priority, Tier: g.tier,
+				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, Priority: g.priority, Tier: g.tier,
 			}
 			if g.format != nil {
 				req.Constraint = s.structuredVocab().Matcher(g.format)

@@ -32,6 +32,8 @@ type commonParams struct {
 	Stream            bool            `json:"stream"`
 	StreamOptions     *streamOptions  `json:"stream_options"`
 	IgnoreEOS         bool            `json:"ignore_eos"`
+	MinTokens         *int            `json:"min_tokens"`                 // vLLM's extra: no end token or stop string before this many tokens
+	IncludeStopStr    bool            `json:"include_stop_str_in_output"` // vLLM's extra: keep the stop string that ended the text
 	Priority          int             `json:"priority"`
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
@@ -63,6 +65,8 @@ type generation struct {
 	stopIDs   []int
 	n         int
 	ignoreEOS bool
+	minTokens int  // min_tokens
+	keepStop  bool // include_stop_str_in_output
 	priority  int
 	tier      string             // SLO tier name, resolved against the server's tiers; "" without tiers
 	format    *structured.Format // response_format json_object or json_schema; nil: free text
@@ -71,7 +75,7 @@ type generation struct {
 // validate checks the shared fields; logprobs is the number of top
 // alternatives requested (-1 for none).
 func (c *commonParams) validate(logprobs int) (generation, *apiError) {
-	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority}
+	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority, keepStop: c.IncludeStopStr}
 	g.params.Logprobs = logprobs
 	if c.Model == "" {
 		return g, invalid("model", "model is required")
@@ -139,6 +143,12 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 			return g, e
 		}
 		g.params.LogitBias = bias
+	}
+	if c.MinTokens != nil {
+		if *c.MinTokens < 0 || c.MaxTokens != nil && *c.MinTokens > *c.MaxTokens {
+			return g, invalid("min_tokens", "min_tokens must be in [0, max_tokens], got %d", *c.MinTokens)
+		}
+		g.minTokens = *c.MinTokens
 	}
 	format, e := c.structuredFormat()
 	if e != nil {

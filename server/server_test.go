@@ -440,6 +440,19 @@ func TestNStopLogprobs(t *testing.T) {
 			t.Fatalf("choice %d: %+v", i, c)
 		}
 	}
+	// vLLM's include_stop_str_in_output and min_tokens.
+	for _, c := range []struct{ extra, text, finish string }{
+		{`"include_stop_str_in_output":true`, ", there was a little girl named Lily", "stop"},
+		{`"min_tokens":30`, "", "length"},
+	} {
+		status, body = ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":30,"temperature":0,"stop":["Lily"],`+c.extra+`}`)
+		if status != 200 || json.Unmarshal(body, &resp) != nil {
+			t.Fatalf("%s: status %d: %s", c.extra, status, body)
+		}
+		if got := resp.Choices[0]; c.text != "" && got.Text != c.text || *got.FinishReason != c.finish || c.text == "" && (resp.Usage.CompletionTokens != 30 || !strings.Contains(got.Text, "Lily")) {
+			t.Errorf("%s: %s", c.extra, body)
+		}
+	}
 	status, body = ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":3,"temperature":0,"logprobs":2}`)
 	if status != 200 {
 		t.Fatalf("status %d: %s", status, body)
@@ -561,6 +574,10 @@ func TestBadRequests(t *testing.T) {
 		{"logit_bias value too large", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":101}}`, 400, "logit_bias"},
 		{"logit_bias value not a number", "/v1/completions", `{"model":"stories260K","prompt":"hi","logit_bias":{"5":"up"}}`, 400, "logit_bias"},
 		{"logit_bias not an object", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"logit_bias":[1]}`, 400, "logit_bias"},
+		{"min_tokens negative", "/v1/completions", `{"model":"stories260K","prompt":"hi","min_tokens":-1}`, 400, "min_tokens"},
+		{"min_tokens above max_tokens", "/v1/completions", `{"model":"stories260K","prompt":"hi","min_tokens":9,"max_tokens":8}`, 400, "min_tokens"},
+		{"min_tokens above the context", "/v1/completions", `{"model":"stories260K","prompt":"hi","min_tokens":600}`, 400, "min_tokens"},
+		{"min_tokens with a format", "/v1/completions", `{"model":"stories260K","prompt":"hi","min_tokens":2,"response_format":{"type":"json_object"}}`, 400, "min_tokens"},
 		{"stream_options without stream", "/v1/completions", `{"model":"stories260K","prompt":"hi","stream_options":{"include_usage":true}}`, 400, "stream_options"},
 		{"prompt over context", "/v1/completions", `{"model":"stories260K","prompt":"` + long + `"}`, 400, "prompt"},
 		{"invalid UTF-8", "/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"\xff\xfe\"}", 400, ""},
