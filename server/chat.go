@@ -145,39 +145,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		writeError(w, e)
 		return
 	}
-	if s.opts.ChatTemplate == nil {
-		writeError(w, invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions"))
-		return
+	var sent json.RawMessage
+	if len(tools.functions) > 0 {
+		sent = req.Tools
 	}
-	msgs, e := parseMessages(req.Messages)
+	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ChatTemplateKwargs)
 	if e != nil {
 		writeError(w, e)
-		return
-	}
-	addGen := true
-	if req.AddGenerationPrompt != nil {
-		addGen = *req.AddGenerationPrompt
-	}
-	extra := map[string]any{}
-	for k, v := range req.ChatTemplateKwargs {
-		switch k {
-		case "messages", "add_generation_prompt", "bos_token", "eos_token", "tools":
-			writeError(w, invalid("chat_template_kwargs", "chat_template_kwargs may not set %q", k))
-			return
-		}
-		extra[k] = v
-	}
-	if len(tools.functions) > 0 {
-		extra["tools"] = req.Tools // as sent: templates print the schemas with tojson, keys in order
-	}
-	text, err := s.opts.ChatTemplate.Render(msgs, chat.Options{AddGenerationPrompt: addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: extra})
-	var raised *chat.RaiseError
-	switch {
-	case errors.As(err, &raised):
-		writeError(w, invalid("messages", "%v", err)) // the template rejected the conversation
-		return
-	case err != nil:
-		writeError(w, internal(fmt.Errorf("chat template: %w", err)))
 		return
 	}
 	prompts := [][]int{s.opts.Tokenizer.Encode(text, false)}
@@ -242,6 +216,42 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	u := totalUsage(jobs, prompts)
 	resp.Usage = &u
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// renderChat renders a conversation into the prompt text with the chat
+// template: tools (nil for none) as the request sent them, for templates
+// that list them; addGen is add_generation_prompt (default true); kwargs
+// are chat_template_kwargs, which may not set the template's own
+// variables.
+func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGen *bool, kwargs map[string]any) (string, *apiError) {
+	if s.opts.ChatTemplate == nil {
+		return "", invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions")
+	}
+	msgs, e := parseMessages(messages)
+	if e != nil {
+		return "", e
+	}
+	extra := map[string]any{}
+	for k, v := range kwargs {
+		switch k {
+		case "messages", "add_generation_prompt", "bos_token", "eos_token", "tools":
+			return "", invalid("chat_template_kwargs", "chat_template_kwargs may not set %q", k)
+		}
+		extra[k] = v
+	}
+	if tools != nil {
+		extra["tools"] = tools // as sent: templates print the schemas with tojson, keys in order
+	}
+	opts := chat.Options{AddGenerationPrompt: addGen == nil || *addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: extra}
+	text, err := s.opts.ChatTemplate.Render(msgs, opts)
+	var raised *chat.RaiseError
+	switch {
+	case errors.As(err, &raised):
+		return "", invalid("messages", "%v", err) // the template rejected the conversation
+	case err != nil:
+		return "", internal(fmt.Errorf("chat template: %w", err))
+	}
+	return text, nil
 }
 
 // parseMessages validates OpenAI messages and flattens text content parts.
