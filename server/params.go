@@ -42,8 +42,11 @@ type commonParams struct {
 	ResponseFormat    json.RawMessage `json:"response_format"` // structured output, on completions too as vLLM takes it
 	GuidedJSON        json.RawMessage `json:"guided_json"`     // vLLM's extra: a JSON schema, or a string holding one
 	GuidedChoice      []string        `json:"guided_choice"`   // vLLM's extra: the text is one of these
-	GuidedRegex       json.RawMessage `json:"guided_regex"`    // vLLM's extra, not implemented: a 400
+	GuidedRegex       *string         `json:"guided_regex"`    // vLLM's extra: the text matches this regex whole
 	GuidedGrammar     json.RawMessage `json:"guided_grammar"`  // vLLM's extra, not implemented: a 400
+	// StructuredOutputs is newer vLLM's one field for all of these:
+	// {"json": …, "regex": …, "choice": […], "json_object": true}.
+	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 }
 
 type streamOptions struct {
@@ -208,46 +211,136 @@ func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
 }
 
 // structuredFormat reads the request's output format: response_format,
-// or vLLM's guided_json or guided_choice; more than one is a 400.
+// vLLM's guided_json, guided_regex or guided_choice, or newer vLLM's
+// structured_outputs; more than one is a 400.
 func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"guided_regex", c.GuidedRegex}, {"guided_grammar", c.GuidedGrammar}} {
-		if len(f.raw) > 0 && string(f.raw) != "null" {
-			return nil, invalid(f.name, "%s is not supported; response_format (json_object, json_schema), guided_json and guided_choice are", f.name)
-		}
+	if len(c.GuidedGrammar) > 0 && string(c.GuidedGrammar) != "null" {
+		return nil, invalid("guided_grammar", "guided_grammar is not supported; response_format (json_object, json_schema), guided_json, guided_regex and guided_choice are")
 	}
-	format, e := parseResponseFormat(c.ResponseFormat)
-	if e != nil {
+	var formats []*structured.Format
+	var names []string
+	add := func(name string, f *structured.Format, e *apiError) *apiError {
+		if e == nil && f != nil {
+			formats, names = append(formats, f), append(names, name)
+		}
+		return e
+	}
+	f, e := parseResponseFormat(c.ResponseFormat)
+	if e := add("response_format", f, e); e != nil {
 		return nil, e
 	}
 	if len(c.GuidedJSON) > 0 && string(c.GuidedJSON) != "null" {
-		if format != nil {
-			return nil, invalid("guided_json", "guided_json and response_format both set the output format; send one")
+		f, e := jsonSchemaFormat("guided_json", c.GuidedJSON)
+		if e := add("guided_json", f, e); e != nil {
+			return nil, e
 		}
-		schema := []byte(c.GuidedJSON)
-		var text string
-		if json.Unmarshal(schema, &text) == nil {
-			schema = []byte(text)
+	}
+	if c.GuidedRegex != nil {
+		f, e := regexFormat("guided_regex", *c.GuidedRegex)
+		if e := add("guided_regex", f, e); e != nil {
+			return nil, e
 		}
-		f, err := structured.JSONSchema(schema)
-		if err != nil {
-			return nil, invalid("guided_json", "guided_json: %v", err)
-		}
-		format = f
 	}
 	if c.GuidedChoice != nil {
-		if format != nil {
-			return nil, invalid("guided_choice", "guided_choice and another output format (response_format, guided_json) are both set; send one")
+		f, e := choiceFormat("guided_choice", c.GuidedChoice)
+		if e := add("guided_choice", f, e); e != nil {
+			return nil, e
 		}
-		f, err := structured.Choice(c.GuidedChoice)
-		if err != nil {
-			return nil, invalid("guided_choice", "guided_choice: %v", err)
+	}
+	if len(c.StructuredOutputs) > 0 && string(c.StructuredOutputs) != "null" {
+		f, e := parseStructuredOutputs(c.StructuredOutputs)
+		if e := add("structured_outputs", f, e); e != nil {
+			return nil, e
 		}
-		format = f
+	}
+	if len(formats) > 1 {
+		return nil, invalid(names[1], "%s and %s both set the output format; send one", names[0], names[1])
+	}
+	if len(formats) == 0 {
+		return nil, nil
+	}
+	return formats[0], nil
+}
+
+// parseStructuredOutputs reads vLLM's structured_outputs: one of json (a
+// schema, or a string holding one), regex, choice or json_object.
+func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError) {
+	const param = "structured_outputs"
+	var so map[string]json.RawMessage
+	if json.Unmarshal(raw, &so) != nil {
+		return nil, invalid(param, `structured_outputs must be an object such as {"json": {...}}, {"regex": "..."}, {"choice": [...]} or {"json_object": true}`)
+	}
+	var set []string
+	var format *structured.Format
+	for key, v := range so {
+		if string(v) == "null" || string(v) == "false" && key == "json_object" {
+			continue
+		}
+		var f *structured.Format
+		var e *apiError
+		switch key {
+		case "json":
+			f, e = jsonSchemaFormat(param, v)
+		case "regex":
+			var re string
+			if json.Unmarshal(v, &re) != nil {
+				return nil, invalid(param, "structured_outputs.regex must be a string")
+			}
+			f, e = regexFormat(param, re)
+		case "choice":
+			var options []string
+			if json.Unmarshal(v, &options) != nil {
+				return nil, invalid(param, "structured_outputs.choice must be a list of strings")
+			}
+			f, e = choiceFormat(param, options)
+		case "json_object":
+			if string(v) != "true" {
+				return nil, invalid(param, "structured_outputs.json_object must be a boolean")
+			}
+			f = structured.JSONObject()
+		default:
+			return nil, invalid(param, "structured_outputs.%s is not supported; json, regex, choice and json_object are", key)
+		}
+		if e != nil {
+			return nil, e
+		}
+		set, format = append(set, key), f
+	}
+	if len(set) != 1 {
+		return nil, invalid(param, "structured_outputs must set exactly one of json, regex, choice and json_object, got %d", len(set))
 	}
 	return format, nil
+}
+
+// jsonSchemaFormat compiles a schema sent as an object or as a string
+// holding one.
+func jsonSchemaFormat(param string, raw json.RawMessage) (*structured.Format, *apiError) {
+	schema := []byte(raw)
+	var text string
+	if json.Unmarshal(schema, &text) == nil {
+		schema = []byte(text)
+	}
+	f, err := structured.JSONSchema(schema)
+	if err != nil {
+		return nil, invalid(param, "%s: %v", param, err)
+	}
+	return f, nil
+}
+
+func regexFormat(param, pattern string) (*structured.Format, *apiError) {
+	f, err := structured.Regex(pattern)
+	if err != nil {
+		return nil, invalid(param, "%s: %v", param, err)
+	}
+	return f, nil
+}
+
+func choiceFormat(param string, options []string) (*structured.Format, *apiError) {
+	f, err := structured.Choice(options)
+	if err != nil {
+		return nil, invalid(param, "%s: %v", param, err)
+	}
+	return f, nil
 }
 
 // parseLogitBias reads OpenAI's logit_bias: token ids (as JSON object

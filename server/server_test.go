@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,13 +377,33 @@ func TestGuidedChoiceAndJSON(t *testing.T) {
 			t.Errorf("guided_json %s: %d %s", guided, status, body)
 		}
 	}
+	// guided_regex, and newer vLLM's structured_outputs for every kind.
+	for _, c := range []struct{ format, want string }{
+		{`"guided_regex":"(yes|no), [0-9]{2}!"`, `^(yes|no), [0-9]{2}!$`},
+		{`"structured_outputs":{"regex":"[A-Z][a-z]{2,4}\\."}`, `^[A-Z][a-z]{2,4}\.$`},
+		{`"structured_outputs":{"choice":["left","right"]}`, `^(left|right)$`},
+		{`"structured_outputs":{"json":` + schema + `}`, `(?s)^\s*\{\s*"ok"\s*:\s*(true|false)\s*\}\s*$`},
+	} {
+		status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"The cat was","max_tokens":60,"temperature":0,`+c.format+`}`)
+		var resp completionResponse
+		if status != 200 || json.Unmarshal(body, &resp) != nil || !regexp.MustCompile(c.want).MatchString(resp.Choices[0].Text) || *resp.Choices[0].FinishReason != "stop" {
+			t.Errorf("%s: %d %s", c.format, status, body)
+		}
+	}
 	for body, param := range map[string]string{
 		`"guided_choice":["a"],"response_format":{"type":"json_object"}`:           "guided_choice",
 		`"guided_json":{"type":"object"},"response_format":{"type":"json_object"}`: "guided_json",
-		`"guided_choice":[]`:              "guided_choice",
-		`"guided_json":{"type":"string"}`: "guided_json",
-		`"guided_regex":"[a-z]+"`:         "guided_regex",
-		`"guided_grammar":"root ::= x"`:   "guided_grammar",
+		`"guided_choice":[]`:                                       "guided_choice",
+		`"guided_json":{"type":"string"}`:                          "guided_json",
+		`"guided_regex":"(a"`:                                      "guided_regex",
+		`"guided_regex":"\\bword"`:                                 "guided_regex",
+		`"guided_grammar":"root ::= x"`:                            "guided_grammar",
+		`"structured_outputs":{"grammar":"root ::= x"}`:            "structured_outputs",
+		`"structured_outputs":{"regex":"a","choice":["a"]}`:        "structured_outputs",
+		`"structured_outputs":{}`:                                  "structured_outputs",
+		`"structured_outputs":{"regex":5}`:                         "structured_outputs",
+		`"structured_outputs":[1]`:                                 "structured_outputs",
+		`"structured_outputs":{"regex":"a"},"guided_choice":["a"]`: "structured_outputs",
 	} {
 		status, resp := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"hi",`+body+`}`)
 		var e struct{ Error struct{ Param string } }

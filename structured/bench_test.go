@@ -40,16 +40,25 @@ func benchPieces(n int) []string {
 // BenchmarkMask masks a 128,256-token vocabulary in the states a JSON
 // generation spends its time in: inside a string (the plain-string
 // shortcut plus the other tokens one by one), where a value is due (the
-// trie search), and after a value.
+// trie search), after a value, and inside a string with a pattern (no
+// shortcut: the trie search, each character through the pattern's DFA).
 func BenchmarkMask(b *testing.B) {
 	pieces := benchPieces(128256)
 	v := NewVocab(pieces, func(int) bool { return false }, []int{0})
 	logits := make([]float32, len(pieces))
-	for _, c := range []struct{ name, prefix string }{
-		{"string", `{"key": "some text`}, {"value", `{"key": `}, {"after", `{"key": 12`},
+	pattern, err := JSONSchema([]byte(`{"type": "object", "properties": {"key": {"type": "string", "pattern": "[A-Za-z ]+ [0-9]{1,3}"}}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, prefix string
+		f            *Format
+	}{
+		{"string", `{"key": "some text`, JSONObject()}, {"value", `{"key": `, JSONObject()}, {"after", `{"key": 12`, JSONObject()},
+		{"pattern", `{"key": "some text`, pattern}, // every token through the trie and the DFA
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			m := v.Matcher(JSONObject())
+			m := v.Matcher(c.f)
 			for i := 0; i < len(c.prefix); i++ {
 				if !m.st.step(c.prefix[i]) {
 					b.Fatalf("prefix %q refused at %d", c.prefix, i)

@@ -41,7 +41,13 @@ type jsonState struct {
 	lits     []string // the literal values being matched, sorted
 	llo, lhi int      // the ones still matching: lits[llo:lhi]
 
-	raw bool // the text is one of a choice's strings as they are, not JSON: no whitespace around it
+	raw bool // the text is one of a choice's strings, or what a regex allows, as it is, not JSON: no whitespace around it
+
+	// A string with a pattern: the regex's state after the characters so
+	// far, and the bits of the character being read (a UTF-8 sequence's
+	// or a \u escape's, whose runes must still lead somewhere).
+	rx int32
+	cp rune
 }
 
 // frame is one open container, and the enclosing one's progress to
@@ -95,21 +101,47 @@ var (
 )
 
 // newState is the recognizer of a value that root allows, or with raw of
-// one of root's literals as plain text (Choice).
-func newState(root *node, raw bool) jsonState { return jsonState{mode: mTop, val: root, raw: raw} }
+// plain text: one of root's literals (Choice) or what its pattern
+// allows (Regex).
+func newState(root *node, raw bool) jsonState {
+	if raw && root.pattern != nil {
+		return jsonState{mode: mString, val: root, raw: true}
+	}
+	return jsonState{mode: mTop, val: root, raw: raw}
+}
 
 // complete reports whether the text so far is a whole value: past its
-// end, or a choice that another choice extends (the end token decides).
+// end, a choice that another choice extends, or plain text its regex
+// accepts (the end token decides).
 func (s *jsonState) complete() bool {
-	return s.mode == mDone || s.raw && s.mode == mLit && len(s.lits[s.llo]) == s.pos
+	switch {
+	case s.mode == mDone:
+		return true
+	case !s.raw:
+		return false
+	case s.mode == mLit:
+		return len(s.lits[s.llo]) == s.pos
+	}
+	return s.mode == mString && s.cont == 0 && s.val.pattern.states[s.rx].accept
+}
+
+// atPattern reports whether s is inside a string with a pattern (or the
+// plain text of a Regex), between characters, and where: there what a
+// token free of '"', '\\' and control characters (any token, in plain
+// text) allows depends on the pattern's state alone.
+func (s *jsonState) atPattern() (patternAt, bool) {
+	if s.mode != mString || s.cont != 0 || s.val == nil || s.val.pattern == nil {
+		return patternAt{}, false
+	}
+	return patternAt{s.val, s.rx}, true
 }
 
 // inPlainString reports whether s is inside a string with no length
-// bound, between characters: any run of bytes free of '"', '\\' and
-// control characters that is whole UTF-8 is allowed there and keeps it
-// there (see Vocab.plain).
+// bound and no pattern, between characters: any run of bytes free of
+// '"', '\\' and control characters that is whole UTF-8 is allowed there
+// and keeps it there (see Vocab.plain).
 func (s *jsonState) inPlainString() bool {
-	return s.mode == mString && s.cont == 0 && (s.val == nil || s.val.maxLen < 0)
+	return s.mode == mString && s.cont == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
 }
 
 func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
@@ -124,20 +156,28 @@ func (s *jsonState) step(b byte) bool {
 		switch b {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			s.mode = mString
+			return s.patternRune(rune(escaped[b]))
 		case 'u':
-			s.mode, s.idx = mHex, 4
-		default:
-			return false
+			s.mode, s.idx, s.cp = mHex, 4, 0
+			return true
 		}
-		return true
+		return false
 	case mHex:
-		if !('0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F') {
+		d, ok := hexDigit(b)
+		if !ok {
 			return false
 		}
-		if s.idx--; s.idx == 0 {
-			s.mode = mString
+		s.idx--
+		s.cp = s.cp<<4 | d
+		if s.idx > 0 {
+			free := 4 * int(s.idx)
+			return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
 		}
-		return true
+		s.mode = mString
+		if s.val != nil && s.val.pattern != nil && 0xD800 <= s.cp && s.cp <= 0xDFFF {
+			return false // a pattern reads characters: a surrogate half is none (write the character itself)
+		}
+		return s.patternRune(s.cp)
 	case mKey:
 		return s.keyByte(b)
 	case mLit:
@@ -239,7 +279,7 @@ func (s *jsonState) value(n *node, b byte) bool {
 	case kObject, kArray:
 		return s.push(sub, k == kArray)
 	case kString:
-		s.mode, s.key, s.val, s.chars = mString, false, sub, 0
+		s.mode, s.key, s.val, s.chars, s.rx = mString, false, sub, 0, 0
 	case kNumber:
 		s.val = sub
 		switch {
@@ -276,7 +316,44 @@ func (s *jsonState) ended() {
 	s.mode = mAfter
 }
 
-// stringByte reads one byte inside a string.
+// escaped is the character of each one-letter JSON escape.
+var escaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+func hexDigit(b byte) (rune, bool) {
+	switch {
+	case '0' <= b && b <= '9':
+		return rune(b - '0'), true
+	case 'a' <= b && b <= 'f':
+		return rune(b-'a') + 10, true
+	case 'A' <= b && b <= 'F':
+		return rune(b-'A') + 10, true
+	}
+	return 0, false
+}
+
+// patternRune follows a whole character of a string through its
+// pattern, if it has one.
+func (s *jsonState) patternRune(c rune) bool {
+	if s.val == nil || s.val.pattern == nil {
+		return true
+	}
+	s.rx = s.val.pattern.step(s.rx, c)
+	return s.rx >= 0
+}
+
+// patternLive reports whether a character begun so far, now one of
+// lo..hi, can still be one the pattern takes next; true without a
+// pattern. Surrogates are no characters.
+func (s *jsonState) patternLive(lo, hi rune) bool {
+	if s.val == nil || s.val.pattern == nil {
+		return true
+	}
+	r := s.val.pattern
+	return r.live(s.rx, lo, min(hi, 0xD7FF)) || r.live(s.rx, max(lo, 0xE000), hi)
+}
+
+// stringByte reads one byte inside a string (or the plain text of a
+// Regex).
 func (s *jsonState) stringByte(b byte) bool {
 	if s.cont > 0 {
 		if b < s.lo || b > s.hi {
@@ -284,16 +361,24 @@ func (s *jsonState) stringByte(b byte) bool {
 		}
 		s.cont--
 		s.lo, s.hi = 0x80, 0xBF
-		return true
+		s.cp = s.cp<<6 | rune(b&0x3F)
+		if s.cont > 0 {
+			free := 6 * int(s.cont)
+			return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
+		}
+		return s.patternRune(s.cp)
 	}
 	n := s.val
+	if s.raw { // plain text: every byte is the text's
+		return s.textByte(b)
+	}
 	if b == '"' {
 		if s.key {
 			s.mode = mColon
 			s.val = s.top.n.extra
 			return true
 		}
-		if s.chars < n.minLen {
+		if s.chars < n.minLen || n.pattern != nil && !n.pattern.states[s.rx].accept {
 			return false
 		}
 		s.ended()
@@ -303,10 +388,20 @@ func (s *jsonState) stringByte(b byte) bool {
 		return false
 	}
 	s.chars++
-	switch {
-	case b == '\\':
+	if b == '\\' {
 		s.mode = mEscape
+		return s.patternLive(0, 0xFFFF) // an escape spells a character of the Basic Multilingual Plane
+	}
+	return s.textByte(b)
+}
+
+// textByte reads the first byte of a character written as itself (UTF-8,
+// no overlong forms or surrogates) and follows an ASCII one through the
+// pattern.
+func (s *jsonState) textByte(b byte) bool {
+	switch {
 	case b < 0x80:
+		return s.patternRune(rune(b))
 	case 0xC2 <= b && b <= 0xDF:
 		s.cont, s.lo, s.hi = 1, 0x80, 0xBF
 	case b == 0xE0:
@@ -324,7 +419,10 @@ func (s *jsonState) stringByte(b byte) bool {
 	default:
 		return false
 	}
-	return true
+	lead := [4]byte{0, 0x1F, 0x0F, 0x07}[s.cont]
+	s.cp = rune(b & lead)
+	free := 6 * int(s.cont)
+	return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
 }
 
 // numberByte reads one byte of a number, or the byte after it.

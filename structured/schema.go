@@ -45,7 +45,8 @@ type node struct {
 	minItems, maxItems int // maxItems < 0: no bound
 
 	// Strings, in characters.
-	minLen, maxLen int // maxLen < 0: no bound
+	minLen, maxLen int    // maxLen < 0: no bound
+	pattern        *regex // the whole string matches it; nil: any
 
 	integer bool     // numbers: integers only
 	lits    []string // enum or const: the allowed values' JSON texts, sorted
@@ -82,9 +83,10 @@ var anyObject = &node{byKind: [numKinds]*node{kObject: anyNode}, maxItems: -1, m
 // compileSchema compiles a JSON Schema (the subset OpenAI's structured
 // outputs and vLLM's guided decoding use) for a generation; the root must
 // be an object. Keywords that constrain a value in ways the byte-level
-// machine does not check (pattern, multipleOf, …) are refused rather than
+// machine does not check (multipleOf, …) are refused rather than
 // ignored; annotations (title, description, format, …) are ignored, as
-// JSON Schema makes format an annotation by default. An object's
+// JSON Schema makes format an annotation by default. A pattern must
+// match the whole string (as xgrammar and outlines read it). An object's
 // properties come in the order the schema writes them, and with
 // properties an absent additionalProperties means false, as in vLLM's
 // default backend (xgrammar).
@@ -111,7 +113,7 @@ type compiler struct {
 
 // Keywords compile reads, and annotations it ignores.
 var (
-	handled     = []string{"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+	handled     = []string{"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"}
 	annotations = []string{"title", "description", "default", "examples", "format", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding"}
 )
 
@@ -184,7 +186,7 @@ func (c *compiler) object(s *object, path string) (*node, error) {
 	}
 	if n.byKind[kObject] == nil && (has(s, "properties") || has(s, "additionalProperties") || has(s, "required")) ||
 		n.byKind[kArray] == nil && (has(s, "items") || has(s, "minItems") || has(s, "maxItems")) ||
-		n.byKind[kString] == nil && (has(s, "minLength") || has(s, "maxLength")) {
+		n.byKind[kString] == nil && (has(s, "minLength") || has(s, "maxLength") || has(s, "pattern")) {
 		return nil, fmt.Errorf("schema %s: keywords for a type that \"type\" does not allow", path)
 	}
 	if n.byKind[kObject] != nil {
@@ -206,6 +208,18 @@ func (c *compiler) object(s *object, path string) (*node, error) {
 	if n.byKind[kString] != nil {
 		if n.minLen, n.maxLen, err = bounds(s, "minLength", "maxLength", path); err != nil {
 			return nil, err
+		}
+		if p, ok := s.get("pattern"); ok {
+			text, ok := p.(string)
+			if !ok {
+				return nil, fmt.Errorf("schema %s: pattern must be a string", path)
+			}
+			if has(s, "minLength") || has(s, "maxLength") {
+				return nil, fmt.Errorf("schema %s: pattern together with minLength or maxLength is not supported (bound the length in the pattern, as {1,10})", path)
+			}
+			if n.pattern, err = compileRegex(text); err != nil {
+				return nil, fmt.Errorf("schema %s: %w", path, err)
+			}
 		}
 	}
 	return n, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,13 @@ var testSchemas = map[string]string{
 		"temp": {"type": "integer", "exclusiveMinimum": -12, "maximum": 130},
 		"list": {"type": "array", "items": {"type": "integer", "minimum": 0, "exclusiveMaximum": 1000}}
 	}, "required": ["stars", "temp"]}`,
+	"patterns": `{"type": "object", "properties": {
+		"zip": {"type": "string", "pattern": "^[0-9]{3}-[a-z]{2}$"},
+		"word": {"type": ["string", "null"], "pattern": "(é|ab)+\\.?"},
+		"quote": {"type": "string", "pattern": "\"x\\\\?\""},
+		"list": {"type": "array", "items": {"type": "string", "pattern": "[xyz]{1,3}"}, "maxItems": 2},
+		"any": {"type": "string", "pattern": "[^a]*"}
+	}, "required": ["zip", "word", "quote"]}`,
 	"self": `{"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["name"]}`,
 }
 
@@ -82,7 +90,12 @@ func TestSchemaAccepts(t *testing.T) {
 		"tree":    {`{"val":1}`, `{"val":1,"kids":[{"val":2},{"val":3,"kids":[{"val":4}]}]}`},
 		"empty":   {`{}`, ` { } `},
 		"bounded": {`{"stars":1,"temp":-11}`, `{"stars":5,"temp":130,"list":[0,7,999,10]}`, `{"stars": 3 , "temp": 0}`},
-		"self":    {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
+		"patterns": {
+			`{"zip":"123-ab","word":"ab","quote":"\"x\""}`,
+			`{"zip":"000-zz","word":"\u00e9ab.","quote":"\"x\\\"","list":["xy","z"],"any":" \u00e9😀\t"}`,
+			`{"zip":"999-qq","word":null,"quote":"\u0022x\u005c\u0022"}`,
+		},
+		"self": {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
 	} {
 		f := compileTest(t, name)
 		for _, text := range texts {
@@ -127,7 +140,18 @@ func TestSchemaRefuses(t *testing.T) {
 			`{"v":"a","w":{"m"`: 15,
 			`{"v":"a","w":null`: 13,
 		},
-		"tree":  {`{"val":1,"kids":[{"val":2},{"val":3},`: 36, `{"kids":[]`: 2},
+		"tree": {`{"val":1,"kids":[{"val":2},{"val":3},`: 36, `{"kids":[]`: 2},
+		"patterns": {
+			`{"zip":"12a`:                                               10, // a digit
+			`{"zip":"123-a"`:                                            13, // not yet
+			`{"zip":"123-ab","word":"a"`:                                25, // "a" needs its "b"
+			`{"zip":"123-ab","word":"\ud8`:                              26, // no character the pattern takes begins so
+			`{"zip":"123-ab","word":"\u00e8`:                            29, // è, not é
+			`{"zip":"123-ab","word":"\n`:                                25, // a newline is no character of the pattern
+			"{\"zip\":\"123-ab\",\"word\":\"\xc3\xa8":                   25, // è in UTF-8: refused at its last byte
+			"{\"zip\":\"123-ab\",\"word\":\"\xe6":                       24, // no three-byte character can come
+			`{"zip":"123-ab","word":"ab","quote":"\"x\"","any":"\ud800`: 56, // a surrogate half is no character (write the character itself)
+		},
 		"empty": {`{"a"`: 1},
 		"bounded": {`{"stars":0`: 9, `{"stars":6`: 9, `{"stars":12`: 10, `{"stars":1,"temp":-12`: 20, `{"stars":1,"temp":131`: 20,
 			`{"stars":1,"temp":01`: 19, `{"stars":1,"temp":1.5`: 19, `{"stars":1,"temp":1,"list":[1000`: 31, `{"stars":1.0`: 10},
@@ -153,7 +177,9 @@ func TestSchemaErrors(t *testing.T) {
 		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0.5, "maximum": 3}}}`:                   "minimum must be an integer",
 		`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 2}}}`:                     "bounds must both be set",
 		`{"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}`:                                `keyword "multipleOf" is not supported`,
-		`{"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}`:                                  `keyword "pattern" is not supported`,
+		`{"type": "object", "properties": {"a": {"type": "string", "pattern": "x", "maxLength": 3}}}`:                  "pattern together with minLength",
+		`{"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}`:                                  "missing closing )",
+		`{"type": "object", "properties": {"a": {"type": "integer", "pattern": "1"}}}`:                                 "keywords for a type",
 		`{"type": "object", "properties": {"a": {"type": "decimal"}}}`:                                                 `unknown type "decimal"`,
 		`{"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}}}`: "alternatives must differ in type",
 		`{"type": "object", "properties": {"a": {"anyOf": [{"const": 1}, {"type": "string"}]}}}`:                       "enum or const inside anyOf",
@@ -344,6 +370,9 @@ func check(root *object, s any, v any, _ string) string {
 		}
 		if hi, ok := o.get("maxLength"); ok && n > atoi(hi) {
 			return "too long"
+		}
+		if p, ok := o.get("pattern"); ok && !regexp.MustCompile(`^(?:`+p.(string)+`)$`).MatchString(v) {
+			return "does not match " + p.(string)
 		}
 	}
 	return ""

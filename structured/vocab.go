@@ -139,6 +139,16 @@ func Choice(options []string) (*Format, error) {
 	return &Format{root: &node{lits: slices.Compact(lits)}, raw: true}, nil
 }
 
+// Regex is the format of plain text that matches pattern whole (vLLM's
+// guided_regex): RE2 syntax, see compileRegex for what is refused.
+func Regex(pattern string) (*Format, error) {
+	r, err := compileRegex(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("regex: %w", err)
+	}
+	return &Format{root: &node{pattern: r, maxLen: -1, maxItems: -1}, raw: true}, nil
+}
+
 // JSONObject is JSON mode's format (OpenAI's response_format {"type":
 // "json_object"}): one JSON object, any keys and values.
 func JSONObject() *Format { return &Format{root: anyObject} }
@@ -168,6 +178,18 @@ type Matcher struct {
 	v       *Vocab
 	st      jsonState
 	allowed []bool // scratch for Mask
+
+	// In a string with a pattern, between characters, what a token made
+	// of text alone allows depends on the pattern's state only: the
+	// masks of those tokens by pattern state, kept after the first
+	// search there (a pattern loops in a few states: [a-z]+ in one).
+	patternMasks map[patternAt][]bool
+}
+
+// patternAt is a pattern's state in one schema node's strings.
+type patternAt struct {
+	n  *node
+	rx int32
 }
 
 // Complete reports whether the text so far is a whole value of the format.
@@ -180,14 +202,37 @@ func (m *Matcher) Complete() bool { return m.st.complete() }
 // generation stops rather than breaks the format silently.
 func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
-	if m.st.inPlainString() {
+	switch at, ok := m.st.atPattern(); {
+	case m.st.inPlainString():
 		copy(allowed, m.v.plain)
 		for _, id := range m.v.other {
 			allowed[id] = m.accepts(m.v.bytes[id])
 		}
-	} else {
+	case ok && m.patternMasks[at] != nil:
+		// The text tokens from the pattern state's mask (in plain text,
+		// every token is); the others, which may close the string, one
+		// by one.
+		copy(allowed, m.patternMasks[at])
+		if !m.st.raw {
+			for _, id := range m.v.other {
+				allowed[id] = m.accepts(m.v.bytes[id])
+			}
+		}
+	default:
 		clear(allowed)
 		m.search(0, m.st)
+		if ok {
+			if m.patternMasks == nil {
+				m.patternMasks = map[patternAt][]bool{}
+			}
+			mask := slices.Clone(allowed)
+			if !m.st.raw {
+				for i, plain := range m.v.plain {
+					mask[i] = mask[i] && plain
+				}
+			}
+			m.patternMasks[at] = mask
+		}
 	}
 	stuck := !slices.Contains(allowed, true)
 	for _, id := range m.v.eos {
