@@ -34,10 +34,10 @@ const (
 
 // Reader splits one generation's text, as it streams, into content and
 // calls. Write takes each new piece of text and Close the end; the
-// deltas they return, concatenated, are the whole message. Whitespace
-// next to calls is not content: a run of it is held until text follows,
-// and dropped at the end of a message that made calls. A Reader is not
-// safe for concurrent use.
+// deltas they return, concatenated, are the whole message. Where calls
+// may come, whitespace next to them is not content: a run of it is held
+// until text follows, and dropped at the end of a message that made
+// calls. A Reader is not safe for concurrent use.
 type Reader struct {
 	choice Choice
 	syntax Syntax
@@ -92,8 +92,8 @@ func (r *Reader) Write(text string) Delta {
 	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
 		r.buf.WriteString(text)
 		r.llama3(&d, false)
-	default:
-		r.content(&d, text)
+	default: // no calls: the text is content as it comes
+		d.Content = text
 	}
 	return d
 }

@@ -203,3 +203,17 @@ func TestFormat(t *testing.T) {
 		t.Errorf("a schema outside the subset: %v", err)
 	}
 }
+
+// TestReaderWithoutCalls: where no call may come, every piece is content
+// as it arrives, whitespace included, so streams are not held back.
+func TestReaderWithoutCalls(t *testing.T) {
+	r := NewReader(Choice{Mode: None}, Hermes, weatherTools)
+	for _, p := range []string{"Hello ", "\n", "<tool_call>", " "} {
+		if d := r.Write(p); d.Content != p || len(d.Calls) != 0 {
+			t.Errorf("Write(%q) = %+v", p, d)
+		}
+	}
+	if d := r.Close(); !d.Empty() {
+		t.Errorf("Close() = %+v", d)
+	}
+}
