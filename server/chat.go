@@ -128,43 +128,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		}
 		req.MaxTokens = req.MaxCompletionTokens
 	}
-	g, e := req.validate(logprobs)
-	if e == nil {
-		g.tier, e = s.resolveTier(r, req.SLOTier)
-	}
+	run, e := s.startChat(r, &req, logprobs)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	if req.Model != s.opts.ModelName {
-		writeError(w, modelNotFound(req.Model))
-		return
-	}
-	tools, e := s.parseTools(&req, &g)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	var sent json.RawMessage
-	if len(tools.functions) > 0 {
-		sent = req.Tools
-	}
-	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ChatTemplateKwargs)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	prompts := [][]int{s.opts.Tokenizer.Encode(text, false)}
-	jobs, e := s.start(prompts, g, func(n int) int { return s.opts.Engine.MaxModelLen() - n }, "messages")
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	jobs, prompts, turns := run.jobs, run.prompts, run.turns
 	id, created := s.newID("chatcmpl"), s.opts.Clock.Now().Unix()
-	turns := make([]*chatTurn, len(jobs))
-	for i := range turns {
-		turns[i] = s.newTurn(tools, g, text)
-	}
 	if req.Stream {
 		var first []any
 		for _, j := range jobs {
@@ -216,6 +186,49 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	u := totalUsage(jobs, prompts)
 	resp.Usage = &u
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// chatRun is a chat request admitted to the engine: its prompt, its
+// choices, and the reader of each choice's text.
+type chatRun struct {
+	prompts [][]int
+	jobs    []*job
+	turns   []*chatTurn // by job index
+}
+
+// startChat validates a chat request (logprobs: the top alternatives
+// asked for, -1 for none), renders its prompt and submits its choices.
+func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*chatRun, *apiError) {
+	g, e := req.validate(logprobs)
+	if e == nil {
+		g.tier, e = s.resolveTier(r, req.SLOTier)
+	}
+	if e != nil {
+		return nil, e
+	}
+	if req.Model != s.opts.ModelName {
+		return nil, modelNotFound(req.Model)
+	}
+	tools, e := s.parseTools(req, &g)
+	if e != nil {
+		return nil, e
+	}
+	var sent json.RawMessage
+	if len(tools.functions) > 0 {
+		sent = req.Tools
+	}
+	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ChatTemplateKwargs)
+	if e != nil {
+		return nil, e
+	}
+	run := &chatRun{prompts: [][]int{s.opts.Tokenizer.Encode(text, false)}}
+	if run.jobs, e = s.start(run.prompts, g, func(n int) int { return s.opts.Engine.MaxModelLen() - n }, "messages"); e != nil {
+		return nil, e
+	}
+	for range run.jobs {
+		run.turns = append(run.turns, s.newTurn(tools, g, text))
+	}
+	return run, nil
 }
 
 // renderChat renders a conversation into the prompt text with the chat
