@@ -260,6 +260,19 @@ func (s *sse) send(v any) error {
 	return s.rc.Flush()
 }
 
+// event sends v as the named event (the Responses API's streams name
+// each event by its type).
+func (s *sse) event(name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", name, data); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
 func (s *sse) done() {
 	fmt.Fprint(s.w, "data: [DONE]\n\n")
 	_ = s.rc.Flush()

@@ -58,6 +58,18 @@ const scall = final.choices[0].message.tool_calls?.[0];
 check(scall && scall.function.name === "get_weather" && scall.function.arguments === call.function.arguments,
   "streamed tool call assembled by ChatCompletionStream equals the non-streamed one");
 
+// The Responses API: a response, and the same streamed and assembled by
+// the client's strict accumulator (ResponseStream).
+const rreq = { model, input: "Once upon a time", max_output_tokens: 16, temperature: 0 };
+const response = await client.responses.create(rreq);
+check(response.output_text === want && response.status === "incomplete" && response.usage.output_tokens === 16, "responses.create: " + JSON.stringify(response.output_text));
+const rfinal = await client.responses.stream(rreq).finalResponse();
+check(rfinal.output_text === want && rfinal.output[0].type === "message", "responses.stream assembled by ResponseStream equals responses.create");
+const rtools = [{ type: "function", name: "get_weather", parameters: tools[0].function.parameters }];
+const rcall = await client.responses.stream({ model, input: "Weather?", tools: rtools, tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 200, temperature: 0 }).finalResponse();
+const fc = rcall.output.find((o) => o.type === "function_call");
+check(fc && fc.name === "get_weather" && fc.call_id && typeof JSON.parse(fc.arguments).city === "string", "responses function_call streamed: " + JSON.stringify(fc));
+
 try {
   await client.completions.create({ model: "no-such-model", prompt: "hi", max_tokens: 4 });
   check(false, "unknown model raises");
