@@ -489,6 +489,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, body []byte) 
 	}
 	run, e := s.startChat(r, creq, -1)
 	if e != nil {
+		if e.Param != nil { // the chat API's names for this API's fields
+			if name, ok := map[string]string{"response_format": "text", "max_tokens": "max_output_tokens", "messages": "input"}[*e.Param]; ok {
+				e.Param = &name
+			}
+		}
 		writeError(w, e)
 		return
 	}

@@ -156,7 +156,8 @@ func TestResponsesInput(t *testing.T) {
 		{`"input":"hi","tools":[{"type":"web_search"}]`, "tools", "not supported"},
 		{`"input":"hi","tool_choice":{"type":"function"}`, "tool_choice", "must be"},
 		{`"input":"hi","max_output_tokens":0`, "max_output_tokens", "at least 1"},
-		{`"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"string"}}}`, "response_format", "root must be an object"},
+		{`"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"string"}}}`, "text", "root must be an object"},
+		{`"input":"hi","max_output_tokens":100000`, "max_output_tokens", "maximum context length"},
 	} {
 		status, data := ts.post(t, "/v1/responses", `{"model":"stories260K",`+c.body+`}`)
 		var e struct {
