@@ -263,7 +263,8 @@ func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
 }
 
 // parseStructuredOutputs reads vLLM's structured_outputs: one of json (a
-// schema, or a string holding one), regex, choice or json_object.
+// schema, or a string holding one), regex, choice or json_object, and
+// disable_any_whitespace.
 func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError) {
 	const param = "structured_outputs"
 	var so map[string]json.RawMessage
@@ -272,8 +273,16 @@ func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError)
 	}
 	var set []string
 	var format *structured.Format
+	compact := false
 	for key, v := range so {
-		if string(v) == "null" || string(v) == "false" && key == "json_object" {
+		if string(v) == "null" || string(v) == "false" && (key == "json_object" || key == "disable_any_whitespace") {
+			continue
+		}
+		if key == "disable_any_whitespace" {
+			if string(v) != "true" {
+				return nil, invalid(param, "structured_outputs.disable_any_whitespace must be a boolean")
+			}
+			compact = true
 			continue
 		}
 		var f *structured.Format
@@ -299,7 +308,7 @@ func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError)
 			}
 			f = structured.JSONObject()
 		default:
-			return nil, invalid(param, "structured_outputs.%s is not supported; json, regex, choice and json_object are", key)
+			return nil, invalid(param, "structured_outputs.%s is not supported; json, regex, choice, json_object and disable_any_whitespace are", key)
 		}
 		if e != nil {
 			return nil, e
@@ -308,6 +317,9 @@ func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError)
 	}
 	if len(set) != 1 {
 		return nil, invalid(param, "structured_outputs must set exactly one of json, regex, choice and json_object, got %d", len(set))
+	}
+	if compact {
+		format = format.WithoutWhitespace()
 	}
 	return format, nil
 }

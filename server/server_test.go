@@ -383,6 +383,7 @@ func TestGuidedChoiceAndJSON(t *testing.T) {
 		{`"structured_outputs":{"regex":"[A-Z][a-z]{2,4}\\."}`, `^[A-Z][a-z]{2,4}\.$`},
 		{`"structured_outputs":{"choice":["left","right"]}`, `^(left|right)$`},
 		{`"structured_outputs":{"json":` + schema + `}`, `(?s)^\s*\{\s*"ok"\s*:\s*(true|false)\s*\}\s*$`},
+		{`"structured_outputs":{"json":` + schema + `,"disable_any_whitespace":true}`, `^\{"ok":(true|false)\}$`},
 	} {
 		status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"The cat was","max_tokens":60,"temperature":0,`+c.format+`}`)
 		var resp completionResponse

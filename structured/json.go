@@ -41,7 +41,8 @@ type jsonState struct {
 	lits     []string // the literal values being matched, sorted
 	llo, lhi int      // the ones still matching: lits[llo:lhi]
 
-	raw bool // the text is one of a choice's strings, or what a regex allows, as it is, not JSON: no whitespace around it
+	raw     bool // the text is one of a choice's strings, or what a regex allows, as it is, not JSON: no whitespace around it
+	compact bool // no whitespace between tokens
 
 	// A string with a pattern: the regex's state after the characters so
 	// far, and the bits of the character being read (a UTF-8 sequence's
@@ -187,6 +188,9 @@ func (s *jsonState) step(b byte) bool {
 	}
 	// Structural modes: whitespace may come between tokens.
 	if isWS(b) && !s.raw {
+		if s.compact {
+			return false
+		}
 		if b == '\n' {
 			if s.nl {
 				return false

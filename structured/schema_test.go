@@ -495,3 +495,39 @@ func TestChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutWhitespace: the compact format takes the same values with
+// no whitespace between tokens, and its walks generate none.
+func TestWithoutWhitespace(t *testing.T) {
+	f := compileTest(t, "nested").WithoutWhitespace()
+	text := `{"point":{"x":1,"y":2},"k":"fixed"}`
+	if n, ok := runMatcher(f, text); n != len(text) || !ok {
+		t.Errorf("%q: took %d, complete %v", text, n, ok)
+	}
+	for _, text := range []string{` {`, `{ "point"`, `{"point" :`, `{"point":{"x":1 ,`} {
+		if n, _ := runMatcher(f, text); n != strings.IndexByte(text, ' ') {
+			t.Errorf("%q: refused at %d, want at the whitespace", text, n)
+		}
+	}
+	v := testVocab()
+	r := rand.New(rand.NewPCG(9, 10))
+	for walk := range 100 {
+		text := randomWalk(t, v, testPieces, JSONObject().WithoutWhitespace(), r, 60)
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(text)); err != nil || compact.String() != text {
+			t.Fatalf("walk %d: %q is not compact JSON (%v)", walk, text, err)
+		}
+	}
+}
+
+// runMatcher is runFormat through a Matcher's state, which carries the
+// format's whitespace rule.
+func runMatcher(f *Format, text string) (int, bool) {
+	s := testVocab().Matcher(f).st
+	for i := 0; i < len(text); i++ {
+		if !s.step(text[i]) {
+			return i, false
+		}
+	}
+	return len(text), s.complete()
+}

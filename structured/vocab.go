@@ -119,8 +119,18 @@ func plainString(p string) bool {
 // Format is a compiled output format, shared by the Matchers of every
 // sequence that follows it.
 type Format struct {
-	root *node
-	raw  bool // Choice: root's literals are plain text
+	root    *node
+	raw     bool // Choice, Regex: plain text, not JSON
+	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
+}
+
+// WithoutWhitespace is f with no whitespace allowed between JSON tokens
+// (vLLM's disable_any_whitespace): the shortest text of each value, and
+// no room for a small model to loop on spaces and newlines.
+func (f *Format) WithoutWhitespace() *Format {
+	c := *f
+	c.compact = true
+	return &c
 }
 
 // Choice is the format of exactly one of options as plain text (vLLM's
@@ -168,7 +178,9 @@ func JSONSchema(schema []byte) (*Format, error) {
 // Matcher returns a Matcher that holds one generation to f, then an end
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
-	return &Matcher{v: v, st: newState(f.root, f.raw), allowed: make([]bool, v.size)}
+	st := newState(f.root, f.raw)
+	st.compact = f.compact
+	return &Matcher{v: v, st: st, allowed: make([]bool, v.size)}
 }
 
 // Matcher holds one sequence's generation to a format: it masks the
