@@ -14,7 +14,6 @@ package reasoning
 import (
 	"fmt"
 	"strings"
-	"unicode"
 )
 
 // Parser names how a model marks its thinking (vLLM's
@@ -70,6 +69,7 @@ type Reader struct {
 	mode    mode
 	buf     string // text not yet given out: a tag's possible start, whitespace held back
 	thought bool   // some thinking was given out
+	opened  bool   // the thinking's start is behind: the model's own <think> (if any) read
 	lead    bool   // the answer has begun (its leading whitespace is behind)
 }
 
@@ -77,7 +77,7 @@ type Reader struct {
 // rendered chat prompt).
 func NewReader(p Parser, prompt string) *Reader {
 	r := &Reader{}
-	tail := strings.TrimRightFunc(prompt, unicode.IsSpace)
+	tail := strings.TrimRightFunc(prompt, isSpace)
 	switch {
 	case strings.HasSuffix(tail, openTag):
 		r.mode = mThinking
@@ -104,7 +104,7 @@ func (r *Reader) read(end bool) Delta {
 	for {
 		switch r.mode {
 		case mUndecided:
-			lead := strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+			lead := strings.TrimLeftFunc(r.buf, isSpace)
 			if !end && (lead == "" || strings.HasPrefix(openTag, lead)) {
 				return d // not yet known
 			}
@@ -114,15 +114,18 @@ func (r *Reader) read(end bool) Delta {
 			}
 			r.mode, r.lead = mAnswer, true
 		case mThinking:
-			if !r.thought { // the model's own <think>, also after a prompt's
-				lead := strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+			if !r.opened { // the model's own <think>, also after a prompt's
+				lead := strings.TrimLeftFunc(r.buf, isSpace)
 				if !end && strings.HasPrefix(openTag, lead) {
 					return d
 				}
-				r.buf = strings.TrimLeftFunc(strings.TrimPrefix(lead, openTag), unicode.IsSpace)
+				r.buf, r.opened = strings.TrimLeftFunc(strings.TrimPrefix(lead, openTag), isSpace), true
+			}
+			if !r.thought { // leading whitespace, before any thinking is given out
+				r.buf = strings.TrimLeftFunc(r.buf, isSpace)
 			}
 			if i := strings.Index(r.buf, closeTag); i >= 0 {
-				d.Reasoning += strings.TrimRightFunc(r.buf[:i], unicode.IsSpace)
+				d.Reasoning += strings.TrimRightFunc(r.buf[:i], isSpace)
 				r.mode, r.buf = mAnswer, r.buf[i+len(closeTag):]
 				continue
 			}
@@ -130,19 +133,19 @@ func (r *Reader) read(end bool) Delta {
 			// whitespace, which goes only if thinking goes on after it.
 			keep := len(r.buf)
 			if !end {
-				keep = len(strings.TrimRightFunc(r.buf[:len(r.buf)-partialSuffix(r.buf, closeTag)], unicode.IsSpace))
+				keep = len(strings.TrimRightFunc(r.buf[:len(r.buf)-partialSuffix(r.buf, closeTag)], isSpace))
 			}
 			if keep > 0 {
 				d.Reasoning += r.buf[:keep]
 				r.buf, r.thought = r.buf[keep:], true
 			}
 			if end {
-				d.Reasoning = strings.TrimRightFunc(d.Reasoning, unicode.IsSpace)
+				d.Reasoning = strings.TrimRightFunc(d.Reasoning, isSpace)
 			}
 			return d
 		case mAnswer:
 			if !r.lead {
-				r.buf = strings.TrimLeftFunc(r.buf, unicode.IsSpace)
+				r.buf = strings.TrimLeftFunc(r.buf, isSpace)
 				if r.buf == "" {
 					return d
 				}
@@ -165,3 +168,7 @@ func partialSuffix(text, tag string) int {
 	}
 	return 0
 }
+
+// isSpace is ASCII whitespace, what models write around tags: a byte
+// test, so that text split inside a character reads as it does whole.
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }

@@ -74,3 +74,20 @@ func TestParseParser(t *testing.T) {
 		t.Error("ParseParser(granite): no error")
 	}
 }
+
+// FuzzReader: any text after any prompt, split anywhere, reads without a
+// panic into what it reads whole.
+func FuzzReader(f *testing.F) {
+	f.Add("<|im_start|>assistant\n", "<think>\nhm</think>\n\nok", uint(4), false)
+	f.Add("x<think>\n", " a </thin", uint(2), true)
+	f.Fuzz(func(t *testing.T, prompt, text string, at uint, r1 bool) {
+		p := Qwen3
+		if r1 {
+			p = DeepSeekR1
+		}
+		i := int(at % uint(len(text)+1))
+		if whole, split := read(p, prompt, []string{text}), read(p, prompt, []string{text[:i], text[i:]}); whole != split {
+			t.Fatalf("%q after %q split at %d: %+v, whole %+v", text, prompt, i, split, whole)
+		}
+	})
+}

@@ -123,3 +123,26 @@ func TestRegexFormatWalks(t *testing.T) {
 		t.Error("Regex(`(`): no error")
 	}
 }
+
+// FuzzRegex: any pattern compiles or is refused without a panic, and a
+// compiled one agrees with Go's regexp anchored at both ends.
+func FuzzRegex(f *testing.F) {
+	for _, p := range testPatterns {
+		f.Add(p, "abc")
+	}
+	f.Add(`[^\x00-\x{10FFFF}]`, "")
+	f.Add(`(?i)Σ+|$^`, "σς")
+	f.Fuzz(func(t *testing.T, pattern, text string) {
+		r, err := compileRegex(pattern)
+		if err != nil || !utf8.ValidString(text) {
+			return
+		}
+		oracle, err := regexp.Compile(`^(?:` + pattern + `)$`)
+		if err != nil {
+			t.Fatalf("%q compiled here, not in regexp: %v", pattern, err)
+		}
+		if got, want := dfaMatch(r, text), oracle.MatchString(text); got != want {
+			t.Fatalf("%q on %q: DFA %v, regexp %v", pattern, text, got, want)
+		}
+	})
+}

@@ -3,7 +3,6 @@ package toolcall
 import (
 	"encoding/json"
 	"strings"
-	"unicode"
 )
 
 // Delta is what a piece of output adds to the message: content text and
@@ -127,7 +126,7 @@ func (r *Reader) Close() Delta {
 
 // content gives out text as content, holding back trailing whitespace.
 func (r *Reader) content(d *Delta, text string) {
-	body := strings.TrimRightFunc(text, unicode.IsSpace)
+	body := strings.TrimRightFunc(text, isSpace)
 	if body != "" {
 		d.Content += r.space + body
 		r.space = ""
@@ -204,7 +203,7 @@ func partialSuffix(text, tag string) int {
 func (r *Reader) llama3(d *Delta, end bool) {
 	text := r.buf.String()
 	if !r.decided {
-		lead := strings.TrimLeftFunc(text, unicode.IsSpace)
+		lead := strings.TrimLeftFunc(text, isSpace)
 		if !end && (lead == "" || strings.HasPrefix(pythonTag, lead)) {
 			return // not yet known
 		}
@@ -294,3 +293,7 @@ func (r *Reader) scanArray(d *Delta) {
 	}
 	r.scanned = len(text)
 }
+
+// isSpace is ASCII whitespace, what models write around calls: a byte
+// test, so that text split inside a character reads as it does whole.
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }

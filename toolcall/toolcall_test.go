@@ -217,3 +217,25 @@ func TestReaderWithoutCalls(t *testing.T) {
 		t.Errorf("Close() = %+v", d)
 	}
 }
+
+// FuzzReader: any text, split anywhere, reads without a panic into the
+// message it reads whole, in every mode that parses.
+func FuzzReader(f *testing.F) {
+	f.Add("<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call> x", uint(5), uint8(0))
+	f.Add("{\"name\": \"get_time\", \"parameters\": {}}; {", uint(3), uint8(1))
+	f.Add(`[{"name": "get_time", "parameters": {"a": "]}"}}, {"name`, uint(9), uint8(2))
+	f.Fuzz(func(t *testing.T, text string, at uint, mode uint8) {
+		choice, syntax := Choice{Mode: Auto}, Hermes
+		switch mode % 3 {
+		case 1:
+			syntax = Llama3JSON
+		case 2:
+			choice = Choice{Mode: Required}
+		}
+		i := int(at % uint(len(text)+1))
+		whole := read(t, choice, syntax, []string{text})
+		if split := read(t, choice, syntax, []string{text[:i], text[i:]}); fmt.Sprint(split) != fmt.Sprint(whole) {
+			t.Fatalf("%q split at %d: %v, whole %v", text, i, split, whole)
+		}
+	})
+}
