@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/chat"
@@ -307,6 +308,13 @@ func messageContent(raw json.RawMessage, i int) (string, *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", invalid("messages", "messages[%d].content is required", i)
 	}
+	return textContent(raw, fmt.Sprintf("messages[%d].content", i), "messages", "text")
+}
+
+// textContent reads a message's content, a string or a list of parts of
+// the given text types, joined by newlines; where names it (and param
+// its field) in errors.
+func textContent(raw json.RawMessage, where, param string, types ...string) (string, *apiError) {
 	var text string
 	if json.Unmarshal(raw, &text) == nil {
 		return text, nil
@@ -316,12 +324,12 @@ func messageContent(raw json.RawMessage, i int) (string, *apiError) {
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", invalid("messages", "messages[%d].content must be a string or a list of content parts", i)
+		return "", invalid(param, "%s must be a string or a list of content parts", where)
 	}
 	var b strings.Builder
 	for j, p := range parts {
-		if p.Type != "text" {
-			return "", invalid("messages", "messages[%d].content[%d]: content type %q is not supported (text only)", i, j, p.Type)
+		if !slices.Contains(types, p.Type) {
+			return "", invalid(param, "%s[%d]: content type %q is not supported (%s)", where, j, p.Type, strings.Join(types, ", "))
 		}
 		if j > 0 {
 			b.WriteString("\n")

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/gearboxlm/gearbox/engine"
 )
@@ -148,28 +147,11 @@ func inputMessages(raw json.RawMessage) ([]chatMessage, *apiError) {
 // inputContent flattens a message's content parts (input_text,
 // output_text) into the chat content string.
 func inputContent(raw json.RawMessage, i int) (json.RawMessage, *apiError) {
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
-		return raw, nil
+	text, e := textContent(raw, fmt.Sprintf("input[%d].content", i), "input", "input_text", "output_text", "text")
+	if e != nil {
+		return nil, e
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &parts) != nil {
-		return nil, invalid("input", "input[%d].content must be a string or a list of content parts", i)
-	}
-	var b strings.Builder
-	for j, p := range parts {
-		if p.Type != "input_text" && p.Type != "output_text" && p.Type != "text" {
-			return nil, invalid("input", "input[%d].content[%d]: content type %q is not supported (input_text, output_text)", i, j, p.Type)
-		}
-		if j > 0 {
-			b.WriteString("\n")
-		}
-		b.WriteString(p.Text)
-	}
-	content, _ := json.Marshal(b.String())
+	content, _ := json.Marshal(text)
 	return content, nil
 }
 
