@@ -38,6 +38,10 @@ type Request struct {
 	// IncludeStop keeps the stop string that ended the generation at the
 	// end of its text (vLLM's include_stop_str_in_output).
 	IncludeStop bool
+	// KeepSpecial keeps special tokens in the text (vLLM's
+	// skip_special_tokens false); the token that ends the generation is
+	// never text.
+	KeepSpecial bool
 	Priority    int    // smaller runs first; FCFS within a priority
 	Tier        string // the request's SLO tier (package slo), reported back in FinishStats; "" for none
 	// Constraint, when set, holds the generation to a format (structured
@@ -340,7 +344,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	l := &live{req: req, sampler: sampler, out: newStream(req.ID), arrival: e.clk.Now()}
 	if e.tok != nil {
-		l.dec, l.match = e.tok.NewDecoder(req.Prompt, true), newStopMatcher(req.Stop, req.IncludeStop)
+		l.dec, l.match = e.tok.NewDecoder(req.Prompt, !req.KeepSpecial), newStopMatcher(req.Stop, req.IncludeStop)
 	}
 	l.req.MaxTokens = maxTokens
 	l.stops = slices.Clone(req.StopTokenIDs)

@@ -83,7 +83,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			id := s.newID("req")
 			req := engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
-				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, Priority: g.priority, Tier: g.tier,
+				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, KeepSpecial: g.special, Priority: g.priority, Tier: g.tier,
 			}
 			if g.format != nil {
 				req.Constraint = s.structuredVocab().Matcher(g.format)

@@ -34,6 +34,7 @@ type commonParams struct {
 	IgnoreEOS         bool            `json:"ignore_eos"`
 	MinTokens         *int            `json:"min_tokens"`                 // vLLM's extra: no end token or stop string before this many tokens
 	IncludeStopStr    bool            `json:"include_stop_str_in_output"` // vLLM's extra: keep the stop string that ended the text
+	SkipSpecialTokens *bool           `json:"skip_special_tokens"`        // vLLM's extra: false keeps special tokens in the text
 	Priority          int             `json:"priority"`
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
@@ -70,6 +71,7 @@ type generation struct {
 	ignoreEOS bool
 	minTokens int  // min_tokens
 	keepStop  bool // include_stop_str_in_output
+	special   bool // special tokens stay in the text (skip_special_tokens false)
 	priority  int
 	tier      string             // SLO tier name, resolved against the server's tiers; "" without tiers
 	format    *structured.Format // response_format json_object or json_schema; nil: free text
@@ -78,7 +80,8 @@ type generation struct {
 // validate checks the shared fields; logprobs is the number of top
 // alternatives requested (-1 for none).
 func (c *commonParams) validate(logprobs int) (generation, *apiError) {
-	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority, keepStop: c.IncludeStopStr}
+	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority, keepStop: c.IncludeStopStr,
+		special: c.SkipSpecialTokens != nil && !*c.SkipSpecialTokens}
 	g.params.Logprobs = logprobs
 	if c.Model == "" {
 		return g, invalid("model", "model is required")

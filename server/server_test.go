@@ -462,6 +462,13 @@ func TestNStopLogprobs(t *testing.T) {
 			t.Fatalf("choice %d: %+v", i, c)
 		}
 	}
+	// skip_special_tokens false keeps <s> (forced here) in the text.
+	for skip, want := range map[string]string{"true": "", "false": "<s><s>"} {
+		status, body = ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once","max_tokens":2,"logit_bias":{"1":100},"skip_special_tokens":`+skip+`}`)
+		if status != 200 || json.Unmarshal(body, &resp) != nil || resp.Choices[0].Text != want {
+			t.Errorf("skip_special_tokens %s: %s, want text %q", skip, body, want)
+		}
+	}
 	// vLLM's include_stop_str_in_output and min_tokens.
 	for _, c := range []struct{ extra, text, finish string }{
 		{`"include_stop_str_in_output":true`, ", there was a little girl named Lily", "stop"},

@@ -32,6 +32,9 @@ func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiErr
 	if t.choice.Mode == toolcall.Auto && s.opts.ToolSyntax == "" {
 		return t, invalid("tool_choice", `tool_choice "auto" (the default with tools) needs the syntax this model writes calls in, which its chat template does not show: start the server with --tool-call-parser (%q), or send tool_choice "required" or {"type": "function", "function": {"name": ...}}`, toolcall.Syntaxes)
 	}
+	if t.choice.Mode == toolcall.Auto && s.opts.ToolSyntax.NeedsSpecialTokens() {
+		g.special = true // the calls' marker is a special token
+	}
 	format, err := t.choice.Format(t.functions, t.parallel)
 	if err != nil {
 		return t, invalid("tools", "%v", err)

@@ -352,3 +352,24 @@ func TestTurnThinkingAndCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestToolChoiceAutoMistral: a template that teaches Mistral's
+// [TOOL_CALLS] makes "auto" read that syntax, with special tokens kept in
+// the text (the marker is one in Mistral's vocabularies).
+func TestToolChoiceAutoMistral(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: `{% for m in messages %}{{ m.content }}{% endfor %}{# [TOOL_CALLS] #}`})
+	if ts.api.opts.ToolSyntax != toolcall.Mistral {
+		t.Fatalf("syntax %q", ts.api.opts.ToolSyntax)
+	}
+	body := fmt.Sprintf(`{"model":"stories260K","messages":[{"role":"user","content":"Time?"}],"max_tokens":100,"tools":%s,"guided_choice":[%q]}`,
+		testTools, `[TOOL_CALLS]get_time[ARGS]{"zone": 3}`)
+	status, data := ts.post(t, "/v1/chat/completions", body)
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(data, &resp) != nil {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	m := resp.Choices[0].Message
+	if m.Content != nil || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function != (functionCall{Name: "get_time", Arguments: `{"zone":3}`}) || *resp.Choices[0].FinishReason != "tool_calls" {
+		t.Errorf("%s", data)
+	}
+}

@@ -2,6 +2,7 @@ package toolcall
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 )
 
@@ -26,9 +27,11 @@ func (d Delta) Empty() bool { return d.Content == "" && len(d.Calls) == 0 }
 
 // Hermes' tags and Llama 3's marker.
 const (
-	openTag   = "<tool_call>"
-	closeTag  = "</tool_call>"
-	pythonTag = "<|python_tag|>"
+	openTag     = "<tool_call>"
+	closeTag    = "</tool_call>"
+	pythonTag   = "<|python_tag|>"
+	mistralTag  = "[TOOL_CALLS]"
+	mistralArgs = "[ARGS]"
 )
 
 // Reader splits one generation's text, as it streams, into content and
@@ -91,6 +94,9 @@ func (r *Reader) Write(text string) Delta {
 	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
 		r.buf.WriteString(text)
 		r.llama3(&d, false)
+	case r.choice.Mode == Auto && r.syntax == Mistral:
+		r.buf.WriteString(text)
+		r.mistral(&d, false)
 	default: // no calls: the text is content as it comes
 		d.Content = text
 	}
@@ -116,6 +122,8 @@ func (r *Reader) Close() Delta {
 		r.hermes(&d, true)
 	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
 		r.llama3(&d, true)
+	case r.choice.Mode == Auto && r.syntax == Mistral:
+		r.mistral(&d, true)
 	}
 	if r.calls == 0 && r.space != "" {
 		d.Content += r.space
@@ -243,6 +251,71 @@ func (r *Reader) llama3(d *Delta, end bool) {
 		}
 		body = strings.TrimPrefix(rest, ";")
 		dec = json.NewDecoder(strings.NewReader(body))
+	}
+	if calls == nil {
+		r.content(d, text)
+		return
+	}
+	for _, c := range calls {
+		r.addCall(d, c)
+	}
+}
+
+// mistral reads Mistral's syntax: content up to [TOOL_CALLS] (a tail that
+// may begin it held back), then everything after it, buffered to the end
+// and read as calls, or as content when it is not all calls.
+func (r *Reader) mistral(d *Delta, end bool) {
+	text := r.buf.String()
+	if !r.inCall {
+		i := strings.Index(text, mistralTag)
+		if i < 0 {
+			keep := 0
+			if !end {
+				keep = partialSuffix(text, mistralTag)
+			}
+			r.buf.Reset()
+			r.buf.WriteString(text[len(text)-keep:])
+			r.content(d, text[:len(text)-keep])
+			return
+		}
+		r.content(d, text[:i])
+		r.inCall = true
+		r.buf.Reset()
+		r.buf.WriteString(text[i:])
+		text = r.buf.String()
+	}
+	if !end {
+		return
+	}
+	r.buf.Reset()
+	var calls []call
+	for _, seg := range strings.Split(text, mistralTag)[1:] {
+		seg = strings.TrimSpace(seg)
+		if name, args, ok := strings.Cut(seg, mistralArgs); ok { // name[ARGS]{...}
+			c, ok := parseCall(fmt.Sprintf(`{"name": %q, "arguments": %s}`, strings.TrimSpace(name), args), r.names)
+			if !ok {
+				calls = nil
+				break
+			}
+			calls = append(calls, c)
+			continue
+		}
+		var list []json.RawMessage // [{"name", "arguments"}, ...]
+		if json.Unmarshal([]byte(seg), &list) != nil || len(list) == 0 {
+			calls = nil
+			break
+		}
+		for _, raw := range list {
+			c, ok := parseCall(string(raw), r.names)
+			if !ok {
+				calls = nil
+				break
+			}
+			calls = append(calls, c)
+		}
+		if calls == nil {
+			break
+		}
 	}
 	if calls == nil {
 		r.content(d, text)

@@ -176,11 +176,21 @@ const (
 	// "parameters": {...}}, after <|python_tag|> or alone; several calls
 	// are separated by ";".
 	Llama3JSON Syntax = "llama3_json"
+	// Mistral writes [TOOL_CALLS] and then the calls: a JSON array of
+	// {"name", "arguments"} (Mistral 7B v0.3's tokenizer), or
+	// name[ARGS]{...} after each [TOOL_CALLS] (newer ones). The marker is
+	// a special token, so the server keeps special tokens in the text
+	// (NeedsSpecialTokens).
+	Mistral Syntax = "mistral"
 )
 
 // Syntaxes are the syntaxes a Reader reads, by name (vLLM's
 // --tool-call-parser names).
-var Syntaxes = []Syntax{Hermes, Llama3JSON}
+var Syntaxes = []Syntax{Hermes, Llama3JSON, Mistral}
+
+// NeedsSpecialTokens reports whether the syntax marks calls with a
+// special token, which the text must keep (skip_special_tokens false).
+func (s Syntax) NeedsSpecialTokens() bool { return s == Mistral }
 
 // ParseSyntax reads a --tool-call-parser name.
 func ParseSyntax(name string) (Syntax, error) {
@@ -193,11 +203,14 @@ func ParseSyntax(name string) (Syntax, error) {
 }
 
 // Detect names the syntax a chat template teaches its model, or "" when
-// it teaches none: Hermes' tags, or Llama 3.1's JSON with "parameters".
+// it teaches none: Hermes' tags, Mistral's [TOOL_CALLS], or Llama 3.1's
+// JSON with "parameters".
 func Detect(template string) Syntax {
 	switch {
 	case strings.Contains(template, "<tool_call>"):
 		return Hermes
+	case strings.Contains(template, "[TOOL_CALLS]"):
+		return Mistral
 	case strings.Contains(template, "<|python_tag|>") || strings.Contains(template, `"parameters": `) && strings.Contains(template, "tools"):
 		return Llama3JSON
 	}

@@ -74,6 +74,7 @@ func TestDetect(t *testing.T) {
 		`{{- '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' }}`:    Hermes,
 		`{%- if tools %}Respond in the format {"name": function name, "parameters": dictionary}{% endif %}`: Llama3JSON,
 		`{{- "<|python_tag|>" + tool_call.name }}`:                                                          Llama3JSON,
+		`{{- "[AVAILABLE_TOOLS] " + tools|tojson + "[/AVAILABLE_TOOLS]" }}{{ "[TOOL_CALLS] " }}`:            Mistral,
 		`{% for m in messages %}{{ m.content }}{% endfor %}`:                                                "",
 	} {
 		if got := Detect(tmpl); got != want {
@@ -83,8 +84,8 @@ func TestDetect(t *testing.T) {
 	if s, err := ParseSyntax("hermes"); err != nil || s != Hermes {
 		t.Errorf("ParseSyntax(hermes) = %q, %v", s, err)
 	}
-	if _, err := ParseSyntax("mistral"); err == nil {
-		t.Error("ParseSyntax(mistral): no error")
+	if _, err := ParseSyntax("pythonic"); err == nil {
+		t.Error("ParseSyntax(pythonic): no error")
 	}
 }
 
@@ -164,6 +165,13 @@ func TestReader(t *testing.T) {
 		{auto, Llama3JSON, "{\"name\": \"get_time\", \"parameters\": {}} and more", message{content: "{\"name\": \"get_time\", \"parameters\": {}} and more"}},
 		{auto, Llama3JSON, "<|py", message{content: "<|py"}},
 		{auto, Llama3JSON, "  ", message{content: "  "}},
+		{auto, Mistral, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {\"name\": \"get_time\", \"arguments\": {}}]",
+			message{calls: []string{`get_weather {"city":"Rome"}`, "get_time {}"}}},
+		{auto, Mistral, "Sure.[TOOL_CALLS]get_time[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}",
+			message{content: "Sure.", calls: []string{"get_time {}", `get_weather {"city":"Oslo"}`}}},
+		{auto, Mistral, "a [TOOL_CALLS x", message{content: "a [TOOL_CALLS x"}},
+		{auto, Mistral, "[TOOL_CALLS]nope[ARGS]{}", message{content: "[TOOL_CALLS]nope[ARGS]{}"}},
+		{auto, Mistral, "[TOOL_CALLS]get_time[ARGS]{} and", message{content: "[TOOL_CALLS]get_time[ARGS]{} and"}},
 		{required, "", `[{"name": "get_weather", "parameters": {"city": "a]}\"{"}}, {"name":"get_time","parameters":{}}]`,
 			message{calls: []string{`get_weather {"city":"a]}\"{"}`, "get_time {}"}}},
 		{required, "", `[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"ci`, // cut by the length limit
@@ -224,13 +232,16 @@ func FuzzReader(f *testing.F) {
 	f.Add("<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call> x", uint(5), uint8(0))
 	f.Add("{\"name\": \"get_time\", \"parameters\": {}}; {", uint(3), uint8(1))
 	f.Add(`[{"name": "get_time", "parameters": {"a": "]}"}}, {"name`, uint(9), uint8(2))
+	f.Add("ok [TOOL_CALLS]get_time[ARGS]{}", uint(7), uint8(3))
 	f.Fuzz(func(t *testing.T, text string, at uint, mode uint8) {
 		choice, syntax := Choice{Mode: Auto}, Hermes
-		switch mode % 3 {
+		switch mode % 4 {
 		case 1:
 			syntax = Llama3JSON
 		case 2:
 			choice = Choice{Mode: Required}
+		case 3:
+			syntax = Mistral
 		}
 		i := int(at % uint(len(text)+1))
 		whole := read(t, choice, syntax, []string{text})
