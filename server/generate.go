@@ -85,8 +85,11 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
 				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, KeepSpecial: g.special, Priority: g.priority, Tier: g.tier,
 			}
-			if g.format != nil {
-				req.Constraint = s.structuredVocab().Matcher(g.format)
+			if format := g.format; format != nil {
+				if s.opts.CompactJSON {
+					format = format.WithoutWhitespace()
+				}
+				req.Constraint = s.structuredVocab().Matcher(format)
 			}
 			st, err := eng.Submit(req)
 			if err != nil {

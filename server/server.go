@@ -50,6 +50,10 @@ type Options struct {
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
 	// named function work with any model).
 	ToolSyntax toolcall.Syntax
+	// CompactJSON holds every JSON output format (response_format,
+	// guided_json, forced tool calls) to no whitespace between tokens,
+	// as a request's structured_outputs.disable_any_whitespace does.
+	CompactJSON bool
 	// ReasoningParser splits a reasoning model's thinking off into
 	// message.reasoning; "": none, the thinking stays in content.
 	ReasoningParser reasoning.Parser

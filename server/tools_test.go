@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -371,5 +372,32 @@ func TestToolChoiceAutoMistral(t *testing.T) {
 	m := resp.Choices[0].Message
 	if m.Content != nil || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function != (functionCall{Name: "get_time", Arguments: `{"zone":3}`}) || *resp.Choices[0].FinishReason != "tool_calls" {
 		t.Errorf("%s", data)
+	}
+}
+
+// TestCompactJSON: with CompactJSON (--structured-outputs-disable-any-whitespace)
+// forced calls and JSON formats have no whitespace between tokens.
+func TestCompactJSON(t *testing.T) {
+	ts := newTestServer(t, serverOpts{compact: true})
+	for _, body := range []string{
+		`"tools":` + testTools + `,"tool_choice":{"type":"function","function":{"name":"get_weather"}}`,
+		`"response_format":{"type":"json_schema","json_schema":{"name":"w","schema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}}}`,
+	} {
+		status, data := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Weather?"}],"max_tokens":200,"temperature":1,"seed":4,`+body+`}`)
+		var resp chatResponse
+		if status != 200 || json.Unmarshal(data, &resp) != nil {
+			t.Fatalf("status %d: %s", status, data)
+		}
+		m := resp.Choices[0].Message
+		text := ""
+		if m.Content != nil {
+			text = *m.Content
+		} else if len(m.ToolCalls) == 1 {
+			text = m.ToolCalls[0].Function.Arguments
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(text)) != nil || compact.String() != text {
+			t.Errorf("%s: %q is not compact JSON", body, text)
+		}
 	}
 }
