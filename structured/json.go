@@ -17,7 +17,8 @@ import (
 // against it): containers nest at most maxDepth deep, and a run of
 // whitespace between tokens holds at most one newline and at most
 // wsLimit(depth) bytes, room for one pretty-printed line break and its
-// indentation. Strings are checked to be UTF-8 (no overlong forms or
+// indentation, and a carriage return only before a newline (small
+// models otherwise fill the runs with them). Strings are checked to be UTF-8 (no overlong forms or
 // surrogates, which JSON text may not hold raw) and to hold no raw control
 // characters.
 type jsonState struct {
@@ -43,6 +44,7 @@ type jsonState struct {
 
 	raw     bool // the text is one of a choice's strings, or what a regex allows, as it is, not JSON: no whitespace around it
 	compact bool // no whitespace between tokens
+	cr      bool // a carriage return was read: a newline must follow
 
 	// A string with a pattern: the regex's state after the characters so
 	// far, and the bits of the character being read (a UTF-8 sequence's
@@ -117,7 +119,7 @@ func newState(root *node, raw bool) jsonState {
 func (s *jsonState) complete() bool {
 	switch {
 	case s.mode == mDone:
-		return true
+		return !s.cr
 	case !s.raw:
 		return false
 	case s.mode == mLit:
@@ -187,10 +189,17 @@ func (s *jsonState) step(b byte) bool {
 		return s.numberByte(b)
 	}
 	// Structural modes: whitespace may come between tokens.
+	if s.cr { // a carriage return stands only before a newline, as JSON writers put it
+		if b != '\n' {
+			return false
+		}
+		s.cr = false
+	}
 	if isWS(b) && !s.raw {
 		if s.compact {
 			return false
 		}
+		s.cr = b == '\r'
 		if b == '\n' {
 			if s.nl {
 				return false

@@ -58,7 +58,7 @@ func TestJSONStateRefuses(t *testing.T) {
 	}
 	// Whitespace runs and nesting are bounded.
 	for text, at := range map[string]int{
-		"   {}": 2, "{}   ": 4, "{       }": 7, "{\n\n}": 2, "{\n \n}": 3, `{"a":[` + strings.Repeat(" ", 11) + "]}": 6 + 10,
+		"   {}": 2, "{}   ": 4, "{       }": 7, "{\n\n}": 2, "{\n \n}": 3, "{\r }": 2, "{\r\r": 2, "{}\r": 3, `{"a":[` + strings.Repeat(" ", 11) + "]}": 6 + 10,
 		"{" + strings.Repeat("[", 0) + `"a":` + strings.Repeat(`{"a":`, 20) + strings.Repeat(" ", maxWhitespace+1): 5 + 5*20 + maxWhitespace,
 	} {
 		if n, ok := run(text); n != at || ok {
@@ -82,7 +82,7 @@ func TestJSONStateRefuses(t *testing.T) {
 // (and UTF-8) must be taken whole and complete.
 func TestJSONStateMatchesEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	const alphabet = "{}[]\":, \n0123456789.eE+-truefalsnl\\u\"abé\x01\xff"
+	const alphabet = "{}[]\":, \n\r0123456789.eE+-truefalsnl\\u\"abé\x01\xff"
 	for i := range 30000 {
 		text := randomObject(r, 3)
 		if i%2 == 1 {
@@ -138,6 +138,9 @@ func withinLimits(text string) bool {
 			}
 			continue
 		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
+			if b == '\r' && (i+1 == len(text) || text[i+1] != '\n') {
+				return false
+			}
 			run++
 			if b == '\n' {
 				newlines++
@@ -165,7 +168,7 @@ func randomObject(r *rand.Rand, depth int) string {
 	var b strings.Builder
 	ws := func() {
 		if r.IntN(4) == 0 {
-			b.WriteString([]string{" ", "\n ", "\t"}[r.IntN(3)])
+			b.WriteString([]string{" ", "\n ", "\t", "\r\n"}[r.IntN(4)])
 		}
 	}
 	var value func(d int)
