@@ -46,7 +46,7 @@ type Reader struct {
 	names  []string
 
 	buf    strings.Builder // text not yet given out
-	inCall bool            // Hermes: inside <tool_call>
+	inCall bool            // Hermes: inside <tool_call>; Mistral: past [TOOL_CALLS]
 	space  string          // whitespace held back from the content
 	calls  int             // calls given out
 	// Llama3JSON: the message's first text decides: a call (buffered to
