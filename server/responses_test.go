@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/reasoning"
 )
 
 // responseEvents posts a streaming /v1/responses request and returns its
@@ -166,5 +169,29 @@ func TestResponsesInput(t *testing.T) {
 		if status != 400 || json.Unmarshal(data, &e) != nil || e.Error.Param != c.param || !strings.Contains(e.Error.Message, c.want) {
 			t.Errorf("%s: status %d %s, want a 400 on %s with %q", c.body, status, data, c.param, c.want)
 		}
+	}
+}
+
+// TestResponsesReasoning: with a reasoning parser the thinking is a
+// reasoning item, streamed as reasoning_text events. The template opens
+// the thinking and the tiny model never closes it, so all of its text is
+// thinking.
+func TestResponsesReasoning(t *testing.T) {
+	opened := `{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant><think>` + "\n"
+	ts := newTestServer(t, serverOpts{template: opened, reasoning: reasoning.DeepSeekR1})
+	req := `{"model":"stories260K","input":"Once upon a time","max_output_tokens":12,"temperature":0%s}`
+	status, body := ts.post(t, "/v1/responses", strings.Replace(req, "%s", "", 1))
+	var resp responseObject
+	if status != 200 || json.Unmarshal(body, &resp) != nil || len(resp.Output) != 1 || resp.Output[0].Type != "reasoning" ||
+		resp.Output[0].Summary == nil || (*resp.Output[0].Content)[0].Type != "reasoning_text" || (*resp.Output[0].Content)[0].Text == "" {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	events := ts.responseEvents(t, strings.Replace(req, "%s", `,"stream":true`, 1))
+	out, final := assemble(t, events)
+	if len(out) != 1 || (*out[0].Content)[0].Text != (*resp.Output[0].Content)[0].Text || final.Status != "incomplete" {
+		t.Fatalf("streamed %+v, want %+v", out, resp.Output)
+	}
+	if !slices.ContainsFunc(events, func(ev responseEvent) bool { return ev.Type == "response.reasoning_text.delta" }) {
+		t.Error("no reasoning_text.delta event")
 	}
 }
