@@ -49,8 +49,9 @@ type jsonState struct {
 	// A string with a pattern: the regex's state after the characters so
 	// far, and the bits of the character being read (a UTF-8 sequence's
 	// or a \u escape's, whose runes must still lead somewhere).
-	rx int32
-	cp rune
+	rx  int32
+	cp  rune
+	sur rune // a \u escape's high surrogate half, whose low half must follow; 0: none
 }
 
 // frame is one open container, and the enclosing one's progress to
@@ -133,7 +134,7 @@ func (s *jsonState) complete() bool {
 // token free of '"', '\\' and control characters (any token, in plain
 // text) allows depends on the pattern's state alone.
 func (s *jsonState) atPattern() (patternAt, bool) {
-	if s.mode != mString || s.cont != 0 || s.val == nil || s.val.pattern == nil {
+	if s.mode != mString || s.cont != 0 || s.sur != 0 || s.val == nil || s.val.pattern == nil {
 		return patternAt{}, false
 	}
 	return patternAt{s.val, s.rx}, true
@@ -144,7 +145,7 @@ func (s *jsonState) atPattern() (patternAt, bool) {
 // '"', '\\' and control characters that is whole UTF-8 is allowed there
 // and keeps it there (see Vocab.plain).
 func (s *jsonState) inPlainString() bool {
-	return s.mode == mString && s.cont == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
+	return s.mode == mString && s.cont == 0 && s.sur == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
 }
 
 func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
@@ -156,6 +157,9 @@ func (s *jsonState) step(b byte) bool {
 	case mString:
 		return s.stringByte(b)
 	case mEscape:
+		if s.sur != 0 && b != 'u' {
+			return false // a high surrogate's low half must follow
+		}
 		switch b {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			s.mode = mString
@@ -172,13 +176,30 @@ func (s *jsonState) step(b byte) bool {
 		}
 		s.idx--
 		s.cp = s.cp<<4 | d
+		free := 4 * int(s.idx)
+		lo, hi := s.cp<<free, s.cp<<free|(1<<free-1) // the values the escape may still take
+		if s.sur != 0 {                              // the low half of a pair
+			lo, hi = max(lo, 0xDC00), min(hi, 0xDFFF)
+			switch {
+			case lo > hi:
+				return false
+			case s.idx > 0:
+				return s.patternLive(pair(s.sur, lo), pair(s.sur, hi))
+			}
+			c := pair(s.sur, s.cp)
+			s.mode, s.sur = mString, 0
+			return s.patternRune(c)
+		}
 		if s.idx > 0 {
-			free := 4 * int(s.idx)
-			return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
+			return s.escapeLive(lo, hi)
 		}
 		s.mode = mString
-		if s.val != nil && s.val.pattern != nil && 0xD800 <= s.cp && s.cp <= 0xDFFF {
-			return false // a pattern reads characters: a surrogate half is none (write the character itself)
+		switch {
+		case 0xD800 <= s.cp && s.cp <= 0xDBFF: // a high half: its pair is the character
+			s.sur = s.cp
+			return s.patternLive(pair(s.cp, 0xDC00), pair(s.cp, 0xDFFF))
+		case 0xDC00 <= s.cp && s.cp <= 0xDFFF:
+			return false // a low half alone is no character
 		}
 		return s.patternRune(s.cp)
 	case mKey:
@@ -365,6 +386,21 @@ func (s *jsonState) patternLive(lo, hi rune) bool {
 	return r.live(s.rx, lo, min(hi, 0xD7FF)) || r.live(s.rx, max(lo, 0xE000), hi)
 }
 
+// pair is the character a UTF-16 surrogate pair spells.
+func pair(hi, lo rune) rune { return 0x10000 + (hi-0xD800)<<10 + (lo - 0xDC00) }
+
+// escapeLive reports whether a \u escape whose value is now one of lo..hi
+// can still spell a character the string takes: one of the Basic
+// Multilingual Plane, or, as a high surrogate half, one of the pairs it
+// begins.
+func (s *jsonState) escapeLive(lo, hi rune) bool {
+	if lo < 0xD800 && s.patternLive(lo, min(hi, 0xD7FF)) || hi > 0xDFFF && s.patternLive(max(lo, 0xE000), hi) {
+		return true
+	}
+	hlo, hhi := max(lo, 0xD800), min(hi, 0xDBFF)
+	return hlo <= hhi && s.patternLive(pair(hlo, 0xDC00), pair(hhi, 0xDFFF))
+}
+
 // stringByte reads one byte inside a string (or the plain text of a
 // Regex).
 func (s *jsonState) stringByte(b byte) bool {
@@ -385,6 +421,13 @@ func (s *jsonState) stringByte(b byte) bool {
 	if s.raw { // plain text: every byte is the text's
 		return s.textByte(b)
 	}
+	if s.sur != 0 { // the low half's escape, no character of its own
+		if b != '\\' {
+			return false
+		}
+		s.mode = mEscape
+		return true
+	}
 	if b == '"' {
 		if s.key {
 			s.mode = mColon
@@ -403,7 +446,7 @@ func (s *jsonState) stringByte(b byte) bool {
 	s.chars++
 	if b == '\\' {
 		s.mode = mEscape
-		return s.patternLive(0, 0xFFFF) // an escape spells a character of the Basic Multilingual Plane
+		return s.escapeLive(0, 0xFFFF)
 	}
 	return s.textByte(b)
 }

@@ -51,6 +51,7 @@ func TestJSONStateRefuses(t *testing.T) {
 		"{\"a\":\"\x01\"}": 6, "{\"a\":\"\\x\"}": 7, "{\"a\":\"\\u12G4\"}": 10,
 		"{\"a\":\"\xC0\xAF\"}": 6, "{\"a\":\"\xE0\x80\x80\"}": 7, "{\"a\":\"\xED\xA0\x80\"}": 7, // overlong, surrogate
 		"{\"a\":\"\xF4\x90\x80\x80\"}": 7, "{\"a\":\"\xFF\"}": 6, "{\"a\":\"\xC3\"}": 7,
+		`{"a":"\ud800"}`: 12, `{"a":"\udc00"}`: 9, `{"a":"\ud800\u0041"}`: 14, `{"a":"\ud800\n"}`: 13, // surrogate halves alone
 	} {
 		if n, ok := run(text); n != at || ok {
 			t.Errorf("%q: refused at byte %d (complete %v), want %d", text, n, ok, at)

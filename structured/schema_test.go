@@ -80,6 +80,7 @@ func TestSchemaAccepts(t *testing.T) {
 			`{"name":"Al","tags":["a"],"role":"admin"}`,
 			`{"name": "Bo", "age": -3, "nick": null, "tags": ["x", "yz", ""], "role": 12}`,
 			`{"name":"Cy","nick":"c","tags":["é"],"role":null}`, `{"name":"Dee","tags":["q"],"role":true}`,
+			`{"name":"\ud83d\ude00abcde","tags":["\ud83d\ude00"],"role":true}`, // a surrogate pair is one character
 		},
 		"nested": {
 			`{"point":{"x":1.5,"y":-2e3},"k":"fixed"}`,
@@ -92,7 +93,7 @@ func TestSchemaAccepts(t *testing.T) {
 		"bounded": {`{"stars":1,"temp":-11}`, `{"stars":5,"temp":130,"list":[0,7,999,10]}`, `{"stars": 3 , "temp": 0}`},
 		"patterns": {
 			`{"zip":"123-ab","word":"ab","quote":"\"x\""}`,
-			`{"zip":"000-zz","word":"\u00e9ab.","quote":"\"x\\\"","list":["xy","z"],"any":" \u00e9😀\t"}`,
+			`{"zip":"000-zz","word":"\u00e9ab.","quote":"\"x\\\"","list":["xy","z"],"any":" \u00e9😀\t\ud83d\ude00"}`,
 			`{"zip":"999-qq","word":null,"quote":"\u0022x\u005c\u0022"}`,
 		},
 		"self": {`{"name":"a"}`, `{"name":"a","child":{"name":"b","child":null}}`, `{"name":"a","child":{"name":"b","child":{"name":"c"}}}`},
@@ -115,6 +116,7 @@ func TestSchemaRefuses(t *testing.T) {
 			`{"age":1`:                                           2,  // name is required before age
 			`{"name":"","tags":["a"]`:                            9,  // minLength 1
 			`{"name":"abcdefg"`:                                  15, // maxLength 6
+			`{"name":"\ud83d\ude00abcdef`:                        26, // 7 characters
 			`{"name":"a","age":1.5`:                              19, // integer
 			`{"name":"a","tags":[]`:                              20, // minItems 1
 			`{"name":"a","tags":["a","b","c",`:                   31, // maxItems 3
@@ -142,15 +144,16 @@ func TestSchemaRefuses(t *testing.T) {
 		},
 		"tree": {`{"val":1,"kids":[{"val":2},{"val":3},`: 36, `{"kids":[]`: 2},
 		"patterns": {
-			`{"zip":"12a`:                                               10, // a digit
-			`{"zip":"123-a"`:                                            13, // not yet
-			`{"zip":"123-ab","word":"a"`:                                25, // "a" needs its "b"
-			`{"zip":"123-ab","word":"\ud8`:                              26, // no character the pattern takes begins so
-			`{"zip":"123-ab","word":"\u00e8`:                            29, // è, not é
-			`{"zip":"123-ab","word":"\n`:                                25, // a newline is no character of the pattern
-			"{\"zip\":\"123-ab\",\"word\":\"\xc3\xa8":                   25, // è in UTF-8: refused at its last byte
-			"{\"zip\":\"123-ab\",\"word\":\"\xe6":                       24, // no three-byte character can come
-			`{"zip":"123-ab","word":"ab","quote":"\"x\"","any":"\ud800`: 56, // a surrogate half is no character (write the character itself)
+			`{"zip":"12a`:                                                10, // a digit
+			`{"zip":"123-a"`:                                             13, // not yet
+			`{"zip":"123-ab","word":"a"`:                                 25, // "a" needs its "b"
+			`{"zip":"123-ab","word":"\ud8`:                               26, // no character the pattern takes begins so
+			`{"zip":"123-ab","word":"\u00e8`:                             29, // è, not é
+			`{"zip":"123-ab","word":"\n`:                                 25, // a newline is no character of the pattern
+			"{\"zip\":\"123-ab\",\"word\":\"\xc3\xa8":                    25, // è in UTF-8: refused at its last byte
+			"{\"zip\":\"123-ab\",\"word\":\"\xe6":                        24, // no three-byte character can come
+			`{"zip":"123-ab","word":"ab","quote":"\"x\"","any":"\ud800"`: 57, // a high half alone is no character
+			`{"zip":"123-ab","word":"ab","quote":"\"x\"","any":"\udc00`:  54, // nor a low half
 		},
 		"empty": {`{"a"`: 1},
 		"bounded": {`{"stars":0`: 9, `{"stars":6`: 9, `{"stars":12`: 10, `{"stars":1,"temp":-12`: 20, `{"stars":1,"temp":131`: 20,
