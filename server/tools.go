@@ -41,7 +41,7 @@ func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiErr
 	}
 	if format != nil {
 		if g.format != nil {
-			return t, invalid("tool_choice", "tool_choice %s and response_format (or guided_json, guided_choice) both set the output format; send one", req.ToolChoice)
+			return t, invalid("tool_choice", "tool_choice %s and another output format (response_format, guided_json, guided_regex, guided_choice, structured_outputs) are both set; send one", req.ToolChoice)
 		}
 		g.format = format
 	}

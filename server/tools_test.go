@@ -248,7 +248,7 @@ func TestToolBadRequests(t *testing.T) {
 		{plain, user + `,"tools":` + testTools + `,"tool_choice":"auto"`, "--tool-call-parser"},
 		{hermes, user + `,"tool_choice":"required"`, "needs tools"},
 		{hermes, user + `,"tools":` + testTools + `,"tool_choice":{"type":"function","function":{"name":"nope"}}`, "does not offer"},
-		{hermes, user + `,"tools":` + testTools + `,"tool_choice":"required","response_format":{"type":"json_object"}`, "both set the output format"},
+		{hermes, user + `,"tools":` + testTools + `,"tool_choice":"required","response_format":{"type":"json_object"}`, "another output format"},
 		{hermes, user + `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"integer","multipleOf":2}}}}}],"tool_choice":"required"`, "multipleOf"},
 		{hermes, user + `,"tools":[{"type":"function","function":{"name":"bad name"}}]`, "letters, digits"},
 		{hermes, `"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{nope"}}]}]`, "arguments must be a string of JSON"},
