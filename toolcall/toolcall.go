@@ -6,8 +6,8 @@
 // function's arguments, or vLLM's array of {"name", "parameters"} calls,
 // so every choice is well-formed calls. Under "auto" the model writes
 // freely and its own syntax marks the calls: Hermes' <tool_call> tags
-// (Qwen 2.5 and 3, Hermes, and most open models since) or Llama 3's bare
-// JSON object. A Reader splits the text as it streams into content and
+// (Qwen 2.5 and 3, Hermes, and most open models since), Llama 3's bare
+// JSON object, or Mistral's [TOOL_CALLS]. A Reader splits the text as it streams into content and
 // calls; text that looks like a call but is not one (bad JSON, a function
 // the request did not offer) stays content, so nothing the model wrote
 // is lost.
