@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/gearboxlm/gearbox/engine"
 )
@@ -12,8 +13,9 @@ import (
 // request: the input items become chat messages (instructions the system
 // turn, function calls and their outputs assistant tool_calls and tool
 // turns), the flat tools and tool_choice the chat API's, and text.format
-// the response_format. The server keeps no responses, so
-// previous_response_id and background are refused.
+// the response_format. With a store (Options.ResponsesStore) the server
+// keeps the last responses in memory for previous_response_id and GET
+// /v1/responses/{id}; background responses are refused.
 type responsesRequest struct {
 	Model              string          `json:"model"`
 	Input              json.RawMessage `json:"input"`
@@ -45,39 +47,40 @@ var responsesFields = knownFields("model", "input", "instructions", "max_output_
 	"parallel_tool_calls", "stream", "text", "store", "previous_response_id", "background", "metadata", "user", "reasoning", "include",
 	"slo_tier", "chat_template_kwargs")
 
-// chatRequest turns the request into the chat request that serves it.
-func (req *responsesRequest) chatRequest() (*chatRequest, *apiError) {
-	if req.PreviousResponseID != nil {
-		return nil, invalid("previous_response_id", "previous_response_id is not supported: this server keeps no responses; send the conversation in input")
-	}
+// chatRequest turns the request into the chat request that serves it:
+// its instructions, then prev (the conversation of the previous
+// response), then its input; turns is prev and the input, the
+// conversation this response continues.
+func (req *responsesRequest) chatRequest(prev []chatMessage) (c *chatRequest, turns []chatMessage, e *apiError) {
 	if req.Background {
-		return nil, invalid("background", "background responses are not supported: this server keeps no responses")
+		return nil, nil, invalid("background", "background responses are not supported")
 	}
-	c := &chatRequest{ParallelToolCalls: req.ParallelToolCalls, ChatTemplateKwargs: req.ChatTemplateKwargs}
+	c = &chatRequest{ParallelToolCalls: req.ParallelToolCalls, ChatTemplateKwargs: req.ChatTemplateKwargs}
 	c.Model, c.MaxTokens, c.Temperature, c.TopP, c.Stream, c.User, c.SLOTier = req.Model, req.MaxOutputTokens, req.Temperature, req.TopP, req.Stream, req.User, req.SLOTier
 	if req.MaxOutputTokens != nil && *req.MaxOutputTokens < 1 {
-		return nil, invalid("max_output_tokens", "max_output_tokens must be at least 1, got %d", *req.MaxOutputTokens)
+		return nil, nil, invalid("max_output_tokens", "max_output_tokens must be at least 1, got %d", *req.MaxOutputTokens)
 	}
 	if req.Instructions != nil && *req.Instructions != "" {
 		c.Messages = append(c.Messages, textMessage("system", *req.Instructions))
 	}
 	msgs, e := inputMessages(req.Input)
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	c.Messages = append(c.Messages, msgs...)
+	turns = append(slices.Clone(prev), msgs...)
+	c.Messages = append(c.Messages, turns...)
 	if c.Tools, e = nestedTools(req.Tools); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if c.ToolChoice, e = chatToolChoice(req.ToolChoice); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if req.Text != nil {
 		if c.ResponseFormat, e = chatResponseFormat(req.Text.Format); e != nil {
-			return nil, e
+			return nil, nil, e
 		}
 	}
-	return c, nil
+	return c, turns, nil
 }
 
 func textMessage(role, text string) chatMessage {
@@ -464,11 +467,25 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, body []byte) 
 		writeError(w, e)
 		return
 	}
-	creq, e := req.chatRequest()
+	var prev []chatMessage
+	if req.PreviousResponseID != nil {
+		if s.responsesStore == nil {
+			writeError(w, invalid("previous_response_id", "previous_response_id needs the server to keep responses (serve --responses-store N); send the conversation in input"))
+			return
+		}
+		stored, ok := s.responsesStore.get(*req.PreviousResponseID)
+		if !ok {
+			writeError(w, invalid("previous_response_id", "previous response %q not found (the server keeps the last %d)", *req.PreviousResponseID, s.responsesStore.max))
+			return
+		}
+		prev = stored.turns
+	}
+	creq, turns, e := req.chatRequest(prev)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	store := s.responsesStore != nil && (req.Store == nil || *req.Store)
 	run, e := s.startChat(r, creq, -1)
 	if e != nil {
 		if e.Param != nil { // the chat API's names for this API's fields
@@ -484,7 +501,12 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, body []byte) 
 		ID: s.newID("resp"), Object: "response", CreatedAt: s.opts.Clock.Now().Unix(), Status: "in_progress", Instructions: req.Instructions,
 		MaxOutputTokens: req.MaxOutputTokens, Model: req.Model, Output: []outputItem{}, ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
 		Temperature: req.Temperature, TopP: req.TopP, ToolChoice: req.ToolChoice, Tools: req.Tools, Metadata: req.Metadata,
-		Text: responseText{Format: json.RawMessage(`{"type": "text"}`)},
+		Text: responseText{Format: json.RawMessage(`{"type": "text"}`)}, Store: store,
+	}
+	keep := func() { // the response, for previous_response_id and GET
+		if store && (resp.Status == "completed" || resp.Status == "incomplete") {
+			s.responsesStore.put(resp, append(slices.Clone(turns), outputTurns(resp.Output)...))
+		}
 	}
 	if len(resp.ToolChoice) == 0 {
 		resp.ToolChoice = json.RawMessage(`"auto"`)
@@ -504,6 +526,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, body []byte) 
 		}
 		_ = b.add(turn, j.text, true)
 		b.finish(j, prompt)
+		keep()
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
@@ -530,6 +553,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, body []byte) 
 		return
 	}
 	b.finish(j, prompt)
+	keep()
 	done := map[string]string{"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}[resp.Status]
 	_ = b.send(responseEvent{Type: done, Response: snapshot()})
 }

@@ -149,7 +149,7 @@ func TestResponsesInput(t *testing.T) {
 		t.Errorf("prompt of %d tokens, want %d (%q)", resp.Usage.InputTokens, n, want)
 	}
 	for _, c := range []struct{ body, param, want string }{
-		{`"input":"hi","previous_response_id":"resp_1"`, "previous_response_id", "keeps no responses"},
+		{`"input":"hi","previous_response_id":"resp_1"`, "previous_response_id", "needs the server to keep responses"},
 		{`"input":"hi","background":true`, "background", "not supported"},
 		{`"input":[]`, "input", "non-empty list"},
 		{`"input":5`, "input", "string or a non-empty list"},
@@ -193,5 +193,71 @@ func TestResponsesReasoning(t *testing.T) {
 	}
 	if !slices.ContainsFunc(events, func(ev responseEvent) bool { return ev.Type == "response.reasoning_text.delta" }) {
 		t.Error("no reasoning_text.delta event")
+	}
+}
+
+// TestResponsesStore: with a store the server keeps the last responses:
+// GET and DELETE /v1/responses/{id}, and previous_response_id continues
+// a kept conversation (its turns, then the new input, under the new
+// instructions); the oldest is forgotten first, and store false keeps
+// none.
+func TestResponsesStore(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: hermesTemplate, store: 2})
+	create := func(body string) responseObject {
+		t.Helper()
+		status, data := ts.post(t, "/v1/responses", `{"model":"stories260K","max_output_tokens":4,"temperature":0,`+body+`}`)
+		var resp responseObject
+		if status != 200 || json.Unmarshal(data, &resp) != nil {
+			t.Fatalf("%s: status %d: %s", body, status, data)
+		}
+		return resp
+	}
+	get := func(id string) (int, responseObject) {
+		resp, err := http.Get(ts.URL + "/v1/responses/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r responseObject
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		return resp.StatusCode, r
+	}
+	first := create(`"input":"Once upon a time","instructions":"Be brief."`)
+	if !first.Store {
+		t.Fatalf("store %v", first.Store)
+	}
+	if status, got := get(first.ID); status != 200 || got.ID != first.ID || (*got.Output[0].Content)[0].Text != (*first.Output[0].Content)[0].Text {
+		t.Fatalf("GET: %d %+v", status, got)
+	}
+	// The continuation renders the kept turns after the new instructions.
+	next := create(`"input":"And then?","instructions":"Go on.","previous_response_id":"` + first.ID + `"`)
+	want := "<system>Go on.<user>Once upon a time<assistant>" + (*first.Output[0].Content)[0].Text + "<user>And then?<assistant>"
+	if n := len(ts.m.Tokenizer.Encode(want, false)); next.Usage.InputTokens != n {
+		t.Errorf("continuation prompt of %d tokens, want %d (%q)", next.Usage.InputTokens, n, want)
+	}
+	// store false keeps nothing; a third kept response forgets the first.
+	unkept := create(`"input":"x","store":false`)
+	if status, _ := get(unkept.ID); status != 404 || unkept.Store {
+		t.Errorf("store false: GET %d, store %v", status, unkept.Store)
+	}
+	create(`"input":"y"`)
+	if status, _ := get(first.ID); status != 404 {
+		t.Errorf("the oldest of 3 in a store of 2: GET %d", status)
+	}
+	status, data := ts.post(t, "/v1/responses", `{"model":"stories260K","input":"z","previous_response_id":"`+first.ID+`"}`)
+	if status != 400 || !strings.Contains(string(data), "not found") {
+		t.Errorf("previous_response_id of a forgotten response: %d %s", status, data)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, ts.URL+"/v1/responses/"+next.ID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("DELETE: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if status, _ := get(next.ID); status != 404 {
+		t.Errorf("after DELETE: GET %d", status)
+	}
+	if status, _ := ts.post(t, "/v1/responses/"+next.ID, `{}`); status != 405 {
+		t.Errorf("POST /v1/responses/{id}: %d", status)
 	}
 }

@@ -50,6 +50,10 @@ type Options struct {
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
 	// named function work with any model).
 	ToolSyntax toolcall.Syntax
+	// ResponsesStore is how many responses of /v1/responses the server
+	// keeps in memory, for previous_response_id and GET
+	// /v1/responses/{id}, forgetting the oldest first; 0 keeps none.
+	ResponsesStore int
 	// CompactJSON holds every JSON output format (response_format,
 	// guided_json, forced tool calls) to no whitespace between tokens,
 	// as a request's structured_outputs.disable_any_whitespace does.
@@ -83,6 +87,8 @@ type Server struct {
 	nextID   atomic.Int64
 	draining atomic.Bool
 
+	responsesStore *responseStore // nil: none kept
+
 	vocabOnce sync.Once
 	vocab     *structured.Vocab // the tokenizer's, for structured output; built on first use
 }
@@ -102,12 +108,16 @@ func New(opts Options) *Server {
 		opts.Metrics = NewMetrics("", "")
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux()}
+	if opts.ResponsesStore > 0 {
+		s.responsesStore = newResponseStore(opts.ResponsesStore)
+	}
 	if opts.APIKey != "" {
 		s.authHash = sha256.Sum256([]byte("Bearer " + opts.APIKey))
 	}
 	s.mux.HandleFunc("/v1/completions", s.post(s.completions))
 	s.mux.HandleFunc("/v1/chat/completions", s.post(s.chatCompletions))
 	s.mux.HandleFunc("/v1/responses", s.post(s.responses))
+	s.mux.HandleFunc("/v1/responses/{id}", s.responseByID)
 	s.mux.HandleFunc("/tokenize", s.post(s.tokenize))
 	s.mux.HandleFunc("/detokenize", s.post(s.detokenize))
 	s.mux.HandleFunc("/v1/models", s.get(s.models))

@@ -45,6 +45,7 @@ type serverOpts struct {
 	template   string // a chat template in place of the model's; its tool-call syntax is detected
 	reasoning  reasoning.Parser
 	compact    bool
+	store      int // ResponsesStore
 	tiers      *slo.Set
 	health     func() error
 }
@@ -91,7 +92,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		}
 		syntax = toolcall.Detect(o.template)
 	}
-	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, ReasoningParser: o.reasoning, CompactJSON: o.compact, BOS: "<s>", EOS: "</s>",
+	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, ReasoningParser: o.reasoning, CompactJSON: o.compact, ResponsesStore: o.store, BOS: "<s>", EOS: "</s>",
 		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

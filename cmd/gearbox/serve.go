@@ -36,6 +36,7 @@ type serveConfig struct {
 	toolParser    string
 	reasoning     string
 	compactJSON   bool
+	respStore     int
 	maxBatched    int
 	maxSeqs       int
 	maxWaiting    int
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
 	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "Jinja chat template file, replacing the model's")
+	fs.IntVar(&c.respStore, "responses-store", 256, "responses of /v1/responses kept in memory for previous_response_id and GET /v1/responses/{id}, the oldest forgotten first (0: none)")
 	fs.BoolVar(&c.compactJSON, "structured-outputs-disable-any-whitespace", false, "hold every JSON output format (response_format, guided_json, forced tool calls) to no whitespace between tokens")
 	fs.StringVar(&c.reasoning, "reasoning-parser", "", "split a reasoning model's <think> text off into message.reasoning: qwen3, deepseek_r1 (default: none, it stays in content)")
 	fs.StringVar(&c.toolParser, "tool-call-parser", "auto", `how the model writes tool calls, which tool_choice "auto" reads: hermes, llama3_json, mistral, none (auto: from the chat template)`)
@@ -240,7 +242,7 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 // the flags: its names, chat template, tool-call syntax and special
 // tokens.
 func (c serveConfig) apiOptions(m *model.Model) (server.Options, error) {
-	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON}
+	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore}
 	if o.ModelName == "" {
 		o.ModelName = m.Name
 	}

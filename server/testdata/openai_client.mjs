@@ -65,6 +65,11 @@ const response = await client.responses.create(rreq);
 check(response.output_text === want && response.status === "incomplete" && response.usage.output_tokens === 16, "responses.create: " + JSON.stringify(response.output_text));
 const rfinal = await client.responses.stream(rreq).finalResponse();
 check(rfinal.output_text === want && rfinal.output[0].type === "message", "responses.stream assembled by ResponseStream equals responses.create");
+const retrieved = await client.responses.retrieve(response.id);
+check(retrieved.id === response.id && retrieved.output_text === want, "responses.retrieve returns the kept response");
+const followUp = await client.responses.create({ model, input: "And then?", previous_response_id: response.id, max_output_tokens: 4, temperature: 0 });
+check(followUp.status === "incomplete" && followUp.usage.input_tokens > response.usage.input_tokens + response.usage.output_tokens,
+  "previous_response_id continues the kept conversation (" + followUp.usage.input_tokens + " input tokens)");
 const rtools = [{ type: "function", name: "get_weather", parameters: tools[0].function.parameters }];
 const rcall = await client.responses.stream({ model, input: "Weather?", tools: rtools, tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 200, temperature: 0 }).finalResponse();
 const fc = rcall.output.find((o) => o.type === "function_call");
