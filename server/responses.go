@@ -412,8 +412,8 @@ func (b *responseBuilder) call(c toolCall) error {
 			return err
 		}
 	}
-	if b.open < 0 || c.Function.Arguments == "" {
-		return nil
+	if b.open < 0 || b.resp.Output[b.open].Type != "function_call" || c.Function.Arguments == "" {
+		return nil // pieces of a call follow its first, with nothing between
 	}
 	it := &b.resp.Output[b.open]
 	*it.Arguments += c.Function.Arguments
