@@ -48,7 +48,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 	if g.format != nil && s.opts.Tokenizer == nil {
 		return nil, invalid("response_format", "structured output needs the model's tokenizer")
 	}
-	if g.format != nil && g.minTokens > 0 {
+	if g.format != nil && !g.format.Free() && g.minTokens > 0 {
 		return nil, invalid("min_tokens", "min_tokens cannot be combined with an output format (response_format, guided_*, a forced tool_choice): the format may be complete before it")
 	}
 	var jobs []*job
@@ -86,7 +86,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, KeepSpecial: g.special, Priority: g.priority, Tier: g.tier,
 			}
 			if format := g.format; format != nil {
-				if s.opts.CompactJSON {
+				if s.opts.CompactJSON && !format.Free() {
 					format = format.WithoutWhitespace()
 				}
 				req.Constraint = s.structuredVocab().Matcher(format)

@@ -50,6 +50,11 @@ type Options struct {
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
 	// named function work with any model).
 	ToolSyntax toolcall.Syntax
+	// FreeToolCalls leaves tool_choice "auto" calls unconstrained. By
+	// default, for a syntax that tags its calls (Hermes), each call is
+	// held to the offered tools' schemas while the text around it stays
+	// free (toolcall.Choice.AutoFormat).
+	FreeToolCalls bool
 	// ResponsesStore is how many responses of /v1/responses the server
 	// keeps in memory, for previous_response_id and GET
 	// /v1/responses/{id}, forgetting the oldest first; 0 keeps none.

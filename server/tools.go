@@ -39,6 +39,9 @@ func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiErr
 	if err != nil {
 		return t, invalid("tools", "%v", err)
 	}
+	if format == nil && g.format == nil && !s.opts.FreeToolCalls {
+		format = t.choice.AutoFormat(t.functions, s.opts.ToolSyntax)
+	}
 	if format != nil {
 		if g.format != nil {
 			return t, invalid("tool_choice", "tool_choice %s and another output format (response_format, guided_json, guided_regex, guided_choice, structured_outputs) are both set; send one", req.ToolChoice)
@@ -59,11 +62,11 @@ type chatTurn struct {
 }
 
 // newTurn starts reading a choice that continues prompt. Under an output
-// format the model writes the format from its first token, so there is
-// no thinking to split off.
+// format that holds from the first token the model writes the format, so
+// there is no thinking to split off.
 func (s *Server) newTurn(t chatTools, g generation, prompt string) *chatTurn {
 	turn := &chatTurn{tools: t, reader: toolcall.NewReader(t.choice, s.opts.ToolSyntax, t.functions), newID: func() string { return s.newID("call") }}
-	if s.opts.ReasoningParser != "" && g.format == nil {
+	if s.opts.ReasoningParser != "" && (g.format == nil || g.format.Free()) {
 		turn.think = reasoning.NewReader(s.opts.ReasoningParser, prompt)
 	}
 	return turn

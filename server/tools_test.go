@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gearboxlm/gearbox/reasoning"
+	"github.com/gearboxlm/gearbox/structured"
 	"github.com/gearboxlm/gearbox/toolcall"
 )
 
@@ -399,5 +400,51 @@ func TestCompactJSON(t *testing.T) {
 		if json.Compact(&compact, []byte(text)) != nil || compact.String() != text {
 			t.Errorf("%s: %q is not compact JSON", body, text)
 		}
+	}
+}
+
+// TestAutoToolCallFormat: under "auto" with the Hermes syntax each call
+// is held to the tools (a free format: the text around calls stays
+// free, thinking included), unless FreeToolCalls, another output format,
+// or a schema outside the compiled subset says otherwise.
+func TestAutoToolCallFormat(t *testing.T) {
+	s := New(Options{ToolSyntax: toolcall.Hermes})
+	free := New(Options{ToolSyntax: toolcall.Hermes, FreeToolCalls: true})
+	for _, c := range []struct {
+		s      *Server
+		body   string
+		tagged bool
+	}{
+		{s, `{"tools":` + testTools + `}`, true},
+		{s, `{"tools":` + testTools + `,"tool_choice":"auto"}`, true},
+		{free, `{"tools":` + testTools + `}`, false},
+		{s, `{"tools":` + testTools + `,"tool_choice":"none"}`, false},
+		{s, `{"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}}}]}`, false},
+	} {
+		var req chatRequest
+		if err := json.Unmarshal([]byte(c.body), &req); err != nil {
+			t.Fatal(err)
+		}
+		var g generation
+		if _, e := c.s.parseTools(&req, &g); e != nil {
+			t.Fatalf("%s: %v", c.body, e)
+		}
+		if tagged := g.format != nil && g.format.Free(); tagged != c.tagged {
+			t.Errorf("%s (free %v): tagged format %v, want %v", c.body, c.s.opts.FreeToolCalls, tagged, c.tagged)
+		}
+	}
+	// End to end: the tiny model writes free text under the format.
+	ts := newTestServer(t, serverOpts{template: hermesTemplate})
+	status, data := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":30,"temperature":1,"seed":5,"n":2,"tools":`+testTools+`}`)
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(data, &resp) != nil || len(resp.Choices) != 2 || resp.Choices[0].Message.Content == nil || *resp.Choices[0].Message.Content == "" {
+		t.Fatalf("auto under the format: %d %s", status, data)
+	}
+	// response_format wins, and its format holds from the first token.
+	var req chatRequest
+	_ = json.Unmarshal([]byte(`{"tools":`+testTools+`}`), &req)
+	g := generation{format: structured.JSONObject()}
+	if _, e := s.parseTools(&req, &g); e != nil || g.format.Free() {
+		t.Errorf("with response_format: %v, free %v", e, g.format.Free())
 	}
 }

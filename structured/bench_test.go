@@ -13,7 +13,7 @@ import (
 func benchPieces(n int) []string {
 	r := rand.New(rand.NewPCG(3, 4))
 	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-	extra := []string{"0", "1", "42", ".", ",", ":", `"`, `",`, `":`, "{", "}", "[", "]", "\n", "\n  ", "é", "日", "\\", "\xE2", "\x80"}
+	extra := []string{"0", "1", "42", ".", ",", ":", `"`, `",`, `":`, "{", "}", "[", "]", "\n", "\n  ", "é", "日", "\\", "\xE2", "\x80", "<", "</", "<tool_call>"}
 	pieces := make([]string, n)
 	seen := map[string]bool{}
 	for i := range pieces {
@@ -41,7 +41,9 @@ func benchPieces(n int) []string {
 // generation spends its time in: inside a string (the plain-string
 // shortcut plus the other tokens one by one), where a value is due (the
 // trie search), after a value, and inside a string with a pattern (no
-// shortcut: the trie search, each character through the pattern's DFA).
+// shortcut: the trie search, each character through the pattern's DFA),
+// and in a tool-call format's free text, its half-typed opening tag, and
+// a call.
 func BenchmarkMask(b *testing.B) {
 	pieces := benchPieces(128256)
 	v := NewVocab(pieces, func(int) bool { return false }, []int{0})
@@ -50,12 +52,19 @@ func BenchmarkMask(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	tagged, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name, prefix string
 		f            *Format
 	}{
 		{"string", `{"key": "some text`, JSONObject()}, {"value", `{"key": `, JSONObject()}, {"after", `{"key": 12`, JSONObject()},
-		{"pattern", `{"key": "some text`, pattern}, // every token through the trie and the DFA
+		{"pattern", `{"key": "some text`, pattern},           // every token through the trie and the DFA
+		{"tagged-free", `Let me check the weather.`, tagged}, // the tokens holding '<' one by one
+		{"tagged-open", `Let me check <tool`, tagged},        // every token one by one
+		{"tagged-call", `<tool_call>{"name": "get_weather", "arguments": {"city": "Pa`, tagged},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			m := v.Matcher(c.f)

@@ -52,6 +52,13 @@ type jsonState struct {
 	rx  int32
 	cp  rune
 	sur rune // a \u escape's high surrogate half, whose low half must follow; 0: none
+
+	// A Tagged format (tag.go): free text with tagged spans, each one
+	// value of root.
+	tag   *tag
+	root  *node
+	tmode uint8
+	tpos  int
 }
 
 // frame is one open container, and the enclosing one's progress to
@@ -114,10 +121,19 @@ func newState(root *node, raw bool) jsonState {
 	return jsonState{mode: mTop, val: root, raw: raw}
 }
 
+// newTaggedState is the recognizer of free text with tagged spans, each
+// one value that root allows.
+func newTaggedState(root *node, t *tag) jsonState {
+	return jsonState{mode: mTop, val: root, root: root, tag: t, tmode: tFree}
+}
+
 // complete reports whether the text so far is a whole value: past its
 // end, a choice that another choice extends, or plain text its regex
 // accepts (the end token decides).
 func (s *jsonState) complete() bool {
+	if s.tag != nil {
+		return s.tmode == tFree
+	}
 	switch {
 	case s.mode == mDone:
 		return !s.cr
@@ -134,7 +150,7 @@ func (s *jsonState) complete() bool {
 // token free of '"', '\\' and control characters (any token, in plain
 // text) allows depends on the pattern's state alone.
 func (s *jsonState) atPattern() (patternAt, bool) {
-	if s.mode != mString || s.cont != 0 || s.sur != 0 || s.val == nil || s.val.pattern == nil {
+	if s.tag != nil && s.tmode != tInner || s.mode != mString || s.cont != 0 || s.sur != 0 || s.val == nil || s.val.pattern == nil {
 		return patternAt{}, false
 	}
 	return patternAt{s.val, s.rx}, true
@@ -145,7 +161,7 @@ func (s *jsonState) atPattern() (patternAt, bool) {
 // '"', '\\' and control characters that is whole UTF-8 is allowed there
 // and keeps it there (see Vocab.plain).
 func (s *jsonState) inPlainString() bool {
-	return s.mode == mString && s.cont == 0 && s.sur == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
+	return (s.tag == nil || s.tmode == tInner) && s.mode == mString && s.cont == 0 && s.sur == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
 }
 
 func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
@@ -153,6 +169,18 @@ func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' 
 // step advances s past b, reporting false (s then undefined) when b cannot
 // come next.
 func (s *jsonState) step(b byte) bool {
+	if s.tag != nil {
+		switch {
+		case s.tmode != tInner:
+			return s.tagByte(b)
+		case s.mode == mDone && b == s.tag.close[0] && !s.cr: // the value is whole: its closing tag
+			s.tmode, s.tpos = tClosing, 1
+			if len(s.tag.close) == 1 {
+				s.tmode, s.tpos = tFree, 0
+			}
+			return true
+		}
+	}
 	switch s.mode {
 	case mString:
 		return s.stringByte(b)

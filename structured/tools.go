@@ -27,11 +27,41 @@ func ToolArguments(t Tool) (*Format, error) {
 // ToolCalls is the format of tool_choice "required", as vLLM writes it: a
 // JSON array of calls [{"name": N, "parameters": {...}}, ...], each name
 // one of tools' and each parameters object what that tool's schema
-// allows, at least one call and at most maxCalls (0: no bound). The name
-// comes first, and once it is read the object's node becomes that tool's
-// (node.variants), so the byte machine stays deterministic however many
-// tools share the object's shape.
+// allows, at least one call and at most maxCalls (0: no bound).
 func ToolCalls(tools []Tool, maxCalls int) (*Format, error) {
+	union, err := callObject(tools, `"parameters"`)
+	if err != nil {
+		return nil, err
+	}
+	root := &node{items: union, minItems: 1, maxItems: -1, maxLen: -1}
+	if maxCalls > 0 {
+		root.maxItems = maxCalls
+	}
+	root.byKind[kArray] = root
+	return &Format{root: root}, nil
+}
+
+// TaggedToolCalls is the format of free text whose calls, each between
+// open and close (Hermes' <tool_call> and </tool_call>), are objects
+// {"name": N, "arguments": {...}} of the tools, whitespace around the
+// object allowed: tool_choice "auto" with every call well-formed. The
+// text is free until open appears, and may end only outside a call.
+func TaggedToolCalls(open, close string, tools []Tool) (*Format, error) {
+	if open == "" || close == "" {
+		return nil, fmt.Errorf("tools: the tags must not be empty")
+	}
+	union, err := callObject(tools, `"arguments"`)
+	if err != nil {
+		return nil, err
+	}
+	return &Format{root: union, tag: newTag(open, close)}, nil
+}
+
+// callObject is the node of one call, {"name": N, "arguments" or
+// "parameters" (argsKey, JSON text): {...}}, whose node becomes the
+// named tool's once the name is read (node.variants), so the byte
+// machine stays deterministic however many tools share its shape.
+func callObject(tools []Tool, argsKey string) (*node, error) {
 	if len(tools) == 0 {
 		return nil, fmt.Errorf("tools: none given")
 	}
@@ -50,19 +80,14 @@ func ToolCalls(tools []Tool, maxCalls int) (*Format, error) {
 		names.lits = append(names.lits, name)
 		v := &node{maxItems: -1, maxLen: -1, props: []property{
 			{key: `"name"`, value: &node{lits: []string{name}}, required: true},
-			{key: `"parameters"`, value: params, required: true},
+			{key: argsKey, value: params, required: true},
 		}}
 		v.byKind[kObject] = v
 		union.variants[name] = v
 	}
 	slices.Sort(names.lits)
-	union.props = []property{{key: `"name"`, value: names, required: true}, {key: `"parameters"`, value: anyObject, required: true}}
-	root := &node{items: union, minItems: 1, maxItems: -1, maxLen: -1}
-	if maxCalls > 0 {
-		root.maxItems = maxCalls
-	}
-	root.byKind[kArray] = root
-	return &Format{root: root}, nil
+	union.props = []property{{key: `"name"`, value: names, required: true}, {key: argsKey, value: anyObject, required: true}}
+	return union, nil
 }
 
 // toolParameters compiles a tool's parameters schema.

@@ -116,3 +116,106 @@ func TestToolCallsWalks(t *testing.T) {
 		t.Errorf("the walks called %v, want every tool", named)
 	}
 }
+
+// runTagged feeds text to a fresh recognizer of the tagged format f and
+// returns how many bytes it took and whether the text may end there.
+func runTagged(f *Format, text string) (int, bool) {
+	s := newTaggedState(f.root, f.tag)
+	for i := 0; i < len(text); i++ {
+		if !s.step(text[i]) {
+			return i, false
+		}
+	}
+	return len(text), s.complete()
+}
+
+func TestTaggedToolCalls(t *testing.T) {
+	f, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Free() {
+		t.Error("a tagged format is not free")
+	}
+	for _, text := range []string{
+		"", "No calls, just text < and <tool and </tool_call>.",
+		"Let me check.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": 2}}\n</tool_call>",
+		"<tool_call>{\"name\":\"ping\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call> and after",
+		"<<tool_call>{\"name\":\"ping\",\"arguments\":{}}</tool_call>", // a false start, then the tag
+	} {
+		if n, ok := runTagged(f, text); n != len(text) || !ok {
+			t.Errorf("%q: took %d of %d bytes, may end %v", text, n, len(text), ok)
+		}
+	}
+	for text, at := range map[string]int{
+		`<tool_call>{"name": "nope"`:                          21, // not a tool
+		`<tool_call>{"name":"get_time","arguments":{"zone":"`: 50, // an integer
+		`<tool_call>{"name":"ping","arguments":{}} x`:         42, // the closing tag comes next
+		`<tool_call>{"name":"ping","arguments":{}}</tool_x`:   48,
+		`<tool_call>{"name":"ping","parameters"`:              27, // "arguments" in this syntax
+		`<tool_call>hi`:                                       11, // an object
+	} {
+		if n, ok := runTagged(f, text); n != at || ok {
+			t.Errorf("%q: refused at byte %d (may end %v), want %d (%q)", text, n, ok, at, text[:min(at, len(text))])
+		}
+	}
+	if n, ok := runTagged(f, `text <tool_call>{"name":"ping"`); n != 30 || ok {
+		t.Errorf("inside a call: took %d, may end %v; want all, and not the end", n, ok)
+	}
+}
+
+// TestTaggedToolCallsWalks generates free text with calls through the
+// mask, checked at every step against each token tried on its own: the
+// calls must be well-formed calls of the tools and the text may not end
+// inside one.
+func TestTaggedToolCallsWalks(t *testing.T) {
+	pieces := slices.Clone(testPieces)
+	for c := 'a'; c <= 'z'; c++ {
+		pieces = append(pieces, string(c), `"`+string(c))
+	}
+	pieces = append(pieces, "_", ">", "<", "<tool", "_call>", "<tool_call>", "<tool_call>\n{", "</tool_call>", "</", "tool_call>", " <", "x<",
+		`"name":"`, `get_`, `weather`, `time`, `ping"`, `"arguments":{`, `"city":"`, `"zone":`, `"unit":`, `"c"`)
+	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
+	f, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	calls := 0
+	for walk := range 200 {
+		text := randomWalk(t, v, pieces, f, r, 60)
+		rest := text
+		for {
+			i := strings.Index(rest, "<tool_call>")
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len("<tool_call>"):]
+			j := strings.Index(rest, "</tool_call>")
+			if j < 0 {
+				t.Fatalf("walk %d ended inside a call: %q", walk, text)
+			}
+			var c struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			}
+			if err := json.Unmarshal([]byte(rest[:j]), &c); err != nil {
+				t.Fatalf("walk %d: call %q: %v", walk, rest[:j], err)
+			}
+			k := slices.IndexFunc(testTools, func(tool Tool) bool { return tool.Name == c.Name })
+			schema := `{"type": "object", "additionalProperties": false}`
+			if k >= 0 && testTools[k].Parameters != nil {
+				schema = string(testTools[k].Parameters)
+			}
+			if k < 0 || validate(t, schema, string(c.Arguments)) != "" {
+				t.Fatalf("walk %d: call %q", walk, rest[:j])
+			}
+			calls++
+			rest = rest[j+len("</tool_call>"):]
+		}
+	}
+	if calls == 0 {
+		t.Error("no walk made a call")
+	}
+	t.Logf("%d calls in 200 walks", calls)
+}

@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -122,7 +123,12 @@ type Format struct {
 	root    *node
 	raw     bool // Choice, Regex: plain text, not JSON
 	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
+	tag     *tag // TaggedToolCalls: free text with tagged values of root
 }
+
+// Free reports whether f leaves the text free until a tag opens a value
+// (TaggedToolCalls), rather than holding it from the first token.
+func (f *Format) Free() bool { return f.tag != nil }
 
 // WithoutWhitespace is f with no whitespace allowed between JSON tokens
 // (vLLM's disable_any_whitespace): the shortest text of each value, and
@@ -179,6 +185,9 @@ func JSONSchema(schema []byte) (*Format, error) {
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
 	st := newState(f.root, f.raw)
+	if f.tag != nil {
+		st = newTaggedState(f.root, f.tag)
+	}
 	st.compact = f.compact
 	return &Matcher{v: v, st: st, allowed: make([]bool, v.size)}
 }
@@ -196,6 +205,9 @@ type Matcher struct {
 	// masks of those tokens by pattern state, kept after the first
 	// search there (a pattern loops in a few states: [a-z]+ in one).
 	patternMasks map[patternAt][]bool
+	// opening are the tokens that hold a Tagged format's first byte of
+	// its opening tag: in free text, the only ones that can open a value.
+	opening []int32
 }
 
 // patternAt is a pattern's state in one schema node's strings.
@@ -215,6 +227,8 @@ func (m *Matcher) Complete() bool { return m.st.complete() }
 func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
 	switch at, ok := m.st.atPattern(); {
+	case m.st.tag != nil && m.st.tmode == tFree:
+		m.freeMask()
 	case m.st.inPlainString():
 		copy(allowed, m.v.plain)
 		for _, id := range m.v.other {
@@ -260,6 +274,43 @@ func (m *Matcher) Mask(logits []float32) {
 	}
 	for id := n; id < len(logits); id++ { // the model's ids past the tokenizer's (padding)
 		logits[id] = float32(math.Inf(-1))
+	}
+}
+
+// freeMask masks free text, outside a tagged value: a token is allowed
+// unless it opens a tag and goes on to what the value cannot be. Only a
+// token holding the tag's first byte can open one, or, after part of the
+// tag at the text's end ("<tool"), one whose first byte carries that part
+// on; only those are checked.
+func (m *Matcher) freeMask() {
+	v := m.v
+	if t := m.st.tag; m.st.tpos > 0 {
+		var carries [256]bool // the bytes that keep some matched part going
+		for k := m.st.tpos; ; k = t.fail[k] {
+			carries[t.open[k]] = true
+			if k == 0 {
+				break
+			}
+		}
+		for id, p := range v.bytes {
+			m.allowed[id] = p != nil && (!carries[p[0]] && bytes.IndexByte(p, t.open[0]) < 0 || m.accepts(p))
+		}
+		return
+	}
+	if m.opening == nil {
+		first := m.st.tag.open[0]
+		m.opening = []int32{}
+		for id, p := range v.bytes {
+			if bytes.IndexByte(p, first) >= 0 {
+				m.opening = append(m.opening, int32(id))
+			}
+		}
+	}
+	for id, p := range v.bytes {
+		m.allowed[id] = p != nil
+	}
+	for _, id := range m.opening {
+		m.allowed[id] = m.accepts(v.bytes[id])
 	}
 }
 

@@ -165,6 +165,27 @@ func (c Choice) Format(tools []Function, parallel bool) (*structured.Format, err
 	return nil, nil
 }
 
+// AutoFormat is the format that holds a tool_choice "auto" generation's
+// calls to the tools while leaving the rest of the text free, for the
+// syntaxes that tag their calls (Hermes: each call an object
+// {"name", "arguments"} between <tool_call> and </tool_call>); nil for
+// other choices and syntaxes, and when a tool's schema is outside what
+// package structured compiles (the calls are then read unconstrained).
+func (c Choice) AutoFormat(tools []Function, syntax Syntax) *structured.Format {
+	if c.Mode != Auto || syntax != Hermes || len(tools) == 0 {
+		return nil
+	}
+	st := make([]structured.Tool, len(tools))
+	for i, f := range tools {
+		st[i] = structured.Tool{Name: f.Name, Parameters: f.Parameters}
+	}
+	f, err := structured.TaggedToolCalls(openTag, closeTag, st)
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
 // Syntax is how a model marks its calls in free text (tool_choice "auto").
 type Syntax string
 

@@ -37,6 +37,7 @@ type serveConfig struct {
 	reasoning     string
 	compactJSON   bool
 	respStore     int
+	freeToolCalls bool
 	maxBatched    int
 	maxSeqs       int
 	maxWaiting    int
@@ -62,6 +63,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
 	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "Jinja chat template file, replacing the model's")
+	fs.BoolVar(&c.freeToolCalls, "no-tool-call-constraint", false, `read tool_choice "auto" calls as the model writes them; by default, with the hermes syntax, each call is held to the offered tools' schemas while the text around it stays free`)
 	fs.IntVar(&c.respStore, "responses-store", 256, "responses of /v1/responses kept in memory for previous_response_id and GET /v1/responses/{id}, the oldest forgotten first (0: none)")
 	fs.BoolVar(&c.compactJSON, "structured-outputs-disable-any-whitespace", false, "hold every JSON output format (response_format, guided_json, forced tool calls) to no whitespace between tokens")
 	fs.StringVar(&c.reasoning, "reasoning-parser", "", "split a reasoning model's <think> text off into message.reasoning: qwen3, deepseek_r1 (default: none, it stays in content)")
@@ -242,7 +244,7 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 // the flags: its names, chat template, tool-call syntax and special
 // tokens.
 func (c serveConfig) apiOptions(m *model.Model) (server.Options, error) {
-	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore}
+	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore, FreeToolCalls: c.freeToolCalls}
 	if o.ModelName == "" {
 		o.ModelName = m.Name
 	}

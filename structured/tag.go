@@ -1,0 +1,57 @@
+package structured
+
+// tag is a Tagged format's delimiters: free text around spans that open
+// with open, hold one JSON value, and end with close.
+type tag struct {
+	open, close string
+	fail        []int // open's failure function: after matching i bytes and a mismatch, how many still match
+}
+
+func newTag(open, close string) *tag {
+	t := &tag{open: open, close: close, fail: make([]int, len(open)+1)}
+	for i, k := 1, 0; i < len(open); i++ { // Knuth–Morris–Pratt
+		for k > 0 && open[i] != open[k] {
+			k = t.fail[k]
+		}
+		if open[i] == open[k] {
+			k++
+		}
+		t.fail[i+1] = k
+	}
+	return t
+}
+
+// Where a Tagged format's text is.
+const (
+	tFree    uint8 = iota // free text; tpos bytes of the opening tag matched at its end
+	tInner                // the JSON value (jsonState's own modes)
+	tClosing              // after the value: tpos bytes of the closing tag matched
+)
+
+// tagByte reads one byte of free text or of the closing tag.
+func (s *jsonState) tagByte(b byte) bool {
+	t := s.tag
+	if s.tmode == tClosing {
+		if t.close[s.tpos] != b {
+			return false
+		}
+		if s.tpos++; s.tpos == len(t.close) {
+			s.tmode, s.tpos = tFree, 0
+		}
+		return true
+	}
+	k := s.tpos
+	for k > 0 && t.open[k] != b {
+		k = t.fail[k]
+	}
+	if t.open[k] == b {
+		k++
+	}
+	if k < len(t.open) {
+		s.tpos = k
+		return true
+	}
+	// The opening tag is whole: the value comes.
+	*s = jsonState{tag: t, tmode: tInner, mode: mTop, val: s.root, root: s.root, compact: s.compact}
+	return true
+}
