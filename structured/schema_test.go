@@ -65,7 +65,7 @@ func compileTest(t *testing.T, name string) *Format {
 // runFormat feeds text to a fresh recognizer of f and returns how many
 // bytes it took and whether the text is a whole value.
 func runFormat(f *Format, text string) (int, bool) {
-	s := newState(f.root, f.raw)
+	s := f.state()
 	for i := 0; i < len(text); i++ {
 		if !s.step(text[i]) {
 			return i, false
@@ -504,11 +504,11 @@ func TestChoice(t *testing.T) {
 func TestWithoutWhitespace(t *testing.T) {
 	f := compileTest(t, "nested").WithoutWhitespace()
 	text := `{"point":{"x":1,"y":2},"k":"fixed"}`
-	if n, ok := runMatcher(f, text); n != len(text) || !ok {
+	if n, ok := runFormat(f, text); n != len(text) || !ok {
 		t.Errorf("%q: took %d, complete %v", text, n, ok)
 	}
 	for _, text := range []string{` {`, `{ "point"`, `{"point" :`, `{"point":{"x":1 ,`} {
-		if n, _ := runMatcher(f, text); n != strings.IndexByte(text, ' ') {
+		if n, _ := runFormat(f, text); n != strings.IndexByte(text, ' ') {
 			t.Errorf("%q: refused at %d, want at the whitespace", text, n)
 		}
 	}
@@ -521,16 +521,4 @@ func TestWithoutWhitespace(t *testing.T) {
 			t.Fatalf("walk %d: %q is not compact JSON (%v)", walk, text, err)
 		}
 	}
-}
-
-// runMatcher is runFormat through a Matcher's state, which carries the
-// format's whitespace rule.
-func runMatcher(f *Format, text string) (int, bool) {
-	s := testVocab().Matcher(f).st
-	for i := 0; i < len(text); i++ {
-		if !s.step(text[i]) {
-			return i, false
-		}
-	}
-	return len(text), s.complete()
 }

@@ -117,18 +117,6 @@ func TestToolCallsWalks(t *testing.T) {
 	}
 }
 
-// runTagged feeds text to a fresh recognizer of the tagged format f and
-// returns how many bytes it took and whether the text may end there.
-func runTagged(f *Format, text string) (int, bool) {
-	s := newTaggedState(f.root, f.tag)
-	for i := 0; i < len(text); i++ {
-		if !s.step(text[i]) {
-			return i, false
-		}
-	}
-	return len(text), s.complete()
-}
-
 func TestTaggedToolCalls(t *testing.T) {
 	f, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
 	if err != nil {
@@ -143,7 +131,7 @@ func TestTaggedToolCalls(t *testing.T) {
 		"<tool_call>{\"name\":\"ping\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call> and after",
 		"<<tool_call>{\"name\":\"ping\",\"arguments\":{}}</tool_call>", // a false start, then the tag
 	} {
-		if n, ok := runTagged(f, text); n != len(text) || !ok {
+		if n, ok := runFormat(f, text); n != len(text) || !ok {
 			t.Errorf("%q: took %d of %d bytes, may end %v", text, n, len(text), ok)
 		}
 	}
@@ -155,11 +143,11 @@ func TestTaggedToolCalls(t *testing.T) {
 		`<tool_call>{"name":"ping","parameters"`:              27, // "arguments" in this syntax
 		`<tool_call>hi`:                                       11, // an object
 	} {
-		if n, ok := runTagged(f, text); n != at || ok {
+		if n, ok := runFormat(f, text); n != at || ok {
 			t.Errorf("%q: refused at byte %d (may end %v), want %d (%q)", text, n, ok, at, text[:min(at, len(text))])
 		}
 	}
-	if n, ok := runTagged(f, `text <tool_call>{"name":"ping"`); n != 30 || ok {
+	if n, ok := runFormat(f, `text <tool_call>{"name":"ping"`); n != 30 || ok {
 		t.Errorf("inside a call: took %d, may end %v; want all, and not the end", n, ok)
 	}
 }

@@ -126,6 +126,16 @@ type Format struct {
 	tag     *tag // TaggedToolCalls: free text with tagged values of root
 }
 
+// state is the recognizer of f's text at its start.
+func (f *Format) state() jsonState {
+	st := newState(f.root, f.raw)
+	if f.tag != nil {
+		st = newTaggedState(f.root, f.tag)
+	}
+	st.compact = f.compact
+	return st
+}
+
 // Free reports whether f leaves the text free until a tag opens a value
 // (TaggedToolCalls), rather than holding it from the first token.
 func (f *Format) Free() bool { return f.tag != nil }
@@ -184,12 +194,7 @@ func JSONSchema(schema []byte) (*Format, error) {
 // Matcher returns a Matcher that holds one generation to f, then an end
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
-	st := newState(f.root, f.raw)
-	if f.tag != nil {
-		st = newTaggedState(f.root, f.tag)
-	}
-	st.compact = f.compact
-	return &Matcher{v: v, st: st, allowed: make([]bool, v.size)}
+	return &Matcher{v: v, st: f.state(), allowed: make([]bool, v.size)}
 }
 
 // Matcher holds one sequence's generation to a format: it masks the
