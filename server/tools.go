@@ -35,7 +35,7 @@ func (s *Server) parseTools(req *chatRequest, g *generation) (chatTools, *apiErr
 	if t.choice.Mode == toolcall.Auto && s.opts.ToolSyntax.NeedsSpecialTokens() {
 		g.special = true // the calls' marker is a special token
 	}
-	format, err := t.choice.Format(t.functions, t.parallel)
+	format, err := t.choice.Format(t.functions, t.parallel, s.opts.ToolSyntax)
 	if err != nil {
 		return t, invalid("tools", "%v", err)
 	}

@@ -448,3 +448,24 @@ func TestAutoToolCallFormat(t *testing.T) {
 		t.Errorf("with response_format: %v, free %v", e, g.format.Free())
 	}
 }
+
+// TestRequiredHermes: "required" under Hermes' syntax holds the model to
+// its own <tool_call> blocks, nothing else, which the Reader reads.
+func TestRequiredHermes(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: hermesTemplate})
+	body := `{"model":"stories260K","messages":[{"role":"user","content":"Weather?"}],"max_tokens":300,"temperature":1,"seed":7,"n":3,` +
+		`"tools":` + testTools + `,"tool_choice":"required","parallel_tool_calls":false}`
+	status, data := ts.post(t, "/v1/chat/completions", body)
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(data, &resp) != nil || len(resp.Choices) != 3 {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	for _, ch := range resp.Choices {
+		m := ch.Message
+		if m.Content != nil || len(m.ToolCalls) != 1 || *ch.FinishReason != "tool_calls" {
+			t.Errorf("choice %d: %s", ch.Index, data)
+			continue
+		}
+		checkToolCall(t, m.ToolCalls[0])
+	}
+}

@@ -59,6 +59,7 @@ type jsonState struct {
 	root  *node
 	tmode uint8
 	tpos  int
+	spans int // spans closed
 }
 
 // frame is one open container, and the enclosing one's progress to
@@ -131,8 +132,8 @@ func newTaggedState(root *node, t *tag) jsonState {
 // end, a choice that another choice extends, or plain text its regex
 // accepts (the end token decides).
 func (s *jsonState) complete() bool {
-	if s.tag != nil {
-		return s.tmode == tFree
+	if t := s.tag; t != nil {
+		return s.tmode == tFree && (!t.only || s.tpos == 0 && s.spans > 0)
 	}
 	switch {
 	case s.mode == mDone:

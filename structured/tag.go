@@ -5,6 +5,11 @@ package structured
 type tag struct {
 	open, close string
 	fail        []int // open's failure function: after matching i bytes and a mismatch, how many still match
+	// only: the text between spans is whitespace alone (runs of at most
+	// two bytes), there is at least one span, and at most maxSpans (0: no
+	// bound).
+	only     bool
+	maxSpans int
 }
 
 func newTag(open, close string) *tag {
@@ -36,8 +41,23 @@ func (s *jsonState) tagByte(b byte) bool {
 			return false
 		}
 		if s.tpos++; s.tpos == len(t.close) {
-			s.tmode, s.tpos = tFree, 0
+			s.tmode, s.tpos, s.ws = tFree, 0, 0
+			s.spans++
 		}
+		return true
+	}
+	if t.only { // whitespace, or the opening tag byte by byte
+		switch {
+		case s.tpos == 0 && isWS(b):
+			s.ws++
+			return s.ws <= 2
+		case t.open[s.tpos] != b || t.maxSpans > 0 && s.spans == t.maxSpans:
+			return false
+		}
+		if s.tpos++; s.tpos < len(t.open) {
+			return true
+		}
+		s.open()
 		return true
 	}
 	k := s.tpos
@@ -51,7 +71,11 @@ func (s *jsonState) tagByte(b byte) bool {
 		s.tpos = k
 		return true
 	}
-	// The opening tag is whole: the value comes.
-	*s = jsonState{tag: t, tmode: tInner, mode: mTop, val: s.root, root: s.root, compact: s.compact}
+	s.open()
 	return true
+}
+
+// open starts the value after a whole opening tag.
+func (s *jsonState) open() {
+	*s = jsonState{tag: s.tag, tmode: tInner, mode: mTop, val: s.root, root: s.root, compact: s.compact, spans: s.spans}
 }

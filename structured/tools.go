@@ -57,6 +57,18 @@ func TaggedToolCalls(open, close string, tools []Tool) (*Format, error) {
 	return &Format{root: union, tag: newTag(open, close)}, nil
 }
 
+// TaggedToolCallsOnly is TaggedToolCalls for tool_choice "required" in
+// the model's own syntax: nothing but calls, whitespace between them, at
+// least one and at most maxCalls (0: no bound).
+func TaggedToolCallsOnly(open, close string, tools []Tool, maxCalls int) (*Format, error) {
+	f, err := TaggedToolCalls(open, close, tools)
+	if err != nil {
+		return nil, err
+	}
+	f.tag.only, f.tag.maxSpans = true, maxCalls
+	return f, nil
+}
+
 // callObject is the node of one call, {"name": N, "arguments" or
 // "parameters" (argsKey, JSON text): {...}}, whose node becomes the
 // named tool's once the name is read (node.variants), so the byte

@@ -164,14 +164,24 @@ func TestTaggedToolCallsWalks(t *testing.T) {
 	pieces = append(pieces, "_", ">", "<", "<tool", "_call>", "<tool_call>", "<tool_call>\n{", "</tool_call>", "</", "tool_call>", " <", "x<",
 		`"name":"`, `get_`, `weather`, `time`, `ping"`, `"arguments":{`, `"city":"`, `"zone":`, `"unit":`, `"c"`)
 	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
-	f, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
+	free, err := TaggedToolCalls("<tool_call>", "</tool_call>", testTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only, err := TaggedToolCallsOnly("<tool_call>", "</tool_call>", testTools, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(11, 12))
 	calls := 0
-	for walk := range 200 {
+	for walk := range 300 {
+		f := free
+		if walk%3 == 2 {
+			f = only
+		}
 		text := randomWalk(t, v, pieces, f, r, 60)
+		made := 0
+		outside := ""
 		rest := text
 		for {
 			i := strings.Index(rest, "<tool_call>")
@@ -199,11 +209,53 @@ func TestTaggedToolCallsWalks(t *testing.T) {
 				t.Fatalf("walk %d: call %q", walk, rest[:j])
 			}
 			calls++
+			made++
 			rest = rest[j+len("</tool_call>"):]
+			if k := strings.Index(rest, "<tool_call>"); k >= 0 {
+				outside += rest[:k]
+			} else {
+				outside += rest
+			}
+		}
+		if f == only && (made == 0 || made > 3 || strings.TrimSpace(outside) != "" || !strings.HasPrefix(strings.TrimSpace(text), "<tool_call>")) {
+			t.Fatalf("walk %d, calls alone: %d calls in %q", walk, made, text)
 		}
 	}
 	if calls == 0 {
 		t.Error("no walk made a call")
 	}
-	t.Logf("%d calls in 200 walks", calls)
+	t.Logf("%d calls in 300 walks", calls)
+}
+
+func TestTaggedToolCallsOnly(t *testing.T) {
+	f, err := TaggedToolCallsOnly("<tool_call>", "</tool_call>", testTools, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Free() {
+		t.Error("a format of calls alone is free")
+	}
+	call := `<tool_call>{"name":"ping","arguments":{}}</tool_call>`
+	for _, text := range []string{call, "\n" + call + "\n" + call, call + " \n"} {
+		if n, ok := runFormat(f, text); n != len(text) || !ok {
+			t.Errorf("%q: took %d of %d bytes, may end %v", text, n, len(text), ok)
+		}
+	}
+	for text, at := range map[string]int{
+		"Sure":                   0,                           // no text
+		"   ":                    2,                           // whitespace runs of two bytes
+		"<tool_x":                6,                           // the tag itself, byte by byte
+		call + call + "<":        2 * len(call),               // at most two calls
+		call + "\nok":            len(call) + 1,               // nothing but calls
+		`<tool_call>{"name":"x"`: len(`<tool_call>{"name":"`), // a tool's name
+	} {
+		if n, ok := runFormat(f, text); n != at || ok {
+			t.Errorf("%q: refused at byte %d (may end %v), want %d", text, n, ok, at)
+		}
+	}
+	for _, text := range []string{"", "\n", "<tool_c"} { // no call yet: the text may not end
+		if n, ok := runFormat(f, text); n != len(text) || ok {
+			t.Errorf("%q: took %d, may end %v; want all, and not the end", text, n, ok)
+		}
+	}
 }

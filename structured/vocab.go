@@ -138,7 +138,7 @@ func (f *Format) state() jsonState {
 
 // Free reports whether f leaves the text free until a tag opens a value
 // (TaggedToolCalls), rather than holding it from the first token.
-func (f *Format) Free() bool { return f.tag != nil }
+func (f *Format) Free() bool { return f.tag != nil && !f.tag.only }
 
 // WithoutWhitespace is f with no whitespace allowed between JSON tokens
 // (vLLM's disable_any_whitespace): the shortest text of each value, and
@@ -232,7 +232,7 @@ func (m *Matcher) Complete() bool { return m.st.complete() }
 func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
 	switch at, ok := m.st.atPattern(); {
-	case m.st.tag != nil && m.st.tmode == tFree:
+	case m.st.tag != nil && m.st.tmode == tFree && !m.st.tag.only:
 		m.freeMask()
 	case m.st.inPlainString():
 		copy(allowed, m.v.plain)

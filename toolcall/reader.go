@@ -85,10 +85,10 @@ func (r *Reader) Write(text string) Delta {
 			c.Name, r.calls = r.choice.Name, 1
 		}
 		d.Calls = append(d.Calls, c)
-	case r.choice.Mode == Required:
+	case r.choice.Mode == Required && r.syntax != Hermes:
 		r.buf.WriteString(text)
 		r.scanArray(&d)
-	case r.choice.Mode == Auto && r.syntax == Hermes:
+	case r.choice.Mode != None && r.syntax == Hermes: // auto, and required in the model's own syntax
 		r.buf.WriteString(text)
 		r.hermes(&d, false)
 	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
@@ -114,11 +114,11 @@ func (r *Reader) Close() Delta {
 			r.calls = 1
 		}
 		return d
-	case r.choice.Mode == Required:
+	case r.choice.Mode == Required && r.syntax != Hermes:
 		if r.start >= 0 { // a call cut short (the length limit): content
 			r.content(&d, r.buf.String()[r.start:])
 		}
-	case r.choice.Mode == Auto && r.syntax == Hermes:
+	case r.choice.Mode != None && r.syntax == Hermes:
 		r.hermes(&d, true)
 	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
 		r.llama3(&d, true)

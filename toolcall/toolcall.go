@@ -144,25 +144,34 @@ func ParseChoice(raw json.RawMessage, tools []Function) (Choice, error) {
 
 // Format is the output format that makes the choice's calls: nil for
 // "none" and "auto" (free text), the named function's arguments, or for
-// "required" vLLM's array of {"name", "parameters"} calls, at most one
-// unless parallel.
-func (c Choice) Format(tools []Function, parallel bool) (*structured.Format, error) {
+// "required" nothing but calls, at least one and at most one unless
+// parallel: in the model's own syntax where it tags its calls (Hermes'
+// <tool_call> blocks, which the Reader then reads), else vLLM's array of
+// {"name", "parameters"}.
+func (c Choice) Format(tools []Function, parallel bool, syntax Syntax) (*structured.Format, error) {
 	switch c.Mode {
 	case Named:
 		i := slices.IndexFunc(tools, func(f Function) bool { return f.Name == c.Name })
 		return structured.ToolArguments(structured.Tool{Name: c.Name, Parameters: tools[i].Parameters})
 	case Required:
-		st := make([]structured.Tool, len(tools))
-		for i, f := range tools {
-			st[i] = structured.Tool{Name: f.Name, Parameters: f.Parameters}
-		}
 		maxCalls := 0
 		if !parallel {
 			maxCalls = 1
 		}
-		return structured.ToolCalls(st, maxCalls)
+		if syntax == Hermes {
+			return structured.TaggedToolCallsOnly(openTag, closeTag, structuredTools(tools), maxCalls)
+		}
+		return structured.ToolCalls(structuredTools(tools), maxCalls)
 	}
 	return nil, nil
+}
+
+func structuredTools(tools []Function) []structured.Tool {
+	st := make([]structured.Tool, len(tools))
+	for i, f := range tools {
+		st[i] = structured.Tool{Name: f.Name, Parameters: f.Parameters}
+	}
+	return st
 }
 
 // AutoFormat is the format that holds a tool_choice "auto" generation's
@@ -175,11 +184,7 @@ func (c Choice) AutoFormat(tools []Function, syntax Syntax) *structured.Format {
 	if c.Mode != Auto || syntax != Hermes || len(tools) == 0 {
 		return nil
 	}
-	st := make([]structured.Tool, len(tools))
-	for i, f := range tools {
-		st[i] = structured.Tool{Name: f.Name, Parameters: f.Parameters}
-	}
-	f, err := structured.TaggedToolCalls(openTag, closeTag, st)
+	f, err := structured.TaggedToolCalls(openTag, closeTag, structuredTools(tools))
 	if err != nil {
 		return nil
 	}

@@ -176,6 +176,8 @@ func TestReader(t *testing.T) {
 			message{calls: []string{`get_weather {"city":"a]}\"{"}`, "get_time {}"}}},
 		{required, "", `[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"ci`, // cut by the length limit
 			message{content: `{"name": "get_weather", "parameters": {"ci`, calls: []string{"get_time {}"}}},
+		{required, Hermes, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>",
+			message{calls: []string{"get_time {}", `get_weather {"city":"Oslo"}`}}},
 		{named, "", ` {"city": "Tokyo"}`, message{calls: []string{`get_weather  {"city": "Tokyo"}`}}},
 		{named, "", "", message{calls: []string{"get_weather "}}},
 	} {
@@ -197,17 +199,20 @@ func TestReader(t *testing.T) {
 
 func TestFormat(t *testing.T) {
 	for _, c := range []Choice{{Mode: None}, {Mode: Auto}} {
-		if f, err := c.Format(weatherTools, true); f != nil || err != nil {
+		if f, err := c.Format(weatherTools, true, Hermes); f != nil || err != nil {
 			t.Errorf("%+v: %v, %v; want no format", c, f, err)
 		}
 	}
 	for _, c := range []Choice{{Mode: Required}, {Mode: Named, Name: "get_time"}, {Mode: Named, Name: "get_weather"}} {
-		if f, err := c.Format(weatherTools, false); f == nil || err != nil {
+		if f, err := c.Format(weatherTools, false, ""); f == nil || err != nil {
 			t.Errorf("%+v: %v, %v; want a format", c, f, err)
 		}
 	}
+	if f, err := (Choice{Mode: Required}).Format(weatherTools, true, Hermes); err != nil || f.Free() {
+		t.Errorf("required in Hermes' syntax: %v, free %v; want calls alone", err, f.Free())
+	}
 	bad := []Function{{Name: "f", Parameters: json.RawMessage(`{"type": "object", "properties": {"s": {"type": "string", "multipleOf": 2}}}`)}}
-	if _, err := (Choice{Mode: Required}).Format(bad, true); err == nil || !strings.Contains(err.Error(), "multipleOf") {
+	if _, err := (Choice{Mode: Required}).Format(bad, true, ""); err == nil || !strings.Contains(err.Error(), "multipleOf") {
 		t.Errorf("a schema outside the subset: %v", err)
 	}
 }
@@ -235,13 +240,15 @@ func FuzzReader(f *testing.F) {
 	f.Add("ok [TOOL_CALLS]get_time[ARGS]{}", uint(7), uint8(3))
 	f.Fuzz(func(t *testing.T, text string, at uint, mode uint8) {
 		choice, syntax := Choice{Mode: Auto}, Hermes
-		switch mode % 4 {
+		switch mode % 5 {
 		case 1:
 			syntax = Llama3JSON
 		case 2:
-			choice = Choice{Mode: Required}
+			choice, syntax = Choice{Mode: Required}, "" // vLLM's array
 		case 3:
 			syntax = Mistral
+		case 4:
+			choice = Choice{Mode: Required} // in Hermes' tags
 		}
 		i := int(at % uint(len(text)+1))
 		whole := read(t, choice, syntax, []string{text})
