@@ -26,7 +26,7 @@ func (o *object) get(k string) (any, bool) {
 func parseJSON(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := parseValue(dec)
+	v, err := parseValue(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,16 @@ func parseJSON(raw []byte) (any, error) {
 	return v, nil
 }
 
-func parseValue(dec *json.Decoder) (any, error) {
+// maxSchemaNesting bounds how deep a schema's JSON nests. A schema sent
+// as a string (guided_json, structured_outputs.json) is not checked by
+// the request's own decoding, and each level is a frame of parseValue's
+// recursion: 4 MiB of "[" overflowed the goroutine stack, a fatal error.
+const maxSchemaNesting = 1000
+
+func parseValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxSchemaNesting {
+		return nil, fmt.Errorf("nested more than %d deep", maxSchemaNesting)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -52,7 +61,7 @@ func parseValue(dec *json.Decoder) (any, error) {
 					return nil, err
 				}
 				k := kt.(string)
-				v, err := parseValue(dec)
+				v, err := parseValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -67,7 +76,7 @@ func parseValue(dec *json.Decoder) (any, error) {
 		case '[':
 			list := []any{}
 			for dec.More() {
-				v, err := parseValue(dec)
+				v, err := parseValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
