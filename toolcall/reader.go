@@ -22,9 +22,6 @@ type CallDelta struct {
 	Arguments string
 }
 
-// Empty reports whether d adds nothing.
-func (d Delta) Empty() bool { return d.Content == "" && len(d.Calls) == 0 }
-
 // Hermes' tags and Llama 3's marker.
 const (
 	openTag     = "<tool_call>"
@@ -68,9 +65,6 @@ func NewReader(choice Choice, syntax Syntax, tools []Function) *Reader {
 	}
 	return r
 }
-
-// Calls is the number of calls given out so far.
-func (r *Reader) Calls() int { return r.calls }
 
 // Write reads the next piece of the generation's text.
 func (r *Reader) Write(text string) Delta {
