@@ -14,6 +14,8 @@ package reasoning
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gearboxlm/gearbox/internal/tagtext"
 )
 
 // Parser names how a model marks its thinking (vLLM's
@@ -77,7 +79,7 @@ type Reader struct {
 // rendered chat prompt).
 func NewReader(p Parser, prompt string) *Reader {
 	r := &Reader{}
-	tail := strings.TrimRightFunc(prompt, isSpace)
+	tail := strings.TrimRightFunc(prompt, tagtext.IsSpace)
 	switch {
 	case strings.HasSuffix(tail, openTag):
 		r.mode = mThinking
@@ -104,7 +106,7 @@ func (r *Reader) read(end bool) Delta {
 	for {
 		switch r.mode {
 		case mUndecided:
-			lead := strings.TrimLeftFunc(r.buf, isSpace)
+			lead := strings.TrimLeftFunc(r.buf, tagtext.IsSpace)
 			if !end && (lead == "" || strings.HasPrefix(openTag, lead)) {
 				return d // not yet known
 			}
@@ -115,17 +117,17 @@ func (r *Reader) read(end bool) Delta {
 			r.mode, r.lead = mAnswer, true
 		case mThinking:
 			if !r.opened { // the model's own <think>, also after a prompt's
-				lead := strings.TrimLeftFunc(r.buf, isSpace)
+				lead := strings.TrimLeftFunc(r.buf, tagtext.IsSpace)
 				if !end && strings.HasPrefix(openTag, lead) {
 					return d
 				}
-				r.buf, r.opened = strings.TrimLeftFunc(strings.TrimPrefix(lead, openTag), isSpace), true
+				r.buf, r.opened = strings.TrimLeftFunc(strings.TrimPrefix(lead, openTag), tagtext.IsSpace), true
 			}
 			if !r.thought { // leading whitespace, before any thinking is given out
-				r.buf = strings.TrimLeftFunc(r.buf, isSpace)
+				r.buf = strings.TrimLeftFunc(r.buf, tagtext.IsSpace)
 			}
 			if i := strings.Index(r.buf, closeTag); i >= 0 {
-				d.Reasoning += strings.TrimRightFunc(r.buf[:i], isSpace)
+				d.Reasoning += strings.TrimRightFunc(r.buf[:i], tagtext.IsSpace)
 				r.mode, r.buf = mAnswer, r.buf[i+len(closeTag):]
 				continue
 			}
@@ -133,19 +135,19 @@ func (r *Reader) read(end bool) Delta {
 			// whitespace, which goes only if thinking goes on after it.
 			keep := len(r.buf)
 			if !end {
-				keep = len(strings.TrimRightFunc(r.buf[:len(r.buf)-partialSuffix(r.buf, closeTag)], isSpace))
+				keep = len(strings.TrimRightFunc(r.buf[:len(r.buf)-tagtext.PartialSuffix(r.buf, closeTag)], tagtext.IsSpace))
 			}
 			if keep > 0 {
 				d.Reasoning += r.buf[:keep]
 				r.buf, r.thought = r.buf[keep:], true
 			}
 			if end {
-				d.Reasoning = strings.TrimRightFunc(d.Reasoning, isSpace)
+				d.Reasoning = strings.TrimRightFunc(d.Reasoning, tagtext.IsSpace)
 			}
 			return d
 		case mAnswer:
 			if !r.lead {
-				r.buf = strings.TrimLeftFunc(r.buf, isSpace)
+				r.buf = strings.TrimLeftFunc(r.buf, tagtext.IsSpace)
 				if r.buf == "" {
 					return d
 				}
@@ -157,18 +159,3 @@ func (r *Reader) read(end bool) Delta {
 		}
 	}
 }
-
-// partialSuffix is the length of the longest suffix of text that is a
-// proper prefix of tag.
-func partialSuffix(text, tag string) int {
-	for n := min(len(text), len(tag)-1); n > 0; n-- {
-		if strings.HasSuffix(text, tag[:n]) {
-			return n
-		}
-	}
-	return 0
-}
-
-// isSpace is ASCII whitespace, what models write around tags: a byte
-// test, so that text split inside a character reads as it does whole.
-func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/gearboxlm/gearbox/internal/tagtext"
 )
 
 // Delta is what a piece of output adds to the message: content text and
@@ -128,7 +130,7 @@ func (r *Reader) Close() Delta {
 
 // content gives out text as content, holding back trailing whitespace.
 func (r *Reader) content(d *Delta, text string) {
-	body := strings.TrimRightFunc(text, isSpace)
+	body := strings.TrimRightFunc(text, tagtext.IsSpace)
 	if body != "" {
 		d.Content += r.space + body
 		r.space = ""
@@ -155,7 +157,7 @@ func (r *Reader) hermes(d *Delta, end bool) {
 			if i < 0 {
 				keep := 0
 				if !end {
-					keep = partialSuffix(text, openTag)
+					keep = tagtext.PartialSuffix(text, openTag)
 				}
 				r.content(d, text[:len(text)-keep])
 				r.buf.WriteString(text[len(text)-keep:])
@@ -187,17 +189,6 @@ func (r *Reader) hermes(d *Delta, end bool) {
 	}
 }
 
-// partialSuffix is the length of the longest suffix of text that is a
-// proper prefix of tag.
-func partialSuffix(text, tag string) int {
-	for n := min(len(text), len(tag)-1); n > 0; n-- {
-		if strings.HasSuffix(text, tag[:n]) {
-			return n
-		}
-	}
-	return 0
-}
-
 // llama3 reads Llama 3's syntax: a message that opens with
 // <|python_tag|> or "{" is buffered to the end and read as calls
 // separated by ";" (all of them, or the whole text is content); any
@@ -205,7 +196,7 @@ func partialSuffix(text, tag string) int {
 func (r *Reader) llama3(d *Delta, end bool) {
 	text := r.buf.String()
 	if !r.decided {
-		lead := strings.TrimLeftFunc(text, isSpace)
+		lead := strings.TrimLeftFunc(text, tagtext.IsSpace)
 		if !end && (lead == "" || strings.HasPrefix(pythonTag, lead)) {
 			return // not yet known
 		}
@@ -265,7 +256,7 @@ func (r *Reader) mistral(d *Delta, end bool) {
 		if i < 0 {
 			keep := 0
 			if !end {
-				keep = partialSuffix(text, mistralTag)
+				keep = tagtext.PartialSuffix(text, mistralTag)
 			}
 			r.buf.Reset()
 			r.buf.WriteString(text[len(text)-keep:])
@@ -360,7 +351,3 @@ func (r *Reader) scanArray(d *Delta) {
 	}
 	r.scanned = len(text)
 }
-
-// isSpace is ASCII whitespace, what models write around calls: a byte
-// test, so that text split inside a character reads as it does whole.
-func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
