@@ -101,7 +101,8 @@ func Parse(source string) (t *Template, err error) {
 // functions raise_exception, strftime_now, range, dict and namespace.
 //
 // Errors: a template calling raise_exception gives *RaiseError with the
-// template's message; exceeding the limits gives *LimitError; other
+// template's message; exceeding the limits gives *LimitError; a message
+// or Extra value a template cannot be given gives *ValueError; other
 // failures (an undefined value used, a type error) give an error naming
 // the template line. Render never panics.
 func (t *Template) Render(msgs []Message, opts Options) (out string, err error) {
@@ -133,7 +134,7 @@ func (t *Template) Render(msgs []Message, opts Options) (out string, err error) 
 		}
 		x, err := fromGo(v)
 		if err != nil {
-			return "", fmt.Errorf("chat: Options.Extra[%q]: %w", k, err)
+			return "", &ValueError{Where: fmt.Sprintf("Options.Extra[%q]", k), Err: err}
 		}
 		g.set(k, x)
 	}
@@ -141,7 +142,7 @@ func (t *Template) Render(msgs []Message, opts Options) (out string, err error) 
 	for i, m := range msgs {
 		v, err := messageValue(m)
 		if err != nil {
-			return "", fmt.Errorf("chat: messages[%d]: %w", i, err)
+			return "", &ValueError{Where: fmt.Sprintf("messages[%d]", i), Err: err}
 		}
 		list[i] = v
 	}

@@ -16,6 +16,19 @@ type RaiseError struct{ Message string }
 
 func (e *RaiseError) Error() string { return e.Message }
 
+// ValueError is a value given to Render that a template cannot be given
+// (JSON nested too deeply, a type Extra does not take); Where names it,
+// as messages[2] or Options.Extra["tools"]. It is the caller's input, not
+// the template, at fault.
+type ValueError struct {
+	Where string
+	Err   error
+}
+
+func (e *ValueError) Error() string { return "chat: " + e.Where + ": " + e.Err.Error() }
+
+func (e *ValueError) Unwrap() error { return e.Err }
+
 // LimitError is a render stopped by Options' limits (MaxSteps, MaxBytes)
 // or by too deep macro recursion.
 type LimitError struct{ Msg string }

@@ -259,9 +259,19 @@ func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGe
 	opts := chat.Options{AddGenerationPrompt: addGen == nil || *addGen, BOSToken: s.opts.BOS, EOSToken: s.opts.EOS, Extra: extra}
 	text, err := s.opts.ChatTemplate.Render(msgs, opts)
 	var raised *chat.RaiseError
+	var value *chat.ValueError
 	switch {
 	case errors.As(err, &raised):
 		return "", invalid("messages", "%v", err) // the template rejected the conversation
+	case errors.As(err, &value): // a message, the tools or a kwarg the template cannot be given
+		param := "chat_template_kwargs"
+		switch {
+		case strings.HasPrefix(value.Where, "messages"):
+			param = "messages"
+		case value.Where == `Options.Extra["tools"]`:
+			param = "tools"
+		}
+		return "", invalid(param, "%v", err)
 	case err != nil:
 		return "", internal(fmt.Errorf("chat template: %w", err))
 	}
