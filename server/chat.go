@@ -260,9 +260,12 @@ func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGe
 	text, err := s.opts.ChatTemplate.Render(msgs, opts)
 	var raised *chat.RaiseError
 	var value *chat.ValueError
+	var limit *chat.LimitError
 	switch {
 	case errors.As(err, &raised):
 		return "", invalid("messages", "%v", err) // the template rejected the conversation
+	case errors.As(err, &limit): // a conversation too large to render within the limits
+		return "", invalid("messages", "%v", err)
 	case errors.As(err, &value): // a message, the tools or a kwarg the template cannot be given
 		param := "chat_template_kwargs"
 		switch {

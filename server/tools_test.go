@@ -473,3 +473,17 @@ func TestRequiredHermes(t *testing.T) {
 		checkToolCall(t, m.ToolCalls[0])
 	}
 }
+
+// TestRenderLimit: a conversation too large for the template's render
+// limits is the client's 400, not a 500.
+func TestRenderLimit(t *testing.T) {
+	ts := newTestServer(t, serverOpts{template: `{% for m in messages %}{% for n in messages %}{% endfor %}{{ m.content }}{% endfor %}`})
+	msgs := strings.TrimSuffix(strings.Repeat(`{"role":"user","content":"x"},`, 1500), ",")
+	status, data := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","max_tokens":1,"messages":[`+msgs+`]}`)
+	var e struct {
+		Error struct{ Message, Param string }
+	}
+	if status != 400 || json.Unmarshal(data, &e) != nil || e.Error.Param != "messages" || !strings.Contains(e.Error.Message, "template") {
+		t.Errorf("status %d: %s", status, data)
+	}
+}
