@@ -18,6 +18,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/specdecode"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
@@ -108,6 +109,9 @@ type StepStats struct {
 	Duration       time.Duration
 	PromptTokens   int // prompt tokens of the requests whose first token came in this step
 	GeneratedToken int // tokens sampled in this step
+	// Speculative decoding: the sequences that carried drafts, their
+	// draft tokens, and the drafts the model agreed with.
+	Drafts, DraftTokens, AcceptedTokens int
 }
 
 // FinishStats describes one request's end.
@@ -195,6 +199,12 @@ type Options struct {
 	Sched     sched.Config
 	Observer  Observer     // may be nil
 	Logger    *slog.Logger // default slog.Default()
+	// Speculative configures speculative decoding; the zero Config (no
+	// Method) turns it off. A decode step then carries each sequence's
+	// drafts after its last token and keeps those the sampler would have
+	// chosen itself: the tokens and their distribution are those of
+	// plain decoding.
+	Speculative specdecode.Config
 	// OnEvent, if set, is called each time an event is queued on a
 	// request's stream, from the goroutine running the loop and with the
 	// engine's lock held: it must neither block nor call the engine. A
@@ -226,16 +236,24 @@ type Engine struct {
 	// spec P3) and the offload of prefilled requests (swap-out, P2).
 	prefetch, offload bgSwap
 
+	// Speculative decoding: the proposer (nil when off) and the most
+	// drafts a step carries per sequence.
+	drafter   *specdecode.NGram
+	maxDrafts int
+
 	// Counters for Stats, written under mu.
 	phase                        sched.Phase
 	transitions, swapOut, swapIn int64
+	draftTokens, acceptedTokens  int64
 
 	// runStep's buffers, reused from step to step (Iterate runs on one
 	// goroutine at a time).
 	batch   forward.Batch
-	sampled []int
-	results []sample.Result
+	taken   [][]int         // per sequence: accepted drafts, then the sampled token
+	tokBuf  []int           // backs taken
+	results []sample.Result // per logits row
 	jobs    []sampleJob
+	draft   []int // proposer scratch
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -294,11 +312,18 @@ func NewEngine(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return &Engine{
+	e := &Engine{
 		exec: opts.Exec, policy: opts.Policy, tok: opts.Tokenizer, eos: opts.EOS, clk: opts.Clock, obs: opts.Observer,
 		log: opts.Logger, event: opts.OnEvent, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
-	}, nil
+	}
+	if opts.Speculative.Method != "" {
+		if e.drafter, err = specdecode.NewNGram(opts.Speculative); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		e.maxDrafts = opts.Speculative.NumTokens
+	}
+	return e, nil
 }
 
 // MaxModelLen is the longest prompt plus completion the engine accepts.
@@ -419,6 +444,8 @@ type Stats struct {
 	Transitions      int64       // KV placement changes
 	SwapOutBytes     int64       // KV bytes parked on the host tier
 	SwapInBytes      int64       // KV bytes brought back
+	DraftTokens      int64       // speculative tokens verified
+	AcceptedTokens   int64       // of those, the ones kept
 }
 
 // Stats returns a snapshot.
@@ -431,6 +458,7 @@ func (e *Engine) Stats() Stats {
 		HostKVUsage: policy.Tier{Used: hostUsed, Capacity: hostTotal}.Usage(),
 		Preemptions: e.sched.Preemptions(), PrefixQueries: e.sched.PrefixQueries(), PrefixHits: e.sched.PrefixHits(),
 		PlanSteps: e.exec.PlanSteps(), Phase: e.phase, Transitions: e.transitions, SwapOutBytes: e.swapOut, SwapInBytes: e.swapIn,
+		DraftTokens: e.draftTokens, AcceptedTokens: e.acceptedTokens,
 	}
 }
 
@@ -810,7 +838,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	for i, s := range step.Seqs {
 		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
 		if s.Sample {
-			batch.Seqs[i].NumLogits = 1
+			batch.Seqs[i].NumLogits = 1 + s.Draft
 		}
 	}
 	defer clear(batch.Seqs) // drop the references to the step's token and block slices
@@ -837,68 +865,105 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		e.drainTerminal()
 		return err
 	}
+	rows := batch.NumLogits()
 	vocab := e.exec.Config().Vocab
-	sampled := slices.Grow(e.sampled[:0], len(step.Seqs))[:len(step.Seqs)]
-	results := slices.Grow(e.results[:0], len(step.Seqs))[:len(step.Seqs)]
-	e.sampled, e.results = sampled, results
+	taken := slices.Grow(e.taken[:0], len(step.Seqs))[:len(step.Seqs)]
+	results := slices.Grow(e.results[:0], rows)[:rows]
+	e.taken, e.results = taken, results
 	defer clear(results) // drop the log-probabilities' slices
+	defer clear(taken)
 	row := 0
 	now := e.clk.Now()
-	generated := 0
 	jobs := e.jobs[:0]
 	for i, s := range step.Seqs {
-		sampled[i] = -1
 		if !s.Sample {
 			continue
 		}
-		row++
+		n := 1 + s.Draft
 		l, ok := e.reqs[s.ID]
-		if !ok {
-			continue // aborted while the step ran
+		if ok {
+			j := sampleJob{sampler: l.sampler, drafts: s.Tokens[len(s.Tokens)-s.Draft:], stops: l.stops, out: results[row : row+n], seq: i}
+			if tokens != nil {
+				j.argmax = tokens[row : row+n]
+			} else {
+				j.logits = logits[row*vocab : (row+n)*vocab]
+			}
+			jobs = append(jobs, j)
 		}
-		if tokens != nil {
-			results[i] = sample.Result{Token: tokens[row-1]}
-			l.sampler.Accept(tokens[row-1])
-		} else {
-			jobs = append(jobs, sampleJob{sampler: l.sampler, logits: logits[(row-1)*vocab : row*vocab], out: &results[i]})
-		}
-		sampled[i] = 0 // results[i].Token, once sampled
-		generated++
+		row += n
 	}
 	sampleRows(jobs)
-	clear(jobs) // drop the logits and samplers
-	e.jobs = jobs
-	for i, t := range sampled {
-		if t >= 0 {
-			sampled[i] = results[i].Token
+	buf := slices.Grow(e.tokBuf[:0], rows)
+	stats := StepStats{}
+	for _, j := range jobs {
+		at := len(buf)
+		for _, r := range j.out[:j.n] {
+			buf = append(buf, r.Token)
+		}
+		taken[j.seq] = buf[at:len(buf):len(buf)]
+		if len(j.drafts) > 0 {
+			stats.Drafts++
+			stats.DraftTokens += len(j.drafts)
+			stats.AcceptedTokens += j.n - 1
 		}
 	}
-	if err := e.sched.Update(step, sampled); err != nil {
+	e.tokBuf = buf
+	if err := e.sched.UpdateDrafts(step, taken); err != nil {
+		clear(jobs)
 		return fmt.Errorf("engine: scheduler update: %w", err)
 	}
-	prompt := 0 // prompt tokens of requests that got their first token, as vLLM counts them
-	for i, s := range step.Seqs {
-		if l, ok := e.reqs[s.ID]; ok && sampled[i] >= 0 {
-			if l.tokens == 0 {
-				prompt += len(l.req.Prompt)
+	e.draftTokens += int64(stats.DraftTokens)
+	e.acceptedTokens += int64(stats.AcceptedTokens)
+	for _, j := range jobs {
+		l := e.reqs[step.Seqs[j.seq].ID]
+		if l.tokens == 0 {
+			stats.PromptTokens += len(l.req.Prompt)
+		}
+		for _, r := range j.out[:j.n] {
+			stats.GeneratedToken++
+			if e.emit(l, r, now) {
+				break
 			}
-			e.emit(l, results[i], now)
 		}
 	}
+	e.propose(jobs, step)
+	clear(jobs) // drop the logits and samplers
+	e.jobs = jobs[:0]
 	e.drainTerminal()
 	if e.obs != nil {
-		e.obs.Step(StepStats{
-			Plan: plan.Name, Tokens: step.NumBatchedTokens, Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(),
-			KVUsage: e.sched.KVUsage(), Preemptions: len(step.Preempted), PrefixQueries: e.sched.PrefixQueries(),
-			PrefixHits: e.sched.PrefixHits(), Duration: now.Sub(start), PromptTokens: prompt, GeneratedToken: generated,
-		})
+		stats.Plan, stats.Tokens, stats.Running, stats.Waiting = plan.Name, step.NumBatchedTokens, e.sched.NumRunning(), e.sched.NumWaiting()
+		stats.KVUsage, stats.Preemptions, stats.PrefixQueries, stats.PrefixHits = e.sched.KVUsage(), len(step.Preempted), e.sched.PrefixQueries(), e.sched.PrefixHits()
+		stats.Duration = now.Sub(start)
+		e.obs.Step(stats)
 	}
 	return nil
 }
 
+// propose gives the requests that sampled in this step and go on their
+// drafts for the next one. Called with e.mu held.
+func (e *Engine) propose(jobs []sampleJob, step *sched.Step) {
+	if e.drafter == nil {
+		return
+	}
+	for _, j := range jobs {
+		id := step.Seqs[j.seq].ID
+		l, ok := e.reqs[id]
+		if !ok {
+			continue // finished
+		}
+		// No draft past the last token the request may generate: the
+		// token sampled after the drafts is one more.
+		if k := min(e.maxDrafts, l.req.MaxTokens-l.tokens-1); k > 0 {
+			e.draft = e.drafter.Propose(e.draft[:0], e.sched.Tokens(id), k)
+			e.sched.SetDraft(id, e.draft)
+		}
+	}
+}
+
 // emit handles one sampled token of a live request: stop tokens, text,
-// stop strings, the length limit, and the stream event.
-func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
+// stop strings, the length limit, and the stream event. It reports
+// whether the request finished.
+func (e *Engine) emit(l *live, res sample.Result, now time.Time) bool {
 	tok := res.Token
 	l.tokens++
 	if l.tokens == 1 {
@@ -937,7 +1002,7 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 	ev.Usage = l.usage()
 	if finish == "" {
 		e.send(l, ev)
-		return
+		return false
 	}
 	ev.Finish = finish
 	reason := sched.Stop
@@ -946,6 +1011,7 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) {
 	}
 	e.sched.Finish(l.req.ID, reason)
 	e.finish(l, ev)
+	return true
 }
 
 // flush returns the text held back by the detokenizer and stop matcher

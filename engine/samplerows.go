@@ -2,6 +2,7 @@ package engine
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -16,24 +17,58 @@ import (
 // step. Below this, starting goroutines costs more than it saves.
 var parallelSampleElems = 1 << 18
 
-// sampleJob is one logits row to sample with its request's sampler, and
-// where the result goes.
+// sampleJob is one sequence's logits rows to sample with its request's
+// sampler: the row after its last known token, then one after each of its
+// drafts.
 type sampleJob struct {
 	sampler *sample.Sampler
-	logits  []float32
-	out     *sample.Result
+	logits  []float32 // [1+len(drafts), vocab]; nil when argmax is set
+	argmax  []int     // the runner's greedy choice for each row (GreedyRunner)
+	drafts  []int
+	stops   []int           // tokens after which nothing is verified
+	out     []sample.Result // one per row; the first n are the tokens taken
+	n       int
+	seq     int // the sequence's index in the step
 }
 
-// sampleRows samples every job's row. Each request has its own sampler
-// (random stream, penalties), so the rows are independent and the results
-// are the same whichever goroutine samples them; with more than one row
-// and at least parallelSampleElems logits they are spread over up to
-// GOMAXPROCS goroutines.
+// run samples the job's rows in order while the tokens agree with the
+// drafts: the token sampled from row i is taken, and if it equals draft i
+// the next row is sampled too. Each row is sampled exactly as plain
+// decoding would sample that position (the sampler's state has followed
+// the tokens before it), and a draft is kept only when it is the token
+// drawn, so the tokens and their distribution are plain decoding's. A
+// stop token ends the verification: nothing after it is generated.
+func (j *sampleJob) run() {
+	vocab := len(j.logits) / len(j.out)
+	for i := range j.out {
+		var r sample.Result
+		if j.argmax != nil {
+			r = sample.Result{Token: j.argmax[i]}
+			j.sampler.Accept(r.Token)
+		} else {
+			r = j.sampler.Sample(j.logits[i*vocab : (i+1)*vocab])
+		}
+		j.out[i], j.n = r, i+1
+		if i == len(j.drafts) || r.Token != j.drafts[i] || slices.Contains(j.stops, r.Token) {
+			return
+		}
+	}
+}
+
+// sampleRows runs every job. Each request has its own sampler (random
+// stream, penalties), so the jobs are independent and the results are the
+// same whichever goroutine runs them; with more than one job and at least
+// parallelSampleElems logits they are spread over up to GOMAXPROCS
+// goroutines.
 func sampleRows(jobs []sampleJob) {
+	elems := 0
+	for _, j := range jobs {
+		elems += len(j.logits)
+	}
 	workers := min(len(jobs), runtime.GOMAXPROCS(0))
-	if workers < 2 || len(jobs)*len(jobs[0].logits) < parallelSampleElems {
-		for _, j := range jobs {
-			*j.out = j.sampler.Sample(j.logits)
+	if workers < 2 || elems < parallelSampleElems {
+		for i := range jobs {
+			jobs[i].run()
 		}
 		return
 	}
@@ -46,8 +81,7 @@ func sampleRows(jobs []sampleJob) {
 				if i >= len(jobs) {
 					return
 				}
-				j := jobs[i]
-				*j.out = j.sampler.Sample(j.logits)
+				jobs[i].run()
 			}
 		})
 	}

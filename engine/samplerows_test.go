@@ -19,7 +19,7 @@ func sampleJobs(t testing.TB, p sample.Params, rows, vocab int, logits []float32
 		if err != nil {
 			t.Fatal(err)
 		}
-		jobs[i] = sampleJob{sampler: s, logits: logits[i*vocab : (i+1)*vocab], out: &out[i]}
+		jobs[i] = sampleJob{sampler: s, logits: logits[i*vocab : (i+1)*vocab], out: out[i : i+1]}
 	}
 	return jobs
 }

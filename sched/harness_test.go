@@ -57,12 +57,14 @@ func newFakeExec(cfg Config) *fakeExec {
 type blockKey struct{ replica, block int }
 
 // run executes step for requests whose known tokens are known[id] and
-// returns one sampled token per SeqStep (0 where Sample is false). It
-// checks that each chunk is the request's next known tokens, that the
+// returns, per SeqStep with Sample, the drafts the fake model agrees with
+// and the token it samples after them (nil where Sample is false). It
+// checks that each chunk is the request's next known tokens (then its
+// drafts), that the
 // block table covers the chunk and maps [0, Pos) to the request's known
 // tokens, and that no block read or written by one sequence is written by
 // another in the same step.
-func (e *fakeExec) run(step *Step, known map[string][]int) ([]int, error) {
+func (e *fakeExec) run(step *Step, known map[string][]int) ([][]int, error) {
 	writers := map[blockKey]string{}
 	for _, q := range step.Seqs {
 		for p := q.Pos; p < q.Pos+len(q.Tokens); p++ {
@@ -73,22 +75,23 @@ func (e *fakeExec) run(step *Step, known map[string][]int) ([]int, error) {
 			writers[k] = q.ID
 		}
 	}
-	out := make([]int, len(step.Seqs))
+	out := make([][]int, len(step.Seqs))
 	ctxs := make([][]int, len(step.Seqs))
 	for i, q := range step.Seqs {
 		kn, ok := known[q.ID]
+		end := q.Pos + len(q.Tokens) - q.Draft
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("step runs %s, which the engine does not know", q.ID)
 		case q.Replica < 0 || q.Replica >= len(e.mem):
 			return nil, fmt.Errorf("%s: replica %d", q.ID, q.Replica)
-		case len(q.Tokens) == 0 || q.Pos+len(q.Tokens) > len(kn):
-			return nil, fmt.Errorf("%s: chunk [%d, %d) beyond the %d known tokens", q.ID, q.Pos, q.Pos+len(q.Tokens), len(kn))
-		case !slices.Equal(q.Tokens, kn[q.Pos:q.Pos+len(q.Tokens)]):
-			return nil, fmt.Errorf("%s: chunk at %d is %v, known tokens are %v", q.ID, q.Pos, q.Tokens, kn[q.Pos:q.Pos+len(q.Tokens)])
+		case len(q.Tokens) == 0 || end > len(kn) || q.Draft < 0 || (q.Draft > 0 && !q.Sample):
+			return nil, fmt.Errorf("%s: chunk [%d, %d) with %d drafts beyond the %d known tokens", q.ID, q.Pos, end, q.Draft, len(kn))
+		case !slices.Equal(q.Tokens[:end-q.Pos], kn[q.Pos:end]):
+			return nil, fmt.Errorf("%s: chunk at %d is %v, known tokens are %v", q.ID, q.Pos, q.Tokens, kn[q.Pos:end])
 		case len(q.Blocks) < (q.Pos+len(q.Tokens)+e.blockSize-1)/e.blockSize:
 			return nil, fmt.Errorf("%s: %d blocks for %d tokens", q.ID, len(q.Blocks), q.Pos+len(q.Tokens))
-		case q.Sample != (q.Pos+len(q.Tokens) == len(kn)):
+		case q.Sample != (end == len(kn)):
 			return nil, fmt.Errorf("%s: sample %v for chunk [%d, %d) of %d known tokens", q.ID, q.Sample, q.Pos, q.Pos+len(q.Tokens), len(kn))
 		}
 		for _, b := range q.Blocks {
@@ -114,8 +117,19 @@ func (e *fakeExec) run(step *Step, known map[string][]int) ([]int, error) {
 			p := q.Pos + j
 			e.mem[q.Replica][q.Blocks[p/e.blockSize]*e.blockSize+p%e.blockSize] = t
 		}
-		if q.Sample {
-			out[i] = nextToken(ctxs[i])
+		if !q.Sample {
+			continue
+		}
+		// Verify the drafts: position p's token is right when it is what
+		// the model samples from [0, p).
+		ctx, drafts := ctxs[i], q.Tokens[len(q.Tokens)-q.Draft:]
+		known := len(ctx) - q.Draft
+		for j := 0; ; j++ {
+			tok := nextToken(ctx[:known+j])
+			out[i] = append(out[i], tok)
+			if j == len(drafts) || tok != drafts[j] {
+				break
+			}
 		}
 	}
 	return out, nil
@@ -146,6 +160,9 @@ type harness struct {
 	computed int // Σ NumBatchedTokens
 
 	keepTrace bool
+	// draft, if set, gives each request that sampled its drafts for the
+	// next step.
+	draft func(known []int) []int
 	// beforeExec, if set, runs between Schedule and the executor (to abort
 	// requests mid-step).
 	beforeExec func(*Step)
@@ -210,7 +227,7 @@ func (h *harness) step() *Step {
 	if err != nil {
 		h.t.Fatalf("step %d: %v", h.steps, err)
 	}
-	if err := h.s.Update(st, sampled); err != nil {
+	if err := h.s.UpdateDrafts(st, sampled); err != nil {
 		h.t.Fatalf("step %d: update: %v", h.steps, err)
 	}
 	for i, q := range st.Seqs {
@@ -218,11 +235,13 @@ func (h *harness) step() *Step {
 		if !q.Sample || r == nil {
 			continue
 		}
-		r.known = append(r.known, sampled[i])
+		r.known = append(r.known, sampled[i]...)
 		if len(r.known)-len(r.prompt) >= r.stopAfter {
 			if err := h.s.Finish(q.ID, r.reason); err != nil {
 				h.t.Fatalf("step %d: %v", h.steps, err)
 			}
+		} else if h.draft != nil {
+			h.s.SetDraft(q.ID, h.draft(r.known))
 		}
 	}
 	h.drain()

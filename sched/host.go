@@ -58,7 +58,7 @@ func (s *Scheduler) park(v *request) (HostSwap, bool) {
 	v.host = host
 	sw := s.hostSwap(v, true)
 	rep.kv.Free(v.kv)
-	v.kv, v.state = nil, parked
+	v.kv, v.state, v.draft = nil, parked, v.draft[:0]
 	s.insertParked(v)
 	s.preemptions++
 	return sw, true

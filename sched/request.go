@@ -86,6 +86,8 @@ type request struct {
 	promptLen int
 	tokens    []int        // known: prompt, then sampled outputs
 	computed  int          // tokens of tokens whose KV is in kv
+	draft     []int        // speculative tokens to verify after the known ones (SetDraft)
+	planned   []int        // a step's known tokens and drafts, when it carries drafts
 	replica   int          // -1 until first admitted
 	kv        *kvcache.Seq // device blocks
 	host      *kvcache.Seq // host-tier blocks, while parked or swapping

@@ -68,6 +68,7 @@ type Scheduler struct {
 	preemptions int64
 	loads       []Load      // dispatcher scratch
 	updated     []*request  // Update scratch
+	outBuf      [][]int     // Update scratch
 	ll          LeastLoaded // fallback dispatcher
 }
 
@@ -330,7 +331,7 @@ func (s *Scheduler) preempt(r *request) {
 	s.account(r, -1)
 	s.removeRunning(r)
 	s.reps[r.replica].kv.Free(r.kv)
-	r.kv, r.computed, r.state = nil, 0, waiting
+	r.kv, r.computed, r.state, r.draft = nil, 0, waiting, r.draft[:0]
 	s.account(r, 1)
 	s.waiting.push(r)
 	s.preemptions++

@@ -298,9 +298,23 @@ func TestPrefixCacheUnderPressure(t *testing.T) {
 // aborts (some between Schedule and Update) and finish reasons over two
 // replicas.
 func TestRandomTraffic(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { randomTraffic(t, false) })
+	t.Run("drafts", func(t *testing.T) { randomTraffic(t, true) })
+}
+
+// randomTraffic runs TestRandomTraffic, with drafts when drafts is set:
+// each request that samples gets up to 6 drafts, a random number of them
+// right, then a wrong one.
+func randomTraffic(t *testing.T, drafts bool) {
 	cfg := Config{MaxNumBatchedTokens: 96, MaxNumSeqs: 12, MaxModelLen: 160, BlockSize: 8, NumBlocks: 40, Replicas: 2, EnablePrefixCaching: true}
 	h := newHarness(t, cfg)
 	rng := rand.New(rand.NewPCG(7, 8))
+	if drafts {
+		h.draft = func(known []int) []int {
+			d := reference(known, rng.IntN(5))
+			return append(d, 1000+rng.IntN(3))[:min(len(d)+1, rng.IntN(7))]
+		}
+	}
 	reasons := []FinishReason{Stop, Length, Error}
 	prefixes := [][]int{tokens(1, 40), tokens(2, 17), nil}
 	aborted, ids := 0, []string{}

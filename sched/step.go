@@ -1,6 +1,9 @@
 package sched
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Step is one engine step's plan: plain data, owned by the caller.
 type Step struct {
@@ -32,6 +35,12 @@ type SeqStep struct {
 	// Sample is set when this chunk reaches the end of the known tokens:
 	// the engine samples the next token from the last position's logits.
 	Sample bool
+	// Draft is the number of speculative tokens (SetDraft) at the end of
+	// Tokens, after the known ones; 0 unless Sample. The engine samples
+	// from the logits of the last known token and of each draft, and
+	// keeps the drafts up to the first it would not have chosen itself
+	// (UpdateDrafts).
+	Draft int
 }
 
 // Schedule plans one step. Running requests come first, in priority
@@ -100,11 +109,20 @@ func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
 			i++
 			continue
 		}
-		if !s.grow(r, n, st) {
+		d := 0
+		if len(r.draft) > 0 && n == len(r.tokens)-r.computed && r.decoding() {
+			// Drafts take budget and blocks that are free; they never
+			// preempt a request.
+			d = min(len(r.draft), budget-n, s.limit-len(r.tokens))
+			for d > 0 && !s.reps[r.replica].kv.Allocate(r.kv, r.computed+n+d) {
+				d--
+			}
+		}
+		if d == 0 && !s.grow(r, n, st) {
 			continue // r preempted itself; s.running[i] is the next one
 		}
-		s.plan(st, r, n)
-		budget -= n
+		s.plan(st, r, n, d)
+		budget -= n + d
 		i++
 	}
 	return budget
@@ -164,48 +182,112 @@ func (s *Scheduler) admitWaiting(st *Step, budget int) {
 		r.replica, r.kv, r.computed, r.state = rep, seq, p.Tokens, running
 		s.account(r, 1)
 		s.insertRunning(r)
-		s.plan(st, r, n)
+		s.plan(st, r, n, 0)
 		budget -= n
 	}
 }
 
-// plan appends r's next n tokens to the step.
-func (s *Scheduler) plan(st *Step, r *request, n int) {
+// plan appends r's next n tokens and its first d drafts to the step.
+func (s *Scheduler) plan(st *Step, r *request, n, d int) {
 	pos := r.computed
+	tokens := r.tokens[pos : pos+n : pos+n]
+	if d > 0 {
+		r.planned = append(append(r.planned[:0], tokens...), r.draft[:d]...)
+		tokens = r.planned[: n+d : n+d]
+	}
 	st.Seqs = append(st.Seqs, SeqStep{
 		ID:      r.id,
-		Tokens:  r.tokens[pos : pos+n : pos+n],
+		Tokens:  tokens,
 		Pos:     pos,
 		Blocks:  r.kv.Blocks(),
 		Replica: r.replica,
 		Sample:  pos+n == len(r.tokens),
+		Draft:   d,
 	})
-	st.NumBatchedTokens += n
+	st.NumBatchedTokens += n + d
+}
+
+// SetDraft gives running request id speculative tokens to verify in its
+// next decode step, replacing any it had; a step that carries them (up to
+// the batch budget, the context and the free blocks) has SeqStep.Draft
+// set, and UpdateDrafts keeps those the model agrees with. Drafts never
+// preempt: a step takes them only into blocks that are free. It reports
+// false, keeping nothing, for a request that is not running.
+func (s *Scheduler) SetDraft(id string, draft []int) bool {
+	r := s.byID[id]
+	if r == nil || r.state != running {
+		return false
+	}
+	r.draft = append(r.draft[:0], draft...)
+	return true
+}
+
+// Tokens returns the known tokens of live request id (prompt, then the
+// tokens sampled so far), or nil for an unknown or terminal one. The
+// slice is the scheduler's: read-only, valid until the next Update.
+func (s *Scheduler) Tokens(id string) []int {
+	if r := s.byID[id]; r != nil {
+		return r.tokens
+	}
+	return nil
 }
 
 // Update records that the executor ran step, the latest Schedule's plan:
-// each SeqStep's request has len(Tokens) more tokens computed, and for
-// each with Sample, sampled[i] is appended to its known tokens (sampled[i]
-// is ignored otherwise). Full blocks that became computed enter the prefix
-// cache. Entries of requests that ended since Schedule (Abort, Finish) are
-// skipped. It fails, changing nothing, with ErrBadSampleLen when
-// len(sampled) != len(step.Seqs) and with ErrStaleStep when an entry does
-// not continue its request (a step applied twice, or an older one).
+// each SeqStep's request has its known tokens computed, and for each with
+// Sample, sampled[i] is appended to its known tokens (sampled[i] is
+// ignored otherwise); drafts the step carried are all rejected. It is
+// UpdateDrafts with one token per sampled entry.
 func (s *Scheduler) Update(step *Step, sampled []int) error {
 	if len(sampled) != len(step.Seqs) {
 		return fmt.Errorf("%w: %d sampled tokens for %d sequences", ErrBadSampleLen, len(sampled), len(step.Seqs))
 	}
+	out := s.outBuf[:0]
+	for i, q := range step.Seqs {
+		if q.Sample {
+			out = append(out, sampled[i:i+1])
+		} else {
+			out = append(out, nil)
+		}
+	}
+	s.outBuf = out
+	defer clear(out)
+	return s.UpdateDrafts(step, out)
+}
+
+// UpdateDrafts records that the executor ran step, the latest Schedule's
+// plan. For each SeqStep with Sample, out[i] is the tokens the engine
+// takes: the first a of the entry's Draft drafts (0 ≤ a ≤ Draft), which
+// must equal them, then the token it sampled after them. The request then
+// has a + len(Tokens) − Draft more tokens computed and out[i] appended
+// to its known tokens; out[i] is ignored for entries without Sample.
+// Full blocks that became computed enter the prefix cache. Entries of
+// requests that ended since Schedule (Abort, Finish) are skipped. It
+// fails, changing nothing, with ErrBadSampleLen when len(out) !=
+// len(step.Seqs) or an out[i] is not drafts then one token, and with
+// ErrStaleStep when an entry does not continue its request (a step
+// applied twice, or an older one).
+func (s *Scheduler) UpdateDrafts(step *Step, out [][]int) error {
+	if len(out) != len(step.Seqs) {
+		return fmt.Errorf("%w: %d sampled entries for %d sequences", ErrBadSampleLen, len(out), len(step.Seqs))
+	}
 	s.updated = s.updated[:0]
-	for _, q := range step.Seqs {
+	for i, q := range step.Seqs {
 		r := s.byID[q.ID]
 		if r != nil && r.state != running {
 			r = nil
 		}
 		if r != nil {
-			end := q.Pos + len(q.Tokens)
-			if q.Pos != r.computed || end > len(r.tokens) || q.Sample != (end == len(r.tokens)) {
-				return fmt.Errorf("%w: request %q has %d of %d tokens computed; the step computes [%d, %d) with sample %v",
-					ErrStaleStep, q.ID, r.computed, len(r.tokens), q.Pos, end, q.Sample)
+			end := q.Pos + len(q.Tokens) - q.Draft
+			if q.Pos != r.computed || end > len(r.tokens) || q.Sample != (end == len(r.tokens)) || q.Draft < 0 || (q.Draft > 0 && !q.Sample) {
+				return fmt.Errorf("%w: request %q has %d of %d tokens computed; the step computes [%d, %d) with sample %v and %d drafts",
+					ErrStaleStep, q.ID, r.computed, len(r.tokens), q.Pos, end, q.Sample, q.Draft)
+			}
+			if q.Sample {
+				o := out[i]
+				drafts := q.Tokens[len(q.Tokens)-q.Draft:]
+				if len(o) == 0 || len(o) > q.Draft+1 || !slices.Equal(o[:len(o)-1], drafts[:len(o)-1]) {
+					return fmt.Errorf("%w: request %q: took %v from drafts %v; want a prefix of the drafts and one sampled token", ErrBadSampleLen, q.ID, o, drafts)
+				}
 			}
 		}
 		s.updated = append(s.updated, r)
@@ -216,10 +298,12 @@ func (s *Scheduler) Update(step *Step, sampled []int) error {
 			continue
 		}
 		s.account(r, -1)
-		r.computed += len(q.Tokens)
+		r.computed += len(q.Tokens) - q.Draft
 		if q.Sample {
-			r.tokens = append(r.tokens, sampled[i])
+			r.computed += len(out[i]) - 1
+			r.tokens = append(r.tokens, out[i]...)
 		}
+		r.draft = r.draft[:0]
 		s.account(r, 1)
 		s.reps[r.replica].kv.Cache(r.kv, r.tokens, r.computed)
 	}

@@ -1,0 +1,119 @@
+package sched
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestDrafts follows one request through steps with drafts: the step
+// carries them after the known token, UpdateDrafts keeps the accepted
+// prefix and the sampled token, and the KV computed counts only those.
+func TestDrafts(t *testing.T) {
+	s, err := New(Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 8, EnablePrefixCaching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(&Request{ID: "a", Prompt: []int{1, 2, 3}, MaxTokens: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if s.SetDraft("a", []int{9}) {
+		t.Fatal("SetDraft took drafts for a waiting request")
+	}
+	st := s.Schedule()
+	if err := s.Update(st, []int{4}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.SetDraft("a", []int{5, 6, 7}) || s.SetDraft("b", []int{1}) {
+		t.Fatal("SetDraft")
+	}
+	st = s.Schedule()
+	q := st.Seqs[0]
+	if !slices.Equal(q.Tokens, []int{4, 5, 6, 7}) || q.Pos != 3 || q.Draft != 3 || !q.Sample || st.NumBatchedTokens != 4 || len(q.Blocks) != 2 {
+		t.Fatalf("step with drafts: %+v, %d tokens", q, st.NumBatchedTokens)
+	}
+	// Bad outputs change nothing.
+	for _, out := range [][]int{nil, {5, 9, 7, 8, 1}, {6, 8}, {5, 7, 9}} {
+		if err := s.UpdateDrafts(st, [][]int{out}); !errors.Is(err, ErrBadSampleLen) {
+			t.Errorf("UpdateDrafts(%v) = %v, want ErrBadSampleLen", out, err)
+		}
+	}
+	if err := s.UpdateDrafts(st, [][]int{{5, 6, 8}}); err != nil { // two drafts taken, then 8
+		t.Fatal(err)
+	}
+	if got := s.Tokens("a"); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6, 8}) {
+		t.Fatalf("known tokens %v", got)
+	}
+	if l := s.Loads()[0]; l != (Load{QueuedPrefill: 1, KVTokens: 6}) {
+		t.Fatalf("load %+v", l)
+	}
+	// The drafts are used once: the next step runs only the known token.
+	st = s.Schedule()
+	if q := st.Seqs[0]; !slices.Equal(q.Tokens, []int{8}) || q.Pos != 6 || q.Draft != 0 {
+		t.Fatalf("step after drafts: %+v", q)
+	}
+	if err := s.Update(st, []int{9}); err != nil {
+		t.Fatal(err)
+	}
+	// All rejected: only the known token is computed.
+	s.SetDraft("a", []int{1, 1})
+	st = s.Schedule()
+	if err := s.UpdateDrafts(st, [][]int{{2}}); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Loads()[0]; l != (Load{QueuedPrefill: 1, KVTokens: 8}) {
+		t.Fatalf("load after rejection %+v", l)
+	}
+	if err := s.UpdateDrafts(st, [][]int{{2}}); !errors.Is(err, ErrStaleStep) {
+		t.Fatalf("step applied twice: %v", err)
+	}
+}
+
+// TestDraftLimits checks that drafts are cut to the batch budget and the
+// context, and are dropped rather than preempt another request.
+func TestDraftLimits(t *testing.T) {
+	s, err := New(Config{MaxModelLen: 12, BlockSize: 4, NumBlocks: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := s.Add(&Request{ID: id, Prompt: []int{1, 2, 3}, MaxTokens: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Update(s.Schedule(), []int{4, 4}); err != nil {
+		t.Fatal(err)
+	}
+	// Each holds one block with 4 known tokens; 2 blocks are free.
+	s.cfg.MaxNumBatchedTokens = 3
+	s.SetDraft("a", []int{5, 6, 7, 8, 9})
+	st := s.Schedule()
+	if q := st.Seqs[0]; q.ID != "a" || q.Draft != 2 || st.NumBatchedTokens != 3 || len(st.Seqs) != 1 {
+		t.Fatalf("budget: %+v", st)
+	}
+	if err := s.UpdateDrafts(st, [][]int{{5, 6, 7}}); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.MaxNumBatchedTokens = 100
+	// a has 7 known tokens in 2 blocks, b 4 in 1; one block is free. b's
+	// drafts would need two more: they are cut to what the free one
+	// holds, and nobody is preempted.
+	s.SetDraft("a", nil)
+	s.SetDraft("b", []int{5, 6, 7, 8, 9})
+	st = s.Schedule()
+	if len(st.Preempted) != 0 || len(st.Seqs) != 2 || st.Seqs[1].ID != "b" || st.Seqs[1].Draft != 4 {
+		t.Fatalf("blocks: %+v", st)
+	}
+	if err := s.UpdateDrafts(st, [][]int{{8}, {5, 6}}); err != nil {
+		t.Fatal(err)
+	}
+	// The context: a has 8 known tokens of 12.
+	if err := s.Finish("b", Stop); err != nil {
+		t.Fatal(err)
+	}
+	s.SetDraft("a", []int{1, 2, 3, 4, 5})
+	st = s.Schedule()
+	if q := st.Seqs[0]; q.ID != "a" || q.Draft != 4 || q.Pos+len(q.Tokens) != 12 {
+		t.Fatalf("context: %+v", q)
+	}
+}
