@@ -353,3 +353,46 @@ func BenchmarkDecode1BKV(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecode1BDrafts runs the decode step of one sequence (512
+// tokens of context) of the 1B shape with BF16 weights, carrying 0, 1, 3
+// and 4 speculative drafts with logits for each, and reports ms per step and
+// its cost over the step without drafts (x-plain, from the same run):
+// the acceptance a draft needs to pay for itself.
+func BenchmarkDecode1BDrafts(b *testing.B) {
+	pool := tensor.NewPool(0)
+	defer pool.Close()
+	cfg, ws := load1BFormats(b, pool)
+	const ctxLen = 512
+	per := (ctxLen + 16 + 15) / 16
+	r, err := NewExecutor(cfg, ws["bf16"], Options{BlockSize: 16, NumBlocks: per, Pool: pool})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := 0.0
+	for _, drafts := range []int{0, 1, 3, 4} {
+		b.Run(fmt.Sprintf("drafts=%d", drafts), func(b *testing.B) {
+			step := decodeBatch(1, per, ctxLen)
+			step.Seqs[0].Tokens = []int{1, 2, 3, 4, 5}[:1+drafts]
+			step.Seqs[0].NumLogits = 1 + drafts
+			ctx := context.Background()
+			if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Step(ctx, &step, r.KVPlacement()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+			if drafts == 0 {
+				plain = ms
+			}
+			b.ReportMetric(ms, "ms/step")
+			if plain > 0 {
+				b.ReportMetric(ms/plain, "x-plain")
+			}
+		})
+	}
+}

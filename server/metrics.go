@@ -24,6 +24,7 @@ type Metrics struct {
 	iterationTokens                  prometheus.Histogram
 	promptTokens, generationTokens   prometheus.Counter
 	preemptions                      prometheus.Counter
+	drafts, draftTokens, accepted    prometheus.Counter
 	prefixQueries, prefixHits        prometheus.Counter
 	success                          *prometheus.CounterVec
 	planInfo                         *prometheus.GaugeVec
@@ -61,6 +62,9 @@ func NewMetrics(plan, policy string) *Metrics {
 	m.promptTokens = counter("prompt_tokens_total", "Prompt tokens of requests that produced their first token, whole prompts (prefix-cache hits included).")
 	m.generationTokens = counter("generation_tokens_total", "Tokens generated.")
 	m.preemptions = counter("num_preemptions_total", "Requests preempted (their KV freed, to be recomputed).")
+	m.drafts = counter("spec_decode_num_drafts_total", "Speculative decoding: sequence steps that carried draft tokens.")
+	m.draftTokens = counter("spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens verified.")
+	m.accepted = counter("spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted (the acceptance rate is this over draft tokens).")
 	m.prefixQueries = counter("prefix_cache_queries_total", "Tokens looked up in the prefix cache when requests were admitted (a resumed request's tokens count again).")
 	m.prefixHits = counter("prefix_cache_hits_total", "Tokens looked up in the prefix cache that were found there.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:request_success_total", Help: "Requests that ended, by finish reason."}, []string{"finished_reason"})
@@ -107,6 +111,9 @@ func (m *Metrics) Step(s engine.StepStats) {
 	m.promptTokens.Add(float64(s.PromptTokens))
 	m.generationTokens.Add(float64(s.GeneratedToken))
 	m.preemptions.Add(float64(s.Preemptions))
+	m.drafts.Add(float64(s.Drafts))
+	m.draftTokens.Add(float64(s.DraftTokens))
+	m.accepted.Add(float64(s.AcceptedTokens))
 	m.prefixQueries.Add(float64(s.PrefixQueries - m.lastPrefixQueries))
 	m.prefixHits.Add(float64(s.PrefixHits - m.lastPrefixHit))
 	m.lastPrefixQueries, m.lastPrefixHit = s.PrefixQueries, s.PrefixHits

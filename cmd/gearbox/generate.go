@@ -34,6 +34,8 @@ type generateResult struct {
 	Device                string         `json:"device"`
 	PlanSteps             map[string]int `json:"plan_steps"`
 	CommBytes             commReport     `json:"comm_bytes"`
+	DraftTokens           int64          `json:"draft_tokens,omitempty"`    // speculative tokens verified
+	AcceptedTokens        int64          `json:"accepted_tokens,omitempty"` // of those, the ones kept
 }
 
 // commReport is the bytes collectives moved, summed over ranks.
@@ -98,6 +100,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	output := fs.String("output", "text", "output format: text (streamed) or json")
 	chunk := fs.Int("max-num-batched-tokens", 512, "prefill tokens per step")
 	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
+	var spec specFlag
+	addSpecFlag(fs, &spec)
 	par := addParallelFlags(fs)
 	dev := addDeviceFlags(fs, "auto")
 	if err := fs.Parse(args); err != nil {
@@ -143,7 +147,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stderr, "[device] %s\n", run.device)
 	}
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{},
+		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Speculative: spec.Config,
 		Sched: sched.Config{MaxNumBatchedTokens: *chunk, MaxNumSeqs: 1},
 	})
 	if err != nil {
@@ -163,7 +167,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	planSteps := eng.Stats().PlanSteps
+	stats := eng.Stats()
+	planSteps := stats.PlanSteps
 	elapsed := time.Since(start)
 	decodeRate := 0.0
 	if n := len(out.Tokens) - 1; n > 0 && out.DecodeTime > 0 {
@@ -177,6 +182,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stdout)
 		fmt.Fprintf(stderr, "[%s] %d prompt tokens (%.0f tok/s), %d completion tokens (%.1f tok/s), finish reason %s; plan %s, policy %s, steps %v, %d comm bytes\n",
 			m.Name, out.Usage.PromptTokens, prefillRate, len(out.Tokens), decodeRate, out.FinishReason, plan, pol, planSteps, run.commStats().Total().SentBytes)
+		if stats.DraftTokens > 0 {
+			fmt.Fprintf(stderr, "[speculative] %d of %d draft tokens accepted (%.0f%%)\n", stats.AcceptedTokens, stats.DraftTokens, 100*float64(stats.AcceptedTokens)/float64(stats.DraftTokens))
+		}
 		return nil
 	}
 	enc := json.NewEncoder(stdout)
@@ -187,5 +195,6 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		TokensPerSecond: decodeRate, PromptTokensPerSecond: prefillRate,
 		ElapsedMS: float64(elapsed.Microseconds()) / 1000, Logprobs: logprobsJSON(m.Tokenizer, out.Logprobs),
 		Plan: plan.String(), Policy: pol.String(), Device: run.device, PlanSteps: planSteps, CommBytes: commBytes(run.commStats()),
+		DraftTokens: stats.DraftTokens, AcceptedTokens: stats.AcceptedTokens,
 	})
 }

@@ -82,7 +82,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,
 		},
-		Pool: pool, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics, Logger: logger,
+		Pool: pool, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics, Logger: logger, Speculative: c.spec.Config,
 	})
 	if err != nil {
 		pool.Close()

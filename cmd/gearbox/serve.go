@@ -49,6 +49,7 @@ type serveConfig struct {
 	maxBodyBytes  int64
 	drainTimeout  time.Duration
 	sloTiers      string
+	spec          specFlag
 	par           *parallelFlags
 	dev           *deviceFlags
 	tr            *transportFlags // nil: in-process ranks
@@ -79,6 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.sloTiers, "slo-tiers", "", "JSON file of SLO tiers (name, ttft_ms, tpot_ms) requests name in slo_tier or the X-SLO-Tier header; per-tier goodput on /metrics (examples/slo-tiers)")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
+	addSpecFlag(fs, &c.spec)
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	c.tr = addTransportFlags(fs)
@@ -181,7 +183,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	metrics := server.NewMetrics(plan.String(), pol.String())
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics,
+		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics, Speculative: c.spec.Config,
 		Sched: sched.Config{
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,

@@ -19,6 +19,7 @@ import (
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/slo"
+	"github.com/gearboxlm/gearbox/specdecode"
 	"github.com/gearboxlm/gearbox/tensor"
 	"github.com/gearboxlm/gearbox/tokenizer"
 )
@@ -56,6 +57,8 @@ type Options struct {
 	Clock     clock.Clock     // default the wall clock
 	Observer  engine.Observer // every instance's engine reports here; may be nil
 	Logger    *slog.Logger
+	// Speculative is every instance engine's speculative decoding.
+	Speculative specdecode.Config
 	// Colocated serves whole requests on every instance, the plan's
 	// decode instances included, instead of handing requests from
 	// prefill to decode instances after their first token.
@@ -389,7 +392,7 @@ func (c *Cluster) newInstance(spec nitsum.Instance) (*instance, error) {
 	}
 	var self *engine.Engine
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: x, Tokenizer: c.opts.Tokenizer, EOS: c.opts.EOS, Clock: c.clk, Sched: sc, Observer: step{&c.obs, &self},
+		Exec: x, Tokenizer: c.opts.Tokenizer, EOS: c.opts.EOS, Clock: c.clk, Sched: sc, Observer: step{&c.obs, &self}, Speculative: c.opts.Speculative,
 		Logger: c.log.With("instance", fmt.Sprintf("tp%d@%d", spec.TP, spec.FirstGPU)),
 	})
 	if err != nil {
