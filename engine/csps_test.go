@@ -14,6 +14,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/specdecode"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -56,13 +57,19 @@ func TestCSPSEngineMatchesSingleRank(t *testing.T) {
 	}
 
 	for _, force := range []policy.Arch{policy.Local, policy.SPTP} {
-		t.Run(fmt.Sprint("force=", force), func(t *testing.T) { cspsEngineRun(t, m, pool, reqs, want, force) })
+		t.Run(fmt.Sprint("force=", force), func(t *testing.T) { cspsEngineRun(t, m, pool, reqs, want, force, specdecode.Config{}) })
 	}
+	// N-gram drafts: decode steps of several tokens, which may cross from
+	// one rank's KV shard into the next.
+	t.Run("speculative", func(t *testing.T) {
+		cspsEngineRun(t, m, pool, reqs, want, policy.Local, specdecode.Config{Method: "ngram", NumTokens: 4, LookupMin: 1, LookupMax: 3})
+	})
 }
 
 // cspsEngineRun serves reqs on a CSPS engine over 4 ranks with the
-// policy's ForceArch force and checks the outputs equal want.
-func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Request, want []*Output, force policy.Arch) {
+// policy's ForceArch force and speculative decoding spec, and checks the
+// outputs equal want.
+func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Request, want []*Output, force policy.Arch, spec specdecode.Config) {
 	cfg := m.Config
 	pol, err := policy.NewCSPS(cpuexec.CSPSPlacement(4), 64, cfg.Hidden, 1)
 	if err != nil {
@@ -81,7 +88,7 @@ func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Reque
 	if got := pol.Configure(len(reqs[0].Prompt)); got.Degree != 4 || got.Arch != arch {
 		t.Fatalf("300-token prompt configured as %+v, want 4 ranks of %s", got, arch)
 	}
-	e, err := NewEngine(Options{Exec: c, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Sched: sched.Config{MaxNumBatchedTokens: 128}})
+	e, err := NewEngine(Options{Exec: c, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Sched: sched.Config{MaxNumBatchedTokens: 128}, Speculative: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +113,11 @@ func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Reque
 	for i := range reqs {
 		if fmt.Sprint(got[i].Tokens) != fmt.Sprint(want[i].Tokens) {
 			t.Fatalf("request %d: csps %v, one rank %v", i, got[i].Tokens, want[i].Tokens)
+		}
+	}
+	if spec.Method != "" {
+		if st := e.Stats(); st.AcceptedTokens == 0 {
+			t.Fatalf("%d of %d drafts accepted", st.AcceptedTokens, st.DraftTokens)
 		}
 	}
 	st := c.CommStats()

@@ -253,7 +253,6 @@ type Engine struct {
 	tokBuf  []int           // backs taken
 	results []sample.Result // per logits row
 	jobs    []sampleJob
-	draft   []int // proposer scratch
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -940,22 +939,36 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 }
 
 // propose gives the requests that sampled in this step and go on their
-// drafts for the next one. Called with e.mu held.
+// drafts for the next one, searching their sequences in parallel when
+// they are long (the search is linear in a sequence's length). Called
+// with e.mu held, so the scheduler's token slices stay put.
 func (e *Engine) propose(jobs []sampleJob, step *sched.Step) {
 	if e.drafter == nil {
 		return
 	}
-	for _, j := range jobs {
-		id := step.Seqs[j.seq].ID
-		l, ok := e.reqs[id]
+	work := 0
+	for i := range jobs {
+		j := &jobs[i]
+		j.known, j.k = nil, 0
+		l, ok := e.reqs[step.Seqs[j.seq].ID]
 		if !ok {
 			continue // finished
 		}
 		// No draft past the last token the request may generate: the
 		// token sampled after the drafts is one more.
-		if k := min(e.maxDrafts, l.req.MaxTokens-l.tokens-1); k > 0 {
-			e.draft = e.drafter.Propose(e.draft[:0], e.sched.Tokens(id), k)
-			e.sched.SetDraft(id, e.draft)
+		if j.k = min(e.maxDrafts, l.req.MaxTokens-l.tokens-1); j.k > 0 {
+			j.known = e.sched.Tokens(l.req.ID)
+			work += len(j.known)
+		}
+	}
+	forEach(len(jobs), work, func(i int) {
+		if j := &jobs[i]; j.k > 0 {
+			j.proposed = e.drafter.Propose(j.proposed[:0], j.known, j.k)
+		}
+	})
+	for _, j := range jobs {
+		if j.k > 0 {
+			e.sched.SetDraft(step.Seqs[j.seq].ID, j.proposed)
 		}
 	}
 }

@@ -14,7 +14,10 @@ import (
 // one or two passes over the vocabulary (0.6 ms for Llama 3's 128,256
 // under temperature alone, BenchmarkSample), so 64 sequences of such a
 // model cost about 40 ms a step on one core, ten times the GPU's decode
-// step. Below this, starting goroutines costs more than it saves.
+// step. Below this, starting goroutines costs more than it saves. The
+// n-gram drafts' search over the sequences (about 1 ns a token,
+// BenchmarkNGramPropose) uses the same bound in tokens: at 256 sequences
+// of 32K tokens it is about 9 ms a step on one core.
 var parallelSampleElems = 1 << 18
 
 // sampleJob is one sequence's logits rows to sample with its request's
@@ -29,6 +32,11 @@ type sampleJob struct {
 	out     []sample.Result // one per row; the first n are the tokens taken
 	n       int
 	seq     int // the sequence's index in the step
+
+	// Drafting for the next step (Engine.propose): at most k drafts
+	// from the known tokens.
+	known, proposed []int
+	k               int
 }
 
 // run samples the job's rows in order while the tokens agree with the
@@ -57,18 +65,23 @@ func (j *sampleJob) run() {
 
 // sampleRows runs every job. Each request has its own sampler (random
 // stream, penalties), so the jobs are independent and the results are the
-// same whichever goroutine runs them; with more than one job and at least
-// parallelSampleElems logits they are spread over up to GOMAXPROCS
-// goroutines.
+// same whichever goroutine runs them.
 func sampleRows(jobs []sampleJob) {
 	elems := 0
 	for _, j := range jobs {
 		elems += len(j.logits)
 	}
-	workers := min(len(jobs), runtime.GOMAXPROCS(0))
-	if workers < 2 || elems < parallelSampleElems {
-		for i := range jobs {
-			jobs[i].run()
+	forEach(len(jobs), elems, func(i int) { jobs[i].run() })
+}
+
+// forEach calls fn(i) for every i < n: on up to GOMAXPROCS goroutines when
+// there are at least two and the work (in logits, or tokens searched) is
+// at least parallelSampleElems, inline otherwise.
+func forEach(n, work int, fn func(i int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers < 2 || work < parallelSampleElems {
+		for i := range n {
+			fn(i)
 		}
 		return
 	}
@@ -78,10 +91,10 @@ func sampleRows(jobs []sampleJob) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
+				if i >= n {
 					return
 				}
-				jobs[i].run()
+				fn(i)
 			}
 		})
 	}

@@ -156,6 +156,10 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if plan.TP == 2 { // sample and draft on several goroutines
+				defer func(n int) { parallelSampleElems = n }(parallelSampleElems)
+				parallelSampleElems = 1
+			}
 			e, err := NewEngine(Options{Exec: exec, Policy: p, Tokenizer: m.Tokenizer, EOS: m.EOS(), Speculative: spec})
 			if err != nil {
 				t.Fatal(err)
