@@ -22,6 +22,9 @@ func TestServeSpeculative(t *testing.T) {
 	for _, body := range []string{
 		`{"model": "stories260K", "prompt": "Lily and Ben went to the park. Lily and Ben", "max_tokens": 60, "temperature": 0}`,
 		`{"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 50, "temperature": 0.8, "seed": 3, "logprobs": 2}`,
+		// The constraint follows each kept draft before the next row is
+		// masked.
+		`{"model": "stories260K", "prompt": "Lily and Ben", "max_tokens": 40, "temperature": 0, "guided_regex": "( (Lily|and|Ben|went|to|the|park)[.,]?){1,30}"}`,
 	} {
 		var want, got result
 		for url, r := range map[string]*result{plain: &want, spec: &got} {
