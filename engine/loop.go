@@ -45,6 +45,14 @@ type Request struct {
 	KeepSpecial bool
 	Priority    int    // smaller runs first; FCFS within a priority
 	Tier        string // the request's SLO tier (package slo), reported back in FinishStats; "" for none
+	// PromptLogprobs asks for the log-probabilities of the prompt's
+	// tokens after the first (vLLM's prompt_logprobs; OpenAI's echo with
+	// logprobs), each with its position's PromptTopLogprobs most likely
+	// tokens; they come with the first token's event. Such a request
+	// computes its whole prompt (no prefix-cache hits) in chunks whose
+	// logits stay under promptLogitsBytes.
+	PromptLogprobs    bool
+	PromptTopLogprobs int
 	// Constraint, when set, holds the generation to a format (structured
 	// output): the sampler masks with it and it follows every token. One
 	// per request; the engine keeps it through preemptions.
@@ -65,9 +73,13 @@ type Event struct {
 	Text     string          // newly final completion text
 	Tokens   []int           // newly generated token ids (a final stop token included)
 	Logprobs []sample.Result // one per token in Tokens when Sampling.Logprobs >= 0
-	Finish   string          // "" until the last event
-	Err      error           // with FinishError
-	Usage    Usage           // counts so far
+	// PromptLogprobs, on the first token's event of a request with
+	// Request.PromptLogprobs, has one entry per prompt token after the
+	// first: that token's log-probability at its position.
+	PromptLogprobs []sample.Result
+	Finish         string // "" until the last event
+	Err            error  // with FinishError
+	Usage          Usage  // counts so far
 }
 
 // Usage counts a request's tokens.
@@ -248,11 +260,12 @@ type Engine struct {
 
 	// runStep's buffers, reused from step to step (Iterate runs on one
 	// goroutine at a time).
-	batch   forward.Batch
-	taken   [][]int         // per sequence: accepted drafts, then the sampled token
-	tokBuf  []int           // backs taken
-	results []sample.Result // per logits row
-	jobs    []sampleJob
+	batch      forward.Batch
+	taken      [][]int         // per sequence: accepted drafts, then the sampled token
+	promptRows []int           // per sequence: logits rows for prompt log-probabilities
+	tokBuf     []int           // backs taken
+	results    []sample.Result // per logits row
+	jobs       []sampleJob
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -277,6 +290,29 @@ type live struct {
 	last      time.Time
 	tokens    int // completion tokens so far
 	cached    int // prompt tokens served from the prefix cache
+	// Prompt log-probabilities (Request.PromptLogprobs): those of prompt
+	// tokens [1, len(promptLP]+1) are known.
+	promptLP []sample.Result
+}
+
+// promptLogitsBytes bounds the logits one step returns for a request's
+// prompt log-probabilities (its chunks are cut to fit): 64 MiB is 128
+// positions of Llama 3's 128,256-token vocabulary.
+const promptLogitsBytes = 64 << 20
+
+// promptRows is the number of logits rows of prompt positions that chunk
+// s of l must return for its prompt log-probabilities: those of the
+// positions in the chunk whose next prompt token has none yet. They end
+// the chunk's prompt positions, so they are trailing rows (before the
+// sampled position's row, when the chunk ends the prompt). Called with
+// e.mu held.
+func (l *live) promptRows(s sched.SeqStep) int {
+	if !l.req.PromptLogprobs {
+		return 0
+	}
+	start := max(s.Pos, len(l.promptLP))                 // position p gives token p+1's
+	end := min(s.Pos+len(s.Tokens), len(l.req.Prompt)-1) // the last prompt position gives the first output
+	return max(0, end-start)
 }
 
 // NewEngine builds an engine; the scheduler's block geometry comes from
@@ -343,6 +379,9 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
 	}
+	if req.PromptLogprobs && (req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > e.exec.Config().Vocab) {
+		return nil, fmt.Errorf("engine: prompt top log-probabilities must be in [0, %d], got %d", e.exec.Config().Vocab, req.PromptTopLogprobs)
+	}
 	if req.MinTokens < 0 || req.MinTokens > req.MaxTokens {
 		return nil, fmt.Errorf("engine: min tokens must be in [0, max tokens %d], got %d", req.MaxTokens, req.MinTokens)
 	}
@@ -386,7 +425,11 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if _, dup := e.reqs[req.ID]; dup {
 		return nil, fmt.Errorf("engine: request id %q is already live", req.ID)
 	}
-	err = e.sched.Add(&sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival})
+	sr := sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival}
+	if req.PromptLogprobs {
+		sr.NoPrefixCache, sr.MaxChunk = true, max(1, promptLogitsBytes/(4*vocab))
+	}
+	err = e.sched.Add(&sr)
 	switch {
 	case errors.Is(err, sched.ErrQueueFull):
 		return nil, fmt.Errorf("%w: %v", ErrQueueFull, err)
@@ -821,8 +864,10 @@ func (e *Engine) abortAll() {
 func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decision) error {
 	start := e.clk.Now()
 	greedy, onDevice := e.exec.(GreedyRunner)
+	promptRows := slices.Grow(e.promptRows[:0], len(step.Seqs))[:len(step.Seqs)]
+	e.promptRows = promptRows
 	e.mu.Lock()
-	for _, s := range step.Seqs {
+	for i, s := range step.Seqs {
 		l, ok := e.reqs[s.ID]
 		if ok && l.scheduled.IsZero() {
 			l.scheduled, l.cached = start, s.Pos // a first chunk starts after its prefix-cache hits
@@ -830,14 +875,21 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		if s.Sample && ok && !l.sampler.PlainGreedy() {
 			onDevice = false
 		}
+		promptRows[i] = 0
+		if ok {
+			promptRows[i] = l.promptRows(s)
+		}
+		if promptRows[i] > 0 {
+			onDevice = false
+		}
 	}
 	e.mu.Unlock()
 	batch := &e.batch
 	batch.Seqs = slices.Grow(batch.Seqs[:0], len(step.Seqs))[:len(step.Seqs)]
 	for i, s := range step.Seqs {
-		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica}
+		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica, NumLogits: promptRows[i]}
 		if s.Sample {
-			batch.Seqs[i].NumLogits = 1 + s.Draft
+			batch.Seqs[i].NumLogits += 1 + s.Draft
 		}
 	}
 	defer clear(batch.Seqs) // drop the references to the step's token and block slices
@@ -874,7 +926,9 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	row := 0
 	now := e.clk.Now()
 	jobs := e.jobs[:0]
+	e.promptLogprobs(step, promptRows, logits)
 	for i, s := range step.Seqs {
+		row += promptRows[i]
 		if !s.Sample {
 			continue
 		}
@@ -938,6 +992,41 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	return nil
 }
 
+// promptLogprobs takes the prompt log-probabilities out of the step's
+// logits rows: each sequence's promptRows[i] rows lead its rows, one per
+// prompt position whose next token has none yet. The rows are many and
+// each costs a pass over the vocabulary, so they are spread over the
+// sampling workers. Called with e.mu held.
+func (e *Engine) promptLogprobs(step *sched.Step, promptRows []int, logits []float32) {
+	type job struct {
+		l      *live
+		logits []float32
+		out    []sample.Result
+		first  int // the prompt token of the first row
+	}
+	var jobs []job
+	vocab, row, work := e.exec.Config().Vocab, 0, 0
+	for i, s := range step.Seqs {
+		n := promptRows[i]
+		if l, ok := e.reqs[s.ID]; ok && n > 0 {
+			first := len(l.promptLP) + 1
+			l.promptLP = slices.Grow(l.promptLP, n)[:len(l.promptLP)+n]
+			jobs = append(jobs, job{l: l, logits: logits[row*vocab : (row+n)*vocab], out: l.promptLP[first-1:], first: first})
+			work += n * vocab
+		}
+		row += n
+		if s.Sample {
+			row += 1 + s.Draft
+		}
+	}
+	forEach(len(jobs), work, func(i int) {
+		j := jobs[i]
+		for r := range j.out {
+			j.out[r] = sample.LogprobOf(j.logits[r*vocab:(r+1)*vocab], j.l.req.Prompt[j.first+r], j.l.req.PromptTopLogprobs)
+		}
+	})
+}
+
 // propose gives the requests that sampled in this step and go on their
 // drafts for the next one, searching their sequences in parallel when
 // they are long (the search is linear in a sequence's length). Called
@@ -991,6 +1080,9 @@ func (e *Engine) emit(l *live, res sample.Result, now time.Time) bool {
 	ev := Event{Tokens: []int{tok}}
 	if l.req.Sampling.Logprobs >= 0 {
 		ev.Logprobs = []sample.Result{res}
+	}
+	if l.tokens == 1 && l.req.PromptLogprobs {
+		ev.PromptLogprobs = l.promptLP
 	}
 	finish := ""
 	switch {

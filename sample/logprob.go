@@ -1,6 +1,9 @@
 package sample
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // rawDist describes log_softmax of the raw logits of one Sample call.
 type rawDist struct {
@@ -69,4 +72,19 @@ func (d *rawDist) topList(top []cand, n int) []Logprob {
 		out[i] = Logprob{Token: int(c.id), Logprob: d.logprob(c.logit)}
 	}
 	return out
+}
+
+// LogprobOf returns the raw log-probability of token under logits
+// (log_softmax, as Result.Logprob reports it for a sampled token) and, for
+// top > 0, the top most likely tokens (as Result.Top): the log-probability
+// of a prompt token at its position (vLLM's prompt_logprobs). It does not
+// modify logits. It panics if token is outside logits, which is a bug in
+// the caller.
+func LogprobOf(logits []float32, token, top int) Result {
+	if token < 0 || token >= len(logits) {
+		panic(fmt.Sprintf("sample: LogprobOf got token %d outside the vocabulary [0, %d)", token, len(logits)))
+	}
+	s := Sampler{nTop: min(max(top, 0), len(logits)), chunk: make([]float32, chunkLen)}
+	d := s.rawDist(logits)
+	return Result{Token: token, Logprob: d.logprob(logits[token]), Top: d.topList(s.top, s.nTop)}
 }

@@ -146,3 +146,32 @@ func TestLogprobsNonFinite(t *testing.T) {
 		})
 	}
 }
+
+// TestLogprobOf checks a prompt token's log-probability and top list
+// against log_softmax, and that the logits are left as they were.
+func TestLogprobOf(t *testing.T) {
+	const v = 3000
+	logits := stepLogits(1, v)[0]
+	orig := slices.Clone(logits)
+	want := logSoftmax(logits)
+	for _, tok := range []int{0, 17, v - 1} {
+		r := LogprobOf(logits, tok, 3)
+		if r.Token != tok || !closeLogprob(r.Logprob, want[tok]) || len(r.Top) != 3 {
+			t.Fatalf("LogprobOf(%d) = %+v, want logprob %v", tok, r, want[tok])
+		}
+		for i, alt := range r.Top {
+			if !closeLogprob(alt.Logprob, want[alt.Token]) || (i > 0 && alt.Logprob > r.Top[i-1].Logprob) {
+				t.Fatalf("top %d: %+v", i, alt)
+			}
+		}
+		if _, best := maxIndex(orig); r.Top[0].Token != best {
+			t.Fatalf("top token %d, argmax %d", r.Top[0].Token, best)
+		}
+	}
+	if r := LogprobOf(logits, 5, 0); r.Top != nil || !closeLogprob(r.Logprob, want[5]) {
+		t.Fatalf("top 0: %+v", r)
+	}
+	if !slices.Equal(logits, orig) {
+		t.Fatal("LogprobOf changed the logits")
+	}
+}

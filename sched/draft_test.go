@@ -117,3 +117,47 @@ func TestDraftLimits(t *testing.T) {
 		t.Fatalf("context: %+v", q)
 	}
 }
+
+// TestNoPrefixCacheAndMaxChunk: a request that asks for it computes a
+// cached prompt from its first token, in chunks of at most MaxChunk.
+func TestNoPrefixCacheAndMaxChunk(t *testing.T) {
+	s, err := New(Config{MaxModelLen: 64, BlockSize: 4, NumBlocks: 16, EnablePrefixCaching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := tokens(3, 14)
+	if err := s.Add(&Request{ID: "a", Prompt: prompt, MaxTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(s.Schedule(), []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish("a", Stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(&Request{ID: "bad", Prompt: prompt, MaxTokens: 4, MaxChunk: -1}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("negative MaxChunk: %v", err)
+	}
+	if err := s.Add(&Request{ID: "b", Prompt: prompt, MaxTokens: 4, NoPrefixCache: true, MaxChunk: 6}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for range 3 {
+		st := s.Schedule()
+		q := st.Seqs[0]
+		got = append(got, q.Pos, len(q.Tokens))
+		if err := s.Update(st, []int{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int{0, 6, 6, 6, 12, 2}; !slices.Equal(got, want) {
+		t.Fatalf("chunks (pos, len) %v, want %v", got, want)
+	}
+	// Without the flag the cached blocks are reused.
+	if err := s.Add(&Request{ID: "c", Prompt: prompt, MaxTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if q := s.Schedule().Seqs[1]; q.ID != "c" || q.Pos != 12 {
+		t.Fatalf("c: %+v", q)
+	}
+}

@@ -28,6 +28,14 @@ type Request struct {
 	MaxTokens int    // completion tokens at most, ≥ 1; only checked at Add (the engine decides when to stop)
 	Priority  int    // smaller runs first, as in vLLM
 	Arrival   time.Time
+	// NoPrefixCache computes every prompt token even where the prefix
+	// cache holds it (the request's own full blocks are still cached for
+	// others): for prompt log-probabilities, which need every position's
+	// logits.
+	NoPrefixCache bool
+	// MaxChunk, when positive, bounds each of the request's chunks, to
+	// bound what a step returns for it (logits for every position).
+	MaxChunk int
 }
 
 // FinishReason is how a request ended.
@@ -84,6 +92,8 @@ type request struct {
 	arrival   time.Time
 	order     uint64 // Add order, the last tie-break
 	promptLen int
+	noPrefix  bool         // Request.NoPrefixCache
+	maxChunk  int          // Request.MaxChunk; 0 for none
 	tokens    []int        // known: prompt, then sampled outputs
 	computed  int          // tokens of tokens whose KV is in kv
 	draft     []int        // speculative tokens to verify after the known ones (SetDraft)

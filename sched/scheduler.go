@@ -150,6 +150,9 @@ func (s *Scheduler) Add(r *Request) error {
 	if len(r.Prompt) == 0 {
 		return fmt.Errorf("%w: request %q", ErrEmptyPrompt, r.ID)
 	}
+	if r.MaxChunk < 0 {
+		return fmt.Errorf("%w: request %q: max chunk %d is negative", ErrBadRequest, r.ID, r.MaxChunk)
+	}
 	if r.MaxTokens < 1 {
 		return fmt.Errorf("%w: request %q: max tokens %d, want at least 1", ErrBadRequest, r.ID, r.MaxTokens)
 	}
@@ -174,6 +177,8 @@ func (s *Scheduler) Add(r *Request) error {
 		arrival:   r.Arrival,
 		order:     s.order,
 		promptLen: n,
+		noPrefix:  r.NoPrefixCache,
+		maxChunk:  r.MaxChunk,
 		tokens:    tokens,
 		replica:   -1,
 	}

@@ -3,6 +3,8 @@ package sched
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gearboxlm/gearbox/kvcache"
 )
 
 // Step is one engine step's plan: plain data, owned by the caller.
@@ -104,7 +106,7 @@ func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
 			s.terminate(r, Length)
 			continue
 		}
-		n := min(len(r.tokens)-r.computed, budget)
+		n := r.chunk(len(r.tokens)-r.computed, budget)
 		if n <= 0 || (phase == PrefillOnly && r.decoding()) || (phase == DecodeOnly && !r.decoding()) {
 			i++
 			continue
@@ -171,8 +173,11 @@ func (s *Scheduler) admitWaiting(st *Step, budget int) {
 			rep = s.pick()
 		}
 		kv := s.reps[rep].kv
-		p := kv.Match(r.tokens)
-		n := min(len(r.tokens)-p.Tokens, budget)
+		var p kvcache.Prefix
+		if !r.noPrefix {
+			p = kv.Match(r.tokens)
+		}
+		n := r.chunk(len(r.tokens)-p.Tokens, budget)
 		seq, ok := kv.Admit(p, p.Tokens+n)
 		if !ok {
 			return // first come, first served: nothing overtakes r
@@ -185,6 +190,16 @@ func (s *Scheduler) admitWaiting(st *Step, budget int) {
 		s.plan(st, r, n, 0)
 		budget -= n
 	}
+}
+
+// chunk is the size of r's next chunk: its left tokens within the budget
+// and its own bound.
+func (r *request) chunk(left, budget int) int {
+	n := min(left, budget)
+	if r.maxChunk > 0 {
+		n = min(n, r.maxChunk)
+	}
+	return n
 }
 
 // plan appends r's next n tokens and its first d drafts to the step.

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"unicode/utf8"
 
-	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/sample"
 )
 
 type completionRequest struct {
@@ -25,9 +25,11 @@ type completionChoice struct {
 	FinishReason *string             `json:"finish_reason"`
 }
 
+// completionLogprobs is the legacy logprobs object. With echo the prompt's
+// tokens come first, the first of them with null log-probabilities.
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -73,8 +75,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	if req.Echo && logprobs >= 0 {
-		writeError(w, invalid("echo", "echo with logprobs (prompt log-probabilities) is not supported"))
-		return
+		g.promptLogprobs = logprobs // the echoed prompt's tokens come with theirs
 	}
 	prompts, texts, e := s.parsePrompt(req.Prompt)
 	if e != nil {
@@ -89,18 +90,27 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 	id, created := s.newID("cmpl"), s.opts.Clock.Now().Unix()
 	if req.Stream {
 		echoed := map[int]bool{}
+		offsets := map[int]int{} // text offset of each choice's next token
 		chunk := func(ev event) any {
 			text := ev.ev.Text
+			var lp *completionLogprobs
+			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
+				lp = &completionLogprobs{}
+			}
 			if req.Echo && !echoed[ev.job.index] {
 				echoed[ev.job.index] = true
 				text = texts[ev.job.prompt] + text
+				if lp != nil {
+					offsets[ev.job.index] = s.appendPromptLogprobs(lp, prompts[ev.job.prompt], ev.ev.PromptLogprobs)
+				}
 			}
 			if text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
 				return nil
 			}
 			ch := completionChoice{Index: ev.job.index, Text: text, FinishReason: finishReason(ev.ev.Finish)}
-			if logprobs >= 0 && len(ev.ev.Logprobs) > 0 {
-				ch.Logprobs = s.completionLogprobs(ev.ev, 0)
+			if lp != nil {
+				offsets[ev.job.index] = s.appendLogprobs(lp, ev.ev.Tokens, ev.ev.Logprobs, offsets[ev.job.index])
+				ch.Logprobs = lp
 			}
 			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}}
 		}
@@ -126,7 +136,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		}
 		ch := completionChoice{Index: j.index, Text: text, FinishReason: finishReason(j.finish)}
 		if logprobs >= 0 {
-			ch.Logprobs = s.completionLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs}, 0)
+			ch.Logprobs = &completionLogprobs{}
+			offset := 0
+			if req.Echo {
+				offset = s.appendPromptLogprobs(ch.Logprobs, prompts[j.prompt], j.promptLP)
+			}
+			s.appendLogprobs(ch.Logprobs, j.tokens, j.logprobs, offset)
 		}
 		resp.Choices = append(resp.Choices, ch)
 	}
@@ -202,14 +217,14 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError)
 // tokenText is the text a single token decodes to.
 func (s *Server) tokenText(id int) string { return s.opts.Tokenizer.Decode([]int{id}, false) }
 
-// completionLogprobs builds the legacy completions logprobs object;
-// offset is the text offset of the first token.
-func (s *Server) completionLogprobs(ev engine.Event, offset int) *completionLogprobs {
-	lp := &completionLogprobs{}
-	for i, res := range ev.Logprobs {
-		t := s.tokenText(ev.Tokens[i])
+// appendLogprobs appends tokens and their log-probabilities to lp, the
+// first at text offset offset, and returns the offset after the last.
+func (s *Server) appendLogprobs(lp *completionLogprobs, tokens []int, results []sample.Result, offset int) int {
+	for i, res := range results {
+		t := s.tokenText(tokens[i])
+		v := logprob(res.Logprob)
 		lp.Tokens = append(lp.Tokens, t)
-		lp.TokenLogprobs = append(lp.TokenLogprobs, logprob(res.Logprob))
+		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
 		top := map[string]float64{}
 		for _, alt := range res.Top {
 			if _, dup := top[s.tokenText(alt.Token)]; !dup {
@@ -220,5 +235,17 @@ func (s *Server) completionLogprobs(ev engine.Event, offset int) *completionLogp
 		lp.TextOffset = append(lp.TextOffset, offset)
 		offset += utf8.RuneCountInString(t)
 	}
-	return lp
+	return offset
+}
+
+// appendPromptLogprobs appends an echoed prompt's tokens to lp: the first
+// with null log-probabilities (nothing precedes it), the others with
+// results, theirs; it returns the text offset after the prompt.
+func (s *Server) appendPromptLogprobs(lp *completionLogprobs, prompt []int, results []sample.Result) int {
+	t := s.tokenText(prompt[0])
+	lp.Tokens = append(lp.Tokens, t)
+	lp.TokenLogprobs = append(lp.TokenLogprobs, nil)
+	lp.TopLogprobs = append(lp.TopLogprobs, nil)
+	lp.TextOffset = append(lp.TextOffset, 0)
+	return s.appendLogprobs(lp, prompt[1:], results, utf8.RuneCountInString(t))
 }

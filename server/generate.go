@@ -22,6 +22,7 @@ type job struct {
 	text     string
 	tokens   []int
 	logprobs []sample.Result
+	promptLP []sample.Result // the prompt's log-probabilities (Event.PromptLogprobs)
 	finish   string
 	usage    engine.Usage
 	err      error
@@ -84,6 +85,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			req := engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
 				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, KeepSpecial: g.special, Priority: g.priority, Tier: g.tier,
+				PromptLogprobs: g.promptLogprobs >= 0, PromptTopLogprobs: max(g.promptLogprobs, 0),
 			}
 			if format := g.format; format != nil {
 				if s.opts.CompactJSON && !format.Free() {
@@ -161,6 +163,9 @@ func (s *Server) collect(ctx context.Context, jobs []*job) *apiError {
 		j.text += e.ev.Text
 		j.tokens = append(j.tokens, e.ev.Tokens...)
 		j.logprobs = append(j.logprobs, e.ev.Logprobs...)
+		if e.ev.PromptLogprobs != nil {
+			j.promptLP = e.ev.PromptLogprobs
+		}
 		j.usage = e.ev.Usage
 		if e.ev.Finish != "" {
 			j.finish, j.err = e.ev.Finish, e.ev.Err

@@ -75,13 +75,16 @@ type generation struct {
 	priority  int
 	tier      string             // SLO tier name, resolved against the server's tiers; "" without tiers
 	format    *structured.Format // response_format json_object or json_schema; nil: free text
+	// promptLogprobs asks for the prompt tokens' log-probabilities with
+	// this many top alternatives each (echo with logprobs); -1 for none.
+	promptLogprobs int
 }
 
 // validate checks the shared fields; logprobs is the number of top
 // alternatives requested (-1 for none).
 func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 	g := generation{params: sample.DefaultParams(), n: 1, ignoreEOS: c.IgnoreEOS, priority: c.Priority, keepStop: c.IncludeStopStr,
-		special: c.SkipSpecialTokens != nil && !*c.SkipSpecialTokens}
+		special: c.SkipSpecialTokens != nil && !*c.SkipSpecialTokens, promptLogprobs: -1}
 	g.params.Logprobs = logprobs
 	if c.Model == "" {
 		return g, invalid("model", "model is required")

@@ -224,7 +224,7 @@ func TestLogitBias(t *testing.T) {
 		t.Fatalf("forced %d: text %q, tokens %q", forced, resp.Choices[0].Text, toks)
 	}
 	for _, lp := range resp.Choices[0].Logprobs.TokenLogprobs {
-		if !(lp < -0.5) {
+		if lp == nil || !(*lp < -0.5) {
 			t.Errorf("a forced token's reported logprob %v: want the model's own, far below 0", lp)
 		}
 	}
@@ -490,7 +490,7 @@ func TestNStopLogprobs(t *testing.T) {
 	}
 	json.Unmarshal(body, &resp)
 	lp := resp.Choices[0].Logprobs
-	if lp == nil || len(lp.Tokens) != 3 || lp.Tokens[0] != "," || len(lp.TopLogprobs[0]) != 2 || lp.TokenLogprobs[0] > 0 || lp.TokenLogprobs[0] < -1 {
+	if lp == nil || len(lp.Tokens) != 3 || lp.Tokens[0] != "," || len(lp.TopLogprobs[0]) != 2 || lp.TokenLogprobs[0] == nil || *lp.TokenLogprobs[0] > 0 || *lp.TokenLogprobs[0] < -1 {
 		t.Fatalf("logprobs %s", body)
 	}
 	status, body = ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":2,"logprobs":true,"top_logprobs":3,"temperature":0}`)
