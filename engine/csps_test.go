@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -93,20 +92,7 @@ func cspsEngineRun(t *testing.T, m *model.Model, pool *tensor.Pool, reqs []Reque
 		t.Fatal(err)
 	}
 	defer e.Start()()
-	got := make([]*Output, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := e.Generate(context.Background(), r, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			got[i] = out
-		}()
-	}
-	wg.Wait()
+	got := generateAll(t, e, reqs)
 	if t.Failed() {
 		return
 	}

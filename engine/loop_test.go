@@ -62,21 +62,7 @@ func TestEngineBatchingMatchesAlone(t *testing.T) {
 	}
 	defer e.Start()()
 
-	got := make([]*Output, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := e.Generate(context.Background(), r, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			got[i] = out
-		}()
-	}
-	wg.Wait()
+	got := generateAll(t, e, reqs)
 	for i := range reqs {
 		if got[i] == nil {
 			t.Fatalf("request %d failed", i)
@@ -199,6 +185,25 @@ func TestGreedyRunner(t *testing.T) {
 	if plain.Text != withLogprobs.Text {
 		t.Fatalf("texts differ:\n%q\n%q", plain.Text, withLogprobs.Text)
 	}
+}
+
+// generateAll runs reqs on e at once and returns their outputs; a failed
+// request is reported with t.Error and has a nil output.
+func generateAll(t testing.TB, e *Engine, reqs []Request) []*Output {
+	outs := make([]*Output, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			out, err := e.Generate(context.Background(), r, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			outs[i] = out
+		})
+	}
+	wg.Wait()
+	return outs
 }
 
 // startEngine runs an engine loop over exec until the test ends.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -119,27 +118,11 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 				Temperature: 0.7, TopP: 0.95, FrequencyPenalty: 0.2, Seed: int64(i), HasSeed: true, Logprobs: 1}},
 		)
 	}
-	generate := func(e *Engine) []*Output {
-		outs := make([]*Output, len(reqs))
-		var wg sync.WaitGroup
-		for i, r := range reqs {
-			wg.Go(func() {
-				out, err := e.Generate(context.Background(), r, nil)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				outs[i] = out
-			})
-		}
-		wg.Wait()
-		return outs
-	}
 	plainExec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := generate(startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}))
+	want := generateAll(t, startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}), reqs)
 	spec := specdecode.Config{Method: "ngram", NumTokens: 4, LookupMin: 1, LookupMax: 4}
 	for _, plan := range []parallel.Plan{parallel.Single, {DP: 1, PP: 1, SP: 1, TP: 2}, {DP: 1, PP: 2, SP: 1, TP: 1}, {DP: 1, PP: 1, SP: 2, TP: 1}} {
 		t.Run(plan.String(), func(t *testing.T) {
@@ -165,7 +148,7 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Start()()
-			got := generate(e)
+			got := generateAll(t, e, reqs)
 			for i := range reqs {
 				if got[i] == nil {
 					t.Fatal("a request failed")
