@@ -77,7 +77,8 @@ func (d *rawDist) topList(top []cand, n int) []Logprob {
 // LogprobOf returns the raw log-probability of token under logits
 // (log_softmax, as Result.Logprob reports it for a sampled token) and, for
 // top > 0, the top most likely tokens (as Result.Top): the log-probability
-// of a prompt token at its position (vLLM's prompt_logprobs). It does not
+// of a prompt token at its position (vLLM's prompt_logprobs), with its
+// Rank. It does not
 // modify logits. It panics if token is outside logits, which is a bug in
 // the caller.
 func LogprobOf(logits []float32, token, top int) Result {
@@ -86,5 +87,19 @@ func LogprobOf(logits []float32, token, top int) Result {
 	}
 	s := Sampler{nTop: min(max(top, 0), len(logits)), chunk: make([]float32, chunkLen)}
 	d := s.rawDist(logits)
-	return Result{Token: token, Logprob: d.logprob(logits[token]), Top: d.topList(s.top, s.nTop)}
+	x, rank := logits[token], 1
+	if x == x { // a NaN logit counts as -Inf: every larger one ranks first
+		for _, v := range logits {
+			if v > x {
+				rank++
+			}
+		}
+	} else {
+		for _, v := range logits {
+			if v > negInf {
+				rank++
+			}
+		}
+	}
+	return Result{Token: token, Logprob: d.logprob(x), Top: d.topList(s.top, s.nTop), Rank: rank}
 }

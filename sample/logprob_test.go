@@ -156,8 +156,14 @@ func TestLogprobOf(t *testing.T) {
 	want := logSoftmax(logits)
 	for _, tok := range []int{0, 17, v - 1} {
 		r := LogprobOf(logits, tok, 3)
-		if r.Token != tok || !closeLogprob(r.Logprob, want[tok]) || len(r.Top) != 3 {
-			t.Fatalf("LogprobOf(%d) = %+v, want logprob %v", tok, r, want[tok])
+		rank := 1
+		for _, v := range want {
+			if v > want[tok] {
+				rank++
+			}
+		}
+		if r.Token != tok || !closeLogprob(r.Logprob, want[tok]) || len(r.Top) != 3 || r.Rank != rank {
+			t.Fatalf("LogprobOf(%d) = %+v, want logprob %v, rank %d", tok, r, want[tok], rank)
 		}
 		for i, alt := range r.Top {
 			if !closeLogprob(alt.Logprob, want[alt.Token]) || (i > 0 && alt.Logprob > r.Top[i-1].Logprob) {

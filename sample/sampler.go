@@ -31,6 +31,7 @@ type Result struct {
 	Token   int
 	Logprob float32   // of Token
 	Top     []Logprob // the Params.Logprobs most likely tokens, logprob descending then id ascending; freshly allocated, nil when Params.Logprobs <= 0
+	Rank    int       // set by LogprobOf only: 1 + the number of tokens with a larger raw logit
 }
 
 // Constraint restricts the tokens a sequence may generate (structured

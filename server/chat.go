@@ -93,12 +93,13 @@ type chatTokenLogprob struct {
 }
 
 type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+	ID             string         `json:"id"`
+	Object         string         `json:"object"`
+	Created        int64          `json:"created"`
+	Model          string         `json:"model"`
+	Choices        []chatChoice   `json:"choices"`
+	Usage          *usage         `json:"usage,omitempty"`
+	PromptLogprobs promptLogprobs `json:"prompt_logprobs,omitempty"` // vLLM's, with prompt_logprobs: the rendered prompt's
 }
 
 // chatCompletions serves POST /v1/chat/completions.
@@ -147,14 +148,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			turn := turns[ev.job.index]
 			thinking, content, calls := turn.next(ev.ev.Text, ev.ev.Finish != "", true)
 			withLogprobs := logprobs >= 0 && len(ev.ev.Logprobs) > 0
-			if thinking == nil && content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs {
+			var prompt promptLogprobs
+			if req.PromptLogprobs != nil && ev.ev.PromptLogprobs != nil && ev.job.index == 0 { // one prompt for every choice
+				prompt = s.promptLogprobsOf(ev.ev.PromptLogprobs, *req.PromptLogprobs)
+			}
+			if thinking == nil && content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs && prompt == nil {
 				return nil
 			}
 			ch := chatChoice{Index: ev.job.index, Delta: &chatDelta{thinking: thought(thinking), Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(ev.ev.Finish)}
 			if withLogprobs {
 				ch.Logprobs = s.chatLogprobs(ev.ev)
 			}
-			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}}
+			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}, PromptLogprobs: prompt}
 		}
 		var usageChunk func() any
 		if req.includeUsage() {
@@ -171,6 +176,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: req.Model}
+	if req.PromptLogprobs != nil {
+		resp.PromptLogprobs = s.promptLogprobsOf(jobs[0].promptLP, *req.PromptLogprobs)
+	}
 	for _, j := range jobs {
 		turn := turns[j.index]
 		thinking, content, calls := turn.next(j.text, true, false)

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/gearboxlm/gearbox/sample"
@@ -19,10 +20,11 @@ type completionRequest struct {
 var completionFields = knownFields(append([]string{"prompt", "echo", "logprobs", "suffix"}, commonFieldNames...)...)
 
 type completionChoice struct {
-	Index        int                 `json:"index"`
-	Text         string              `json:"text"`
-	Logprobs     *completionLogprobs `json:"logprobs"`
-	FinishReason *string             `json:"finish_reason"`
+	Index          int                 `json:"index"`
+	Text           string              `json:"text"`
+	Logprobs       *completionLogprobs `json:"logprobs"`
+	FinishReason   *string             `json:"finish_reason"`
+	PromptLogprobs promptLogprobs      `json:"prompt_logprobs,omitempty"` // vLLM's, with prompt_logprobs
 }
 
 // completionLogprobs is the legacy logprobs object. With echo the prompt's
@@ -75,7 +77,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	if req.Echo && logprobs >= 0 {
-		g.promptLogprobs = logprobs // the echoed prompt's tokens come with theirs
+		g.promptLogprobs = max(g.promptLogprobs, logprobs) // the echoed prompt's tokens come with theirs
 	}
 	prompts, texts, e := s.parsePrompt(req.Prompt)
 	if e != nil {
@@ -101,13 +103,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 				echoed[ev.job.index] = true
 				text = texts[ev.job.prompt] + text
 				if lp != nil {
-					offsets[ev.job.index] = s.appendPromptLogprobs(lp, prompts[ev.job.prompt], ev.ev.PromptLogprobs)
+					offsets[ev.job.index] = s.appendPromptLogprobs(lp, prompts[ev.job.prompt], ev.ev.PromptLogprobs, logprobs)
 				}
 			}
 			if text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
 				return nil
 			}
 			ch := completionChoice{Index: ev.job.index, Text: text, FinishReason: finishReason(ev.ev.Finish)}
+			if req.PromptLogprobs != nil && ev.ev.PromptLogprobs != nil {
+				ch.PromptLogprobs = s.promptLogprobsOf(ev.ev.PromptLogprobs, *req.PromptLogprobs)
+			}
 			if lp != nil {
 				offsets[ev.job.index] = s.appendLogprobs(lp, ev.ev.Tokens, ev.ev.Logprobs, offsets[ev.job.index])
 				ch.Logprobs = lp
@@ -135,11 +140,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 			text = texts[j.prompt] + text
 		}
 		ch := completionChoice{Index: j.index, Text: text, FinishReason: finishReason(j.finish)}
+		if req.PromptLogprobs != nil {
+			ch.PromptLogprobs = s.promptLogprobsOf(j.promptLP, *req.PromptLogprobs)
+		}
 		if logprobs >= 0 {
 			ch.Logprobs = &completionLogprobs{}
 			offset := 0
 			if req.Echo {
-				offset = s.appendPromptLogprobs(ch.Logprobs, prompts[j.prompt], j.promptLP)
+				offset = s.appendPromptLogprobs(ch.Logprobs, prompts[j.prompt], j.promptLP, logprobs)
 			}
 			s.appendLogprobs(ch.Logprobs, j.tokens, j.logprobs, offset)
 		}
@@ -220,18 +228,24 @@ func (s *Server) tokenText(id int) string { return s.opts.Tokenizer.Decode([]int
 // appendLogprobs appends tokens and their log-probabilities to lp, the
 // first at text offset offset, and returns the offset after the last.
 func (s *Server) appendLogprobs(lp *completionLogprobs, tokens []int, results []sample.Result, offset int) int {
+	return s.appendLogprobsTop(lp, tokens, results, offset, maxLogprobs)
+}
+
+// appendLogprobsTop is appendLogprobs with at most top alternatives a
+// token.
+func (s *Server) appendLogprobsTop(lp *completionLogprobs, tokens []int, results []sample.Result, offset, top int) int {
 	for i, res := range results {
 		t := s.tokenText(tokens[i])
 		v := logprob(res.Logprob)
 		lp.Tokens = append(lp.Tokens, t)
 		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
-		top := map[string]float64{}
-		for _, alt := range res.Top {
-			if _, dup := top[s.tokenText(alt.Token)]; !dup {
-				top[s.tokenText(alt.Token)] = logprob(alt.Logprob)
+		alts := map[string]float64{}
+		for _, alt := range res.Top[:min(top, len(res.Top))] {
+			if _, dup := alts[s.tokenText(alt.Token)]; !dup {
+				alts[s.tokenText(alt.Token)] = logprob(alt.Logprob)
 			}
 		}
-		lp.TopLogprobs = append(lp.TopLogprobs, top)
+		lp.TopLogprobs = append(lp.TopLogprobs, alts)
 		lp.TextOffset = append(lp.TextOffset, offset)
 		offset += utf8.RuneCountInString(t)
 	}
@@ -240,12 +254,42 @@ func (s *Server) appendLogprobs(lp *completionLogprobs, tokens []int, results []
 
 // appendPromptLogprobs appends an echoed prompt's tokens to lp: the first
 // with null log-probabilities (nothing precedes it), the others with
-// results, theirs; it returns the text offset after the prompt.
-func (s *Server) appendPromptLogprobs(lp *completionLogprobs, prompt []int, results []sample.Result) int {
+// results, theirs, with at most top alternatives (the request's logprobs:
+// results may hold more, for prompt_logprobs); it returns the text offset
+// after the prompt.
+func (s *Server) appendPromptLogprobs(lp *completionLogprobs, prompt []int, results []sample.Result, top int) int {
 	t := s.tokenText(prompt[0])
 	lp.Tokens = append(lp.Tokens, t)
 	lp.TokenLogprobs = append(lp.TokenLogprobs, nil)
 	lp.TopLogprobs = append(lp.TopLogprobs, nil)
 	lp.TextOffset = append(lp.TextOffset, 0)
-	return s.appendLogprobs(lp, prompt[1:], results, utf8.RuneCountInString(t))
+	return s.appendLogprobsTop(lp, prompt[1:], results, utf8.RuneCountInString(t), top)
+}
+
+// promptLogprobs is vLLM's prompt_logprobs: null for the first prompt
+// token, then for each other token a map from token id to log-probability,
+// rank and text, holding the token's own and its position's top most
+// likely tokens.
+type promptLogprobs []map[string]promptLogprob
+
+type promptLogprob struct {
+	Logprob      float64 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
+}
+
+// promptLogprobsOf builds prompt_logprobs from the engine's results (one per
+// prompt token after the first), with at most top alternatives each.
+func (s *Server) promptLogprobsOf(results []sample.Result, top int) promptLogprobs {
+	out := make(promptLogprobs, 1, len(results)+1)
+	for _, r := range results {
+		m := map[string]promptLogprob{strconv.Itoa(r.Token): {Logprob: logprob(r.Logprob), Rank: r.Rank, DecodedToken: s.tokenText(r.Token)}}
+		for i, alt := range r.Top[:min(top, len(r.Top))] {
+			if key := strconv.Itoa(alt.Token); alt.Token != r.Token {
+				m[key] = promptLogprob{Logprob: logprob(alt.Logprob), Rank: i + 1, DecodedToken: s.tokenText(alt.Token)}
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }

@@ -67,3 +67,44 @@ func TestEchoLogprobs(t *testing.T) {
 		t.Fatalf("%d entries over the stream, want 8", offsets)
 	}
 }
+
+// TestPromptLogprobsParam: vLLM's prompt_logprobs on completions (per
+// choice) and chat (for the rendered prompt), with the token's own entry
+// beside its position's top ones, and the value the echo path reports.
+func TestPromptLogprobsParam(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	_, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","echo":true,"logprobs":0,"max_tokens":1,"temperature":0,"prompt_logprobs":2}`)
+	var resp struct {
+		Choices []struct {
+			Logprobs       completionLogprobs                  `json:"logprobs"`
+			PromptLogprobs []map[string]map[string]interface{} `json:"prompt_logprobs"`
+		}
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	ids := ts.m.Tokenizer.Encode("Once upon a time", true)
+	c := resp.Choices[0]
+	if len(c.PromptLogprobs) != len(ids) || c.PromptLogprobs[0] != nil {
+		t.Fatalf("prompt_logprobs: %s", body)
+	}
+	for p := 1; p < len(ids); p++ {
+		e := c.PromptLogprobs[p]
+		own, ok := e[fmt.Sprint(ids[p])]
+		if !ok || len(e) < 2 || len(e) > 3 || own["rank"].(float64) < 1 || own["decoded_token"] != c.Logprobs.Tokens[p] ||
+			math.Abs(own["logprob"].(float64)-*c.Logprobs.TokenLogprobs[p]) > 1e-6 || len(c.Logprobs.TopLogprobs[p]) != 0 {
+			t.Fatalf("prompt token %d: %v; echo's %v %v", p, e, *c.Logprobs.TokenLogprobs[p], c.Logprobs.TopLogprobs[p])
+		}
+	}
+	status, body := ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":2,"prompt_logprobs":0}`)
+	var chat struct {
+		PromptLogprobs []map[string]any `json:"prompt_logprobs"`
+		Usage          usage
+	}
+	if status != 200 || json.Unmarshal(body, &chat) != nil || len(chat.PromptLogprobs) != chat.Usage.PromptTokens || chat.PromptLogprobs[1] == nil || len(chat.PromptLogprobs[1]) != 1 {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	if status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"x","prompt_logprobs":21}`); status != 400 || !strings.Contains(string(body), "prompt_logprobs must be in [0, 20]") {
+		t.Fatalf("out of range: %d %s", status, body)
+	}
+}

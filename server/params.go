@@ -35,6 +35,7 @@ type commonParams struct {
 	MinTokens         *int            `json:"min_tokens"`                 // vLLM's extra: no end token or stop string before this many tokens
 	IncludeStopStr    bool            `json:"include_stop_str_in_output"` // vLLM's extra: keep the stop string that ended the text
 	SkipSpecialTokens *bool           `json:"skip_special_tokens"`        // vLLM's extra: false keeps special tokens in the text
+	PromptLogprobs    *int            `json:"prompt_logprobs"`            // vLLM's extra: the prompt tokens' log-probabilities, with this many top alternatives
 	Priority          int             `json:"priority"`
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
@@ -88,6 +89,12 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 	g.params.Logprobs = logprobs
 	if c.Model == "" {
 		return g, invalid("model", "model is required")
+	}
+	if c.PromptLogprobs != nil {
+		if *c.PromptLogprobs < 0 || *c.PromptLogprobs > maxLogprobs {
+			return g, invalid("prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d", maxLogprobs, *c.PromptLogprobs)
+		}
+		g.promptLogprobs = *c.PromptLogprobs
 	}
 	if c.MaxTokens != nil {
 		if *c.MaxTokens < 1 {
