@@ -217,6 +217,11 @@ type Options struct {
 	// chosen itself: the tokens and their distribution are those of
 	// plain decoding.
 	Speculative specdecode.Config
+	// Drafter, when set with Speculative, proposes the drafts instead of
+	// Speculative's method (the simulator's, whose runner decides which
+	// are kept); Speculative.NumTokens still bounds them. It must be safe
+	// for concurrent use.
+	Drafter specdecode.Proposer
 	// OnEvent, if set, is called each time an event is queued on a
 	// request's stream, from the goroutine running the loop and with the
 	// engine's lock held: it must neither block nor call the engine. A
@@ -250,7 +255,7 @@ type Engine struct {
 
 	// Speculative decoding: the proposer (nil when off) and the most
 	// drafts a step carries per sequence.
-	drafter   *specdecode.NGram
+	drafter   specdecode.Proposer
 	maxDrafts int
 
 	// Counters for Stats, written under mu.
@@ -353,10 +358,14 @@ func NewEngine(opts Options) (*Engine, error) {
 		idle: make(chan struct{}),
 	}
 	if opts.Speculative.Method != "" {
-		if e.drafter, err = specdecode.NewNGram(opts.Speculative); err != nil {
+		ngram, err := specdecode.NewNGram(opts.Speculative)
+		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
-		e.maxDrafts = opts.Speculative.NumTokens
+		e.drafter, e.maxDrafts = ngram, opts.Speculative.NumTokens
+		if opts.Drafter != nil {
+			e.drafter = opts.Drafter
+		}
 	}
 	return e, nil
 }

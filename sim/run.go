@@ -19,6 +19,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/specdecode"
 )
 
 // RunOptions describe one simulated serving run.
@@ -52,6 +53,41 @@ type RunOptions struct {
 	MicroBatches int
 	// Utilization is --gpu-memory-utilization; 0 means GPUMemoryUtilization.
 	Utilization float64
+	// Speculative models speculative decoding; the zero value is off.
+	Speculative Speculation
+}
+
+// Speculation is speculative decoding in a simulated run: every decode
+// step carries Tokens drafts a sequence (fewer where its output or the
+// batch budget ends first), and each is kept with probability Acceptance
+// given the ones before it were (so a step yields (1 − a^(k+1)) / (1 − a)
+// tokens on average). The acceptance rate is the workload's, an input:
+// n-gram drafts on code edits keep far more than on chat.
+type Speculation struct {
+	Tokens     int
+	Acceptance float64
+}
+
+// validate checks the speculation's ranges.
+func (s Speculation) validate() error {
+	if s.Tokens == 0 {
+		return nil
+	}
+	if s.Tokens < 0 || s.Tokens > specdecode.MaxTokens || !(s.Acceptance >= 0 && s.Acceptance < 1) {
+		return fmt.Errorf("sim: speculative decoding needs 1 to %d draft tokens and an acceptance rate in [0, 1), got %d and %v", specdecode.MaxTokens, s.Tokens, s.Acceptance)
+	}
+	return nil
+}
+
+// anyDrafter drafts k copies of a sequence's last token: in a simulated
+// run the runner, not the drafts' content, decides what is kept.
+type anyDrafter struct{}
+
+func (anyDrafter) Propose(dst, tokens []int, k int) []int {
+	for range k {
+		dst = append(dst, tokens[len(tokens)-1])
+	}
+	return dst
 }
 
 // PlanSpan is a stretch of consecutive steps one replica ran under one plan.
@@ -71,6 +107,8 @@ type RunResult struct {
 	SimDuration time.Duration // virtual time from the first arrival to the last token
 	KVTokens    int64         // KV capacity of one replica, tokens
 	Preemptions int64
+	// Speculative decoding: drafts verified and kept, over replicas.
+	DraftTokens, AcceptedTokens int64
 	// Placements is what the steps under each of the policy's placements
 	// did, and Host what the host KV tier and the transitions cost,
 	// summed over replicas (Seesaw's per-phase breakdown).
@@ -155,6 +193,9 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if opts.Model == nil || opts.Cost == nil {
 		return nil, errors.New("sim: a model and a cost model are required")
 	}
+	if err := opts.Speculative.validate(); err != nil {
+		return nil, err
+	}
 	if opts.BlockSize == 0 {
 		opts.BlockSize = 16
 	}
@@ -196,12 +237,18 @@ func Run(opts RunOptions) (*RunResult, error) {
 		}
 		r.runner.OverlapSteps(opts.OverlapSteps)
 		r.runner.shape.MicroBatches = opts.MicroBatches
-		// No tokenizer and no EOS: the engine produces no text and
-		// generates each request's output tokens in full.
-		r.eng, err = engine.NewEngine(engine.Options{
+		eo := engine.Options{
 			Exec: r.runner, Policy: opts.Policy, Clock: r.clk, Sched: opts.Sched, Logger: quiet,
 			OnEvent: func(s *engine.Stream) { r.ready = append(r.ready, s) },
-		})
+		}
+		if sp := opts.Speculative; sp.Tokens > 0 {
+			eo.Speculative = specdecode.Config{Method: "ngram", NumTokens: sp.Tokens}
+			eo.Drafter = anyDrafter{}
+			r.runner.Accept(sp.Acceptance, uint64(i))
+		}
+		// No tokenizer and no EOS: the engine produces no text and
+		// generates each request's output tokens in full.
+		r.eng, err = engine.NewEngine(eo)
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
 		}
@@ -277,7 +324,10 @@ func Run(opts RunOptions) (*RunResult, error) {
 		heap.Fix(&q, 0)
 	}
 	for _, r := range reps {
-		res.Preemptions += r.eng.Stats().Preemptions
+		st := r.eng.Stats()
+		res.Preemptions += st.Preemptions
+		res.DraftTokens += st.DraftTokens
+		res.AcceptedTokens += st.AcceptedTokens
 		res.Placements = addPlacementStats(res.Placements, r.runner.PlacementStats())
 		res.Host.add(r.runner.HostStats())
 		if r.span != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
@@ -42,6 +43,18 @@ type CostRunner struct {
 	overlap    bool     // steps overlap in the pipeline (OverlapSteps)
 	lastPlace  int      // index of the placement the latest step ran under
 	stats      []PlacementStats
+	drafts     bool     // speculative decoding is on (Accept)
+	accept     float64  // the chance StepGreedy keeps a draft
+	rng        rand.PCG // draws the drafts' fates
+}
+
+// Accept makes StepGreedy keep each draft of a decode step with
+// probability p (given the ones before it were kept), with draws from a
+// stream seeded by seed: the workload's acceptance rate, which a cost
+// model has no tokens to decide.
+func (r *CostRunner) Accept(p float64, seed uint64) {
+	r.drafts, r.accept = true, p
+	r.rng.Seed(seed, 0x5eed)
 }
 
 // StepRecord is one step a CostRunner ran.
@@ -129,15 +142,27 @@ func (r *CostRunner) Step(_ context.Context, b *forward.Batch, p parallel.Placem
 
 // StepGreedy prices b under p, advances the clock, and returns one token
 // id per logits row: 1 + i mod 7 for the batch's i-th sequence (within
-// the vocabulary), valid until the next call.
+// the vocabulary), valid until the next call. With Accept, a row before
+// the last of a sequence returns the batch's next token (the draft it
+// verifies) with the acceptance probability, and another one otherwise.
 func (r *CostRunner) StepGreedy(_ context.Context, b *forward.Batch, p parallel.Placement) ([]int, error) {
 	if err := r.run(b, p); err != nil {
 		return nil, err
 	}
 	r.ids = r.ids[:0]
-	for i := range b.Seqs {
-		for range b.Seqs[i].NumLogits {
-			r.ids = append(r.ids, (1+i%7)%r.cfg.Vocab)
+	for i, s := range b.Seqs {
+		own := (1 + i%7) % r.cfg.Vocab
+		for row := range s.NumLogits {
+			tok := own
+			if r.drafts && row < s.NumLogits-1 {
+				draft := s.Tokens[len(s.Tokens)-s.NumLogits+row+1]
+				if float64(r.rng.Uint64()>>11)/(1<<53) < r.accept {
+					tok = draft
+				} else if tok == draft {
+					tok = (tok + 1) % r.cfg.Vocab
+				}
+			}
+			r.ids = append(r.ids, tok)
 		}
 	}
 	return r.ids, nil

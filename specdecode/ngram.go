@@ -87,7 +87,14 @@ func (c Config) String() string {
 	return string(b)
 }
 
-// NGram proposes drafts by prompt lookup.
+// Proposer drafts the tokens that may follow a sequence.
+type Proposer interface {
+	// Propose appends at most k draft tokens for the sequence tokens
+	// (prompt and output so far) to dst and returns it.
+	Propose(dst, tokens []int, k int) []int
+}
+
+// NGram proposes drafts by prompt lookup. It is safe for concurrent use.
 type NGram struct {
 	min, max int
 }

@@ -19,6 +19,9 @@ import (
 // plan report; the timeline's spans are the group's modes (WaS, CaS), and
 // every switch is logged.
 func (s *simSetup) runSiDP(plan parallel.Plan, reqs []bench.Request) (*sim.RunResult, error) {
+	if s.spec.Tokens > 0 {
+		return nil, fmt.Errorf("--speculative-config is not modelled under --policy sidp")
+	}
 	if plan.DP < 2 || plan.PP != 1 || plan.SP != 1 {
 		return nil, fmt.Errorf("--policy sidp needs a plan of DP ≥ 2 replicas with TP only inside them (dp=8, dp=4,tp=2), got %s", plan)
 	}

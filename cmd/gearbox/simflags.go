@@ -33,6 +33,8 @@ type simFlags struct {
 	sloTTFT, sloTPOT         float64
 	profile                  string
 	overlap                  bool
+	spec                     specFlag
+	acceptance               float64
 }
 
 func addSimFlags(fs *flag.FlagSet) *simFlags {
@@ -56,6 +58,8 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (the activation dtype; float32 with --hardware cpu), bfloat16, float16, float32, or fp8 (GPUs only)")
 	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
 	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
+	addSpecFlag(fs, &f.spec)
+	fs.Float64Var(&f.acceptance, "speculative-acceptance", -1, "with --speculative-config, the chance each draft is kept given the ones before it were: the workload's, measured where it is served (gearbox:spec_decode_num_accepted_tokens_total over …_num_draft_tokens_total gives the share kept, α(1−α^k)/((1−α)k))")
 	fs.BoolVar(&f.overlap, "pipeline-overlap", false, "model vLLM's PP virtual engines: pipeline stages start the next step's micro-batches while the current step drains, and --max-num-seqs and --max-num-batched-tokens apply per virtual engine (Gearbox's executors fill and drain the pipeline every step)")
 	return f
 }
@@ -71,7 +75,8 @@ type simSetup struct {
 	// hostKVBytes is the host KV tier per rank for a policy that parks KV
 	// there (seesaw's --swap-space); 0 for none.
 	hostKVBytes int64
-	overlap     bool // --pipeline-overlap
+	overlap     bool            // --pipeline-overlap
+	spec        sim.Speculation // --speculative-config, --speculative-acceptance
 }
 
 func (f *simFlags) setup() (*simSetup, error) {
@@ -99,6 +104,9 @@ func (f *simFlags) setup() (*simSetup, error) {
 		sched:   sched.Config{MaxNumBatchedTokens: f.batched, MaxNumSeqs: f.maxSeqs, EnablePrefixCaching: f.prefix},
 		slo:     bench.SLO{TTFT: msDuration(f.sloTTFT), TPOT: msDuration(f.sloTPOT)},
 		overlap: f.overlap,
+	}
+	if s.spec, err = f.speculation(); err != nil {
+		return nil, err
 	}
 	if f.replay {
 		offsets, err := bench.ReplayArrivals(s.reqs, f.timeScale)
@@ -158,6 +166,20 @@ func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	return node, prec, err
 }
 
+// speculation resolves --speculative-config and --speculative-acceptance.
+func (f *simFlags) speculation() (sim.Speculation, error) {
+	if f.spec.Method == "" {
+		if f.acceptance >= 0 {
+			return sim.Speculation{}, fmt.Errorf("--speculative-acceptance needs --speculative-config")
+		}
+		return sim.Speculation{}, nil
+	}
+	if !(f.acceptance >= 0 && f.acceptance < 1) {
+		return sim.Speculation{}, fmt.Errorf("--speculative-config needs --speculative-acceptance in [0, 1): a cost model has no tokens to verify drafts against, so the workload's acceptance rate is an input")
+	}
+	return sim.Speculation{Tokens: f.spec.NumTokens, Acceptance: f.acceptance}, nil
+}
+
 // poisson sets the requests' arrivals to a gamma process at rate.
 func (s *simSetup) poisson(rate, burstiness float64, seed int64) error {
 	offsets, err := bench.Arrivals(len(s.reqs), rate, burstiness, seed)
@@ -196,8 +218,8 @@ func (s *simSetup) run(plan parallel.Plan, pol policy.Policy, reqs []bench.Reque
 	}
 	return sim.Run(sim.RunOptions{
 		Model: s.cfg, Cost: s.cost, Plan: plan, Policy: pol, Requests: slices.Clone(reqs), Sched: s.sched, HostKVBytes: s.hostKVBytes,
-		OverlapSteps: s.overlap,
-		Report:       bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
+		OverlapSteps: s.overlap, Speculative: s.spec,
+		Report: bench.ReportOptions{SLO: s.slo, Percentiles: simPercentiles},
 	})
 }
 

@@ -21,6 +21,9 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if sf.spec.Method != "" && (par.policy == "nitsum" || par.policy == "csps") {
+		return fmt.Errorf("simulate: --speculative-config is not modelled under --policy %s", par.policy)
+	}
 	if par.policy == "nitsum" {
 		// Nitsum re-plans a pool of instances every window (sim.RunNitsum).
 		return simulateNitsum(sf, nf, stdout, stderr)
@@ -56,6 +59,9 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stderr, "simulated %.1f s of serving in %d steps (%.2f s wall, %.0f steps/s); KV capacity %d tokens per replica; %d preemptions; peak %.0f tok/s; %d plan spans\n",
 		res.SimDuration.Seconds(), res.Steps, wall.Seconds(), float64(res.Steps)/wall.Seconds(), res.KVTokens, res.Preemptions, res.PeakThroughput(), len(res.Timeline))
+	if res.DraftTokens > 0 {
+		fmt.Fprintf(stderr, "speculative decoding: %d of %d draft tokens kept\n", res.AcceptedTokens, res.DraftTokens)
+	}
 	if *resultJSON == "" {
 		return nil
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -77,5 +78,30 @@ func TestGenerateSpeculative(t *testing.T) {
 	}
 	if plain.DraftTokens != 0 || spec.DraftTokens == 0 || spec.AcceptedTokens == 0 {
 		t.Fatalf("drafts: plain %d, speculative %d (%d accepted)", plain.DraftTokens, spec.DraftTokens, spec.AcceptedTokens)
+	}
+}
+
+// TestSimulateSpeculative: simulate models drafts at the acceptance rate
+// it is given, and asks for one.
+func TestSimulateSpeculative(t *testing.T) {
+	args := []string{"simulate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--hardware", "1xH200", "--plan", "tp=1", "--dataset", "synthetic:in=512,out=128,n=8",
+		"--speculative-config", `{"method": "ngram", "num_speculative_tokens": 4}`}
+	_, stderr, err := runCLI(t, append(args, "--speculative-acceptance", "0.7")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, drafted int
+	if _, err := fmt.Sscanf(stderr[strings.Index(stderr, "speculative decoding:"):], "speculative decoding: %d of %d draft tokens kept", &kept, &drafted); err != nil || kept == 0 || kept >= drafted {
+		t.Fatalf("stderr %q: %v", stderr, err)
+	}
+	for extra, want := range map[string]string{
+		"":                           "needs --speculative-acceptance in [0, 1)",
+		"--speculative-acceptance 1": "needs --speculative-acceptance in [0, 1)",
+		"--policy csps --speculative-acceptance 0.5": "not modelled under --policy csps",
+	} {
+		_, stderr, err := runCLI(t, append(args, strings.Fields(extra)...)...)
+		if err == nil || !strings.Contains(err.Error()+stderr, want) {
+			t.Errorf("%q: %v, want %q", extra, err, want)
+		}
 	}
 }
