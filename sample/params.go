@@ -64,6 +64,17 @@ type Params struct {
 	// bans a token and 100 forces it. The reported log-probabilities stay
 	// the raw ones. Token ids must be inside the vocabulary (New).
 	LogitBias map[int]float32
+
+	// AllowedTokenIDs, when not nil, are the only tokens that may be
+	// generated (vLLM's allowed_token_ids); it must not be empty.
+	AllowedTokenIDs []int
+
+	// BadWords are token sequences that may not be generated: the last
+	// token of one is banned wherever the tokens generated so far end with
+	// the rest of it, and a one-token sequence always (vLLM's bad_words,
+	// which the API layer tokenizes). Both filters apply before the logit
+	// bias and the penalties, after the raw log-probabilities.
+	BadWords [][]int
 }
 
 // MaxLogitBias bounds the magnitude of a LogitBias entry, as OpenAI does.

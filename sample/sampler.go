@@ -63,6 +63,7 @@ type Sampler struct {
 	rng  rand.PCG
 	pen  penalties
 	bias logitBias
+	filt filter     // allowed_token_ids, bad_words
 	con  Constraint // nil: any token
 
 	// The tokens masked while fewer than suppressFor tokens are generated
@@ -100,6 +101,10 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
+	filt, err := newFilter(p.AllowedTokenIDs, p.BadWords, vocab)
+	if err != nil {
+		return nil, err
+	}
 	s := &Sampler{
 		vocab:  vocab,
 		temp:   p.Temperature,
@@ -110,6 +115,7 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 		chunk:  make([]float32, chunkLen),
 		blocks: make([]float64, (vocab+chunkLen-1)/chunkLen),
 		bias:   bias,
+		filt:   filt,
 	}
 	if s.temp > 0 {
 		s.temp = max(s.temp, minTemperature)
@@ -140,7 +146,7 @@ func New(p Params, prompt []int, vocab int) (*Sampler, error) {
 // Sample chooses the next token from logits (one float32 per vocabulary
 // id), records it for the penalties and returns it with its
 // log-probabilities. The pipeline is vLLM v1's: the constraint's mask
-// (Constrain); raw log-probabilities; min_tokens' mask (SuppressUntil); the logit bias; repetition, frequency and presence penalties; then either greedy argmax
+// (Constrain); raw log-probabilities; the allowed tokens and bad words (Params); min_tokens' mask (SuppressUntil); the logit bias; repetition, frequency and presence penalties; then either greedy argmax
 // or temperature, min-p, top-k, top-p and a draw from the renormalised
 // distribution. NaN logits count as -Inf. If every penalised logit is -Inf
 // or NaN, Sample returns the token with the largest raw logit (the lowest
@@ -161,6 +167,9 @@ func (s *Sampler) Sample(logits []float32) Result {
 	var raw rawDist
 	if s.nTop >= 0 {
 		raw = s.rawDist(logits)
+	}
+	if s.filt.on() {
+		s.filt.apply(logits)
 	}
 	suppressing := s.generated < s.suppressFor
 	if suppressing {
@@ -193,6 +202,7 @@ func (s *Sampler) Sample(logits []float32) Result {
 		res.Top = raw.topList(s.top, s.nTop)
 	}
 	s.pen.record(tok)
+	s.filt.record(tok)
 	s.generated++
 	if s.con != nil {
 		s.con.Accept(tok)
@@ -223,10 +233,11 @@ func (s *Sampler) Constrain(c Constraint) { s.con = c }
 
 // PlainGreedy reports whether Sample is the argmax of the raw logits (the
 // lowest id on ties) and nothing more: greedy, with no constraint, no
-// logit bias, no penalties and no log-probabilities. A backend may then pick the token
+// logit bias, no penalties, no token filters and no log-probabilities. A
+// backend may then pick the token
 // where the logits are and hand it to Accept.
 func (s *Sampler) PlainGreedy() bool {
-	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0 && s.con == nil && s.generated >= s.suppressFor
+	return s.temp == 0 && s.nTop < 0 && !s.pen.track && len(s.bias.entries) == 0 && s.con == nil && s.generated >= s.suppressFor && !s.filt.on()
 }
 
 // Accept records token as generated without sampling, for tokens chosen
@@ -238,6 +249,7 @@ func (s *Sampler) Accept(token int) {
 		panic(fmt.Sprintf("sample: Accept got token %d outside the vocabulary [0, %d)", token, s.vocab))
 	}
 	s.pen.record(token)
+	s.filt.record(token)
 	s.generated++
 	if s.con != nil {
 		s.con.Accept(token)

@@ -89,6 +89,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		writeError(w, e)
 		return
 	}
+	if req.Echo && g.truncate != 0 { // echo the prompt as truncated
+		for i, ids := range prompts {
+			texts[i] = s.opts.Tokenizer.Decode(ids, false)
+		}
+	}
 	id, created := s.newID("cmpl"), s.opts.Clock.Now().Unix()
 	if req.Stream {
 		echoed := map[int]bool{}

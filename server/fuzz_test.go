@@ -41,6 +41,7 @@ func FuzzRequests(f *testing.F) {
 		{"/v1/completions", `{"model":"stories260K","prompt":"hi","max_tokens":4,"stop":["x"],"logit_bias":{"5":3},"min_tokens":1}`},
 		{"/v1/completions", `{"model":"stories260K","prompt":[1,2,3],"guided_regex":"[a-z]{2,3}\\d","n":2}`},
 		{"/v1/completions", `{"model":"stories260K","prompt":[[1,2],[3]],"echo":true,"logprobs":1,"max_tokens":1,"prompt_logprobs":3,"stream":true}`},
+		{"/v1/completions", `{"model":"stories260K","prompt":"a b c","allowed_token_ids":[5,6],"bad_words":["x y"],"truncate_prompt_tokens":2}`},
 		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"tools":` + testTools + `,"tool_choice":"required"}`},
 		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`},
 		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}}`},

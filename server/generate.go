@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
 // job is one choice being generated.
@@ -59,9 +61,23 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 		}
 		return nil, e
 	}
+	if len(g.badWords) > 0 {
+		if s.opts.Tokenizer == nil {
+			return nil, invalid("bad_words", "bad_words need the model's tokenizer")
+		}
+		g.params.BadWords = badWordTokens(s.opts.Tokenizer, g.badWords)
+	}
 	for p, ids := range prompts {
 		if len(ids) == 0 {
 			return fail(invalid(promptParam, "the prompt is empty"))
+		}
+		switch keep := g.truncate; {
+		case keep == -1:
+			keep = limit - 1 // room for one token
+			fallthrough
+		case keep > 0 && len(ids) > keep:
+			ids = ids[len(ids)-min(keep, len(ids)):]
+			prompts[p] = ids
 		}
 		if len(ids) >= limit {
 			return fail(invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids)))
@@ -101,6 +117,23 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 		}
 	}
 	return jobs, nil
+}
+
+// badWordTokens tokenizes bad_words as vLLM does: each word with its
+// leading spaces trimmed, and again after one space where that spelling
+// is a different first token and as many tokens (the same word in the
+// middle of a text).
+func badWordTokens(tok *tokenizer.Tokenizer, words []string) [][]int {
+	var out [][]int
+	for _, w := range words {
+		w = strings.TrimLeft(w, " ")
+		bare := tok.Encode(w, false)
+		out = append(out, bare)
+		if spaced := tok.Encode(" "+w, false); len(spaced) > 0 && len(bare) > 0 && spaced[0] != bare[0] && len(spaced) == len(bare) {
+			out = append(out, spaced)
+		}
+	}
+	return out
 }
 
 // event is one job's engine event.

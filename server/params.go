@@ -36,6 +36,9 @@ type commonParams struct {
 	IncludeStopStr    bool            `json:"include_stop_str_in_output"` // vLLM's extra: keep the stop string that ended the text
 	SkipSpecialTokens *bool           `json:"skip_special_tokens"`        // vLLM's extra: false keeps special tokens in the text
 	PromptLogprobs    *int            `json:"prompt_logprobs"`            // vLLM's extra: the prompt tokens' log-probabilities, with this many top alternatives
+	AllowedTokenIDs   []int           `json:"allowed_token_ids"`          // vLLM's extra: only these tokens may be generated
+	BadWords          []string        `json:"bad_words"`                  // vLLM's extra: words that may not be generated
+	TruncatePrompt    *int            `json:"truncate_prompt_tokens"`     // vLLM's extra: keep the prompt's last N tokens (-1: as many as the context allows)
 	Priority          int             `json:"priority"`
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
@@ -79,6 +82,8 @@ type generation struct {
 	// promptLogprobs asks for the prompt tokens' log-probabilities with
 	// this many top alternatives each (echo with logprobs); -1 for none.
 	promptLogprobs int
+	badWords       []string // bad_words, tokenized at start
+	truncate       int      // truncate_prompt_tokens: keep the prompt's last N tokens; 0: off, -1: the context's
 }
 
 // validate checks the shared fields; logprobs is the number of top
@@ -95,6 +100,24 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 			return g, invalid("prompt_logprobs", "prompt_logprobs must be in [0, %d], got %d", maxLogprobs, *c.PromptLogprobs)
 		}
 		g.promptLogprobs = *c.PromptLogprobs
+	}
+	if c.AllowedTokenIDs != nil {
+		if len(c.AllowedTokenIDs) == 0 {
+			return g, invalid("allowed_token_ids", "allowed_token_ids is empty: no token could be generated")
+		}
+		g.params.AllowedTokenIDs = c.AllowedTokenIDs
+	}
+	for _, w := range c.BadWords {
+		if strings.TrimSpace(w) == "" {
+			return g, invalid("bad_words", "a bad word is empty")
+		}
+	}
+	g.badWords = c.BadWords
+	if c.TruncatePrompt != nil {
+		if *c.TruncatePrompt < -1 || *c.TruncatePrompt == 0 {
+			return g, invalid("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 (the context's) or at least 1, got %d", *c.TruncatePrompt)
+		}
+		g.truncate = *c.TruncatePrompt
 	}
 	if c.MaxTokens != nil {
 		if *c.MaxTokens < 1 {
