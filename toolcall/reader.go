@@ -87,9 +87,9 @@ func (r *Reader) Write(text string) Delta {
 	case r.choice.Mode != None && r.syntax == Hermes: // auto, and required in the model's own syntax
 		r.buf.WriteString(text)
 		r.hermes(&d, false)
-	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
+	case r.choice.Mode == Auto && (r.syntax == Llama3JSON || r.syntax == Pythonic):
 		r.buf.WriteString(text)
-		r.llama3(&d, false)
+		r.whole(&d, false)
 	case r.choice.Mode == Auto && r.syntax == Mistral:
 		r.buf.WriteString(text)
 		r.mistral(&d, false)
@@ -116,8 +116,8 @@ func (r *Reader) Close() Delta {
 		}
 	case r.choice.Mode != None && r.syntax == Hermes:
 		r.hermes(&d, true)
-	case r.choice.Mode == Auto && r.syntax == Llama3JSON:
-		r.llama3(&d, true)
+	case r.choice.Mode == Auto && (r.syntax == Llama3JSON || r.syntax == Pythonic):
+		r.whole(&d, true)
 	case r.choice.Mode == Auto && r.syntax == Mistral:
 		r.mistral(&d, true)
 	}
@@ -189,19 +189,24 @@ func (r *Reader) hermes(d *Delta, end bool) {
 	}
 }
 
-// llama3 reads Llama 3's syntax: a message that opens with
-// <|python_tag|> or "{" is buffered to the end and read as calls
-// separated by ";" (all of them, or the whole text is content); any
-// other message is content as it comes.
-func (r *Reader) llama3(d *Delta, end bool) {
+// whole reads the syntaxes in which calls are the whole message: a
+// message that opens as calls do (Llama 3: <|python_tag|> or "{";
+// pythonic: "[" or <|python_start|>) is buffered to the end and read as
+// calls (all of them, or the whole text is content); any other message is
+// content as it comes.
+func (r *Reader) whole(d *Delta, end bool) {
 	text := r.buf.String()
 	if !r.decided {
 		lead := strings.TrimLeftFunc(text, tagtext.IsSpace)
-		if !end && (lead == "" || strings.HasPrefix(pythonTag, lead)) {
+		tag, open := pythonTag, "{"
+		if r.syntax == Pythonic {
+			tag, open = pythonStart, "["
+		}
+		if !end && (lead == "" || strings.HasPrefix(tag, lead)) {
 			return // not yet known
 		}
 		r.decided = true
-		r.bare = !strings.HasPrefix(lead, "{") && !strings.HasPrefix(lead, pythonTag)
+		r.bare = !strings.HasPrefix(lead, open) && !strings.HasPrefix(lead, tag)
 	}
 	if r.bare {
 		r.buf.Reset()
@@ -212,6 +217,26 @@ func (r *Reader) llama3(d *Delta, end bool) {
 		return
 	}
 	r.buf.Reset()
+	var calls []call
+	if r.syntax == Pythonic {
+		if cs, ok := parsePythonic(text, r.names); ok {
+			calls = cs
+		}
+	} else {
+		calls = llama3Calls(text, r.names)
+	}
+	if calls == nil {
+		r.content(d, text)
+		return
+	}
+	for _, c := range calls {
+		r.addCall(d, c)
+	}
+}
+
+// llama3Calls reads a Llama 3 message as calls separated by ";", or
+// returns nil unless all of it is calls of names.
+func llama3Calls(text string, names []string) []call {
 	body := strings.TrimPrefix(strings.TrimSpace(text), pythonTag)
 	var calls []call
 	dec := json.NewDecoder(strings.NewReader(body))
@@ -220,7 +245,7 @@ func (r *Reader) llama3(d *Delta, end bool) {
 		if err := dec.Decode(&raw); err != nil {
 			break
 		}
-		c, ok := parseCall(string(raw), r.names)
+		c, ok := parseCall(string(raw), names)
 		if !ok {
 			calls = nil
 			break
@@ -237,13 +262,7 @@ func (r *Reader) llama3(d *Delta, end bool) {
 		body = strings.TrimPrefix(rest, ";")
 		dec = json.NewDecoder(strings.NewReader(body))
 	}
-	if calls == nil {
-		r.content(d, text)
-		return
-	}
-	for _, c := range calls {
-		r.addCall(d, c)
-	}
+	return calls
 }
 
 // mistral reads Mistral's syntax: content up to [TOOL_CALLS] (a tail that

@@ -208,11 +208,16 @@ const (
 	// a special token, so the server keeps special tokens in the text
 	// (NeedsSpecialTokens).
 	Mistral Syntax = "mistral"
+	// Pythonic writes the whole message as a Python list of calls with
+	// keyword arguments, [f(a=1, b="x"), g()] (Llama 3.2's pythonic
+	// template and Llama 4, which may wrap it in <|python_start|> and
+	// <|python_end|>).
+	Pythonic Syntax = "pythonic"
 )
 
 // Syntaxes are the syntaxes a Reader reads, by name (vLLM's
 // --tool-call-parser names).
-var Syntaxes = []Syntax{Hermes, Llama3JSON, Mistral}
+var Syntaxes = []Syntax{Hermes, Llama3JSON, Mistral, Pythonic}
 
 // NeedsSpecialTokens reports whether the syntax marks calls with a
 // special token, which the text must keep (skip_special_tokens false).
@@ -229,14 +234,17 @@ func ParseSyntax(name string) (Syntax, error) {
 }
 
 // Detect names the syntax a chat template teaches its model, or "" when
-// it teaches none: Hermes' tags, Mistral's [TOOL_CALLS], or Llama 3.1's
-// JSON with "parameters".
+// it teaches none: Hermes' tags, Mistral's [TOOL_CALLS], the pythonic
+// list (Llama 4's "[func_name1(params_name1=params_value1, …)]"), or Llama
+// 3.1's JSON with "parameters".
 func Detect(template string) Syntax {
 	switch {
 	case strings.Contains(template, "<tool_call>"):
 		return Hermes
 	case strings.Contains(template, "[TOOL_CALLS]"):
 		return Mistral
+	case strings.Contains(template, "[func_name1(") || strings.Contains(template, pythonStart):
+		return Pythonic
 	case strings.Contains(template, "<|python_tag|>") || strings.Contains(template, `"parameters": `) && strings.Contains(template, "tools"):
 		return Llama3JSON
 	}

@@ -71,11 +71,12 @@ func TestParseChoice(t *testing.T) {
 
 func TestDetect(t *testing.T) {
 	for tmpl, want := range map[string]Syntax{
-		`{{- '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' }}`:    Hermes,
-		`{%- if tools %}Respond in the format {"name": function name, "parameters": dictionary}{% endif %}`: Llama3JSON,
-		`{{- "<|python_tag|>" + tool_call.name }}`:                                                          Llama3JSON,
-		`{{- "[AVAILABLE_TOOLS] " + tools|tojson + "[/AVAILABLE_TOOLS]" }}{{ "[TOOL_CALLS] " }}`:            Mistral,
-		`{% for m in messages %}{{ m.content }}{% endfor %}`:                                                "",
+		`{{- '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' }}`:                               Hermes,
+		`{%- if tools %}Respond in the format {"name": function name, "parameters": dictionary}{% endif %}`:                            Llama3JSON,
+		`{{- "<|python_tag|>" + tool_call.name }}`:                                                                                     Llama3JSON,
+		`{{- "[AVAILABLE_TOOLS] " + tools|tojson + "[/AVAILABLE_TOOLS]" }}{{ "[TOOL_CALLS] " }}`:                                       Mistral,
+		`you MUST put it in the format of [func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]`: Pythonic,
+		`{% for m in messages %}{{ m.content }}{% endfor %}`:                                                                           "",
 	} {
 		if got := Detect(tmpl); got != want {
 			t.Errorf("Detect(%q) = %q, want %q", tmpl, got, want)
@@ -84,8 +85,11 @@ func TestDetect(t *testing.T) {
 	if s, err := ParseSyntax("hermes"); err != nil || s != Hermes {
 		t.Errorf("ParseSyntax(hermes) = %q, %v", s, err)
 	}
-	if _, err := ParseSyntax("pythonic"); err == nil {
-		t.Error("ParseSyntax(pythonic): no error")
+	if s, err := ParseSyntax("pythonic"); err != nil || s != Pythonic {
+		t.Errorf("ParseSyntax(pythonic) = %q, %v", s, err)
+	}
+	if _, err := ParseSyntax("granite"); err == nil {
+		t.Error("ParseSyntax(granite): no error")
 	}
 }
 
@@ -172,6 +176,16 @@ func TestReader(t *testing.T) {
 		{auto, Mistral, "a [TOOL_CALLS x", message{content: "a [TOOL_CALLS x"}},
 		{auto, Mistral, "[TOOL_CALLS]nope[ARGS]{}", message{content: "[TOOL_CALLS]nope[ARGS]{}"}},
 		{auto, Mistral, "[TOOL_CALLS]get_time[ARGS]{} and", message{content: "[TOOL_CALLS]get_time[ARGS]{} and"}},
+		{auto, Pythonic, "Sunny [today].", message{content: "Sunny [today]."}},
+		{auto, Pythonic, ` [get_weather(city="Paris"), get_time()]`, message{calls: []string{`get_weather {"city":"Paris"}`, "get_time {}"}}},
+		{auto, Pythonic, `<|python_start|>[get_weather(city='O\'Hare \u00e9', days=3, units=None, hourly=True, at=[1.5, -2, 1e3], opts={'a': "b", "c": []},)]<|python_end|>`,
+			message{calls: []string{`get_weather {"city":"O'Hare é","days":3,"units":null,"hourly":true,"at":[1.5,-2,1000],"opts":{"a":"b","c":[]}}`}}},
+		{auto, Pythonic, `[launch(x=1)]`, message{content: `[launch(x=1)]`}},                 // not offered
+		{auto, Pythonic, `[get_time(zone=CET)]`, message{content: `[get_time(zone=CET)]`}},   // not a literal
+		{auto, Pythonic, `[get_time(a=1, a=2)]`, message{content: `[get_time(a=1, a=2)]`}},   // a repeated keyword
+		{auto, Pythonic, `[get_time()] and more`, message{content: `[get_time()] and more`}}, // not the whole message
+		{auto, Pythonic, `[get_weather(city="Ro`, message{content: `[get_weather(city="Ro`}}, // cut short
+		{auto, Pythonic, `[]`, message{content: `[]`}},
 		{required, "", `[{"name": "get_weather", "parameters": {"city": "a]}\"{"}}, {"name":"get_time","parameters":{}}]`,
 			message{calls: []string{`get_weather {"city":"a]}\"{"}`, "get_time {}"}}},
 		{required, "", `[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"ci`, // cut by the length limit
@@ -238,9 +252,10 @@ func FuzzReader(f *testing.F) {
 	f.Add("{\"name\": \"get_time\", \"parameters\": {}}; {", uint(3), uint8(1))
 	f.Add(`[{"name": "get_time", "parameters": {"a": "]}"}}, {"name`, uint(9), uint8(2))
 	f.Add("ok [TOOL_CALLS]get_time[ARGS]{}", uint(7), uint8(3))
+	f.Add(`[get_weather(city='a\'b', n=[1, {"x": None}]), get_time()]`, uint(11), uint8(5))
 	f.Fuzz(func(t *testing.T, text string, at uint, mode uint8) {
 		choice, syntax := Choice{Mode: Auto}, Hermes
-		switch mode % 5 {
+		switch mode % 6 {
 		case 1:
 			syntax = Llama3JSON
 		case 2:
@@ -249,6 +264,8 @@ func FuzzReader(f *testing.F) {
 			syntax = Mistral
 		case 4:
 			choice = Choice{Mode: Required} // in Hermes' tags
+		case 5:
+			syntax = Pythonic
 		}
 		i := int(at % uint(len(text)+1))
 		whole := read(t, choice, syntax, []string{text})

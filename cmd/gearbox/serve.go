@@ -68,7 +68,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.respStore, "responses-store", 256, "responses of /v1/responses kept in memory for previous_response_id and GET /v1/responses/{id}, the oldest forgotten first (0: none)")
 	fs.BoolVar(&c.compactJSON, "structured-outputs-disable-any-whitespace", false, "hold every JSON output format (response_format, guided_json, forced tool calls) to no whitespace between tokens")
 	fs.StringVar(&c.reasoning, "reasoning-parser", "", "split a reasoning model's <think> text off into message.reasoning: qwen3, deepseek_r1 (default: none, it stays in content)")
-	fs.StringVar(&c.toolParser, "tool-call-parser", "auto", `how the model writes tool calls, which tool_choice "auto" reads: hermes, llama3_json, mistral, none (auto: from the chat template)`)
+	fs.StringVar(&c.toolParser, "tool-call-parser", "auto", `how the model writes tool calls, which tool_choice "auto" reads: hermes, llama3_json, mistral, pythonic, none (auto: from the chat template)`)
 	fs.IntVar(&c.maxBatched, "max-num-batched-tokens", 2048, "token budget of one engine step")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", 256, "requests running at once at most")
 	fs.IntVar(&c.maxWaiting, "max-waiting", 1024, "waiting requests at most; more get 429")
