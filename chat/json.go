@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gearboxlm/gearbox/internal/orderedjson"
 	"github.com/gearboxlm/gearbox/internal/pyjson"
 )
 
@@ -297,59 +297,16 @@ func numberValue(n json.Number) (any, error) {
 
 // decodeJSON decodes one JSON value, keeping object keys in order.
 func decodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeJSONValue(dec, 0)
+	v, err := orderedjson.Decoder{MaxDepth: maxNesting, NewObject: func() orderedjson.Object { return newDict(0) }, Number: numberValue}.Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("chat: bad JSON: %w", err)
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, fmt.Errorf("chat: bad JSON: data after the value")
 	}
 	return v, nil
 }
 
-func decodeJSONValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxNesting {
-		return nil, fmt.Errorf("nested too deeply")
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := t.(type) {
-	case json.Delim:
-		switch t {
-		case '[':
-			out := []any{}
-			for dec.More() {
-				v, err := decodeJSONValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, v)
-			}
-			_, err := dec.Token()
-			return out, err
-		case '{':
-			d := newDict(0)
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := decodeJSONValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				d.set(kt.(string), v)
-			}
-			_, err := dec.Token()
-			return d, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	case json.Number:
-		return numberValue(t)
-	}
-	return t, nil // nil, bool or string
+// Set adds a decoded JSON member: a repeated key keeps its place and
+// takes the later value, as Python's json.loads does.
+func (d *dict) Set(k string, v any) error {
+	d.set(k, v)
+	return nil
 }

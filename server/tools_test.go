@@ -258,9 +258,9 @@ func TestToolBadRequests(t *testing.T) {
 		{hermes, `"messages":[{"role":"tool","tool_call_id":"c"}]`, "content is required"},
 		{hermes, user + `,"chat_template_kwargs":{"tools":[]}`, `may not set "tools"`},
 		{hermes, `"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"` +
-			strings.Repeat("[", 300) + strings.Repeat("]", 300) + `"}}]}]`, "nested too deeply"}, // once a 500
+			strings.Repeat("[", 300) + strings.Repeat("]", 300) + `"}}]}]`, "nested more than 200 deep"}, // once a 500
 		{hermes, user + `,"tool_choice":"none","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","default":` +
-			strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}}}]`, "nested too deeply"},
+			strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}}}]`, "nested more than 200 deep"},
 	} {
 		status, data := c.ts.post(t, "/v1/chat/completions", `{"model":"stories260K",`+c.body+`}`)
 		var e struct {

@@ -3,9 +3,9 @@ package structured
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+
+	"github.com/gearboxlm/gearbox/internal/orderedjson"
 )
 
 // object is a JSON object that keeps its keys' order: a schema's
@@ -21,72 +21,29 @@ func (o *object) get(k string) (any, bool) {
 	return v, ok
 }
 
-// parseJSON decodes one JSON text into nil, bool, json.Number, string,
-// []any and *object values.
-func parseJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := parseValue(dec, 0)
-	if err != nil {
-		return nil, err
+// Set adds a member, refusing a duplicate key (a schema's would be
+// ambiguous).
+func (o *object) Set(k string, v any) error {
+	if _, dup := o.vals[k]; dup {
+		return fmt.Errorf("duplicate key %q", k)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("text after the JSON value")
-	}
-	return v, nil
+	o.keys = append(o.keys, k)
+	o.vals[k] = v
+	return nil
 }
 
 // maxSchemaNesting bounds how deep a schema's JSON nests. A schema sent
 // as a string (guided_json, structured_outputs.json) is not checked by
-// the request's own decoding, and each level is a frame of parseValue's
-// recursion: 4 MiB of "[" overflowed the goroutine stack, a fatal error.
+// the request's own decoding: 4 MiB of "[" once overflowed the goroutine
+// stack, a fatal error.
 const maxSchemaNesting = 1000
 
-func parseValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxSchemaNesting {
-		return nil, fmt.Errorf("nested more than %d deep", maxSchemaNesting)
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			o := &object{vals: map[string]any{}}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k := kt.(string)
-				v, err := parseValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				if _, dup := o.vals[k]; dup {
-					return nil, fmt.Errorf("duplicate key %q", k)
-				}
-				o.keys = append(o.keys, k)
-				o.vals[k] = v
-			}
-			_, err := dec.Token() // '}'
-			return o, err
-		case '[':
-			list := []any{}
-			for dec.More() {
-				v, err := parseValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			_, err := dec.Token() // ']'
-			return list, err
-		}
-	}
-	return tok, nil
+// parseJSON decodes one JSON text into nil, bool, json.Number, string,
+// []any and *object values.
+func parseJSON(raw []byte) (any, error) {
+	return orderedjson.Decoder{MaxDepth: maxSchemaNesting, NewObject: func() orderedjson.Object {
+		return &object{vals: map[string]any{}}
+	}}.Decode(raw)
 }
 
 // compactJSON writes v (as parseJSON returns it) as compact JSON text,
