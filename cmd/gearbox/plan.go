@@ -125,8 +125,28 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, c := range cands {
+		if c.err == nil && c.cspsDecode == 0 { // CSPS's pools are a cluster layout, not one engine's flags
+			fmt.Fprintf(stdout, "\nserve the best with: gearbox serve %s\n", c.serveFlags(*threshold, *swapSpace))
+			break
+		}
+	}
 	fmt.Fprintf(stderr, "evaluated %d layouts in %.1f s\n", len(cands), time.Since(start).Seconds())
 	return nil
+}
+
+// serveFlags are the layout and policy flags that make gearbox serve run
+// c (threshold and swapGiB are the values the plan was simulated with).
+func (c *candidate) serveFlags(threshold int, swapGiB float64) string {
+	switch p := c.pol.(type) {
+	case policy.Shift:
+		return fmt.Sprintf("--plan %s --policy shift --shift-threshold %d", c.plan, threshold)
+	case *policy.SiDP:
+		return fmt.Sprintf("--plan %s --policy sidp", c.plan)
+	case *policy.Seesaw:
+		return fmt.Sprintf("--policy seesaw --prefill-plan %s --decode-plan %s --swap-space %g", p.Prefill.Plan, p.Decode.Plan, swapGiB)
+	}
+	return "--plan " + c.plan.String()
 }
 
 // percentile reads percentile p of a simulated run's statistics (see

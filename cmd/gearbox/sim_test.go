@@ -81,6 +81,9 @@ func TestPlanRanksShiftAboveStatic(t *testing.T) {
 	if !ok || shift > rank["tp=8 static"] || shift > rank["dp=8 static"] {
 		t.Fatalf("ranks: shift %d, tp %d, dp %d\n%s", shift, rank["tp=8 static"], rank["dp=8 static"], stdout)
 	}
+	if shift == 0 && !strings.Contains(stdout, "serve the best with: gearbox serve --plan sp=8 --policy shift --shift-threshold 256\n") {
+		t.Errorf("no serve flags for the best\n%s", stdout)
+	}
 	for _, c := range []string{"dp=8 sidp", "dp=4,tp=2 sidp", "dp=2,tp=4 sidp"} {
 		if _, ok := rank[c]; !ok || strings.Contains(stdout, "  -  "+c) {
 			t.Errorf("no ranked %s candidate\n%s", c, stdout)
@@ -237,6 +240,9 @@ func TestPlanEnumeratesSeesaw(t *testing.T) {
 	want := []string{"pp=2,tp=2→tp=4", "pp=4→pp=2,tp=2", "pp=4→tp=4"}
 	if got := pairs(stdout); !slices.Equal(got, want) {
 		t.Fatalf("seesaw candidates %v, want %v\n%s", got, want, stdout)
+	}
+	if !regexp.MustCompile(`\nserve the best with: gearbox serve (--plan \S+|--policy seesaw --prefill-plan \S+ --decode-plan \S+ --swap-space 8)( --policy \w+.*)?\n`).MatchString(stdout) {
+		t.Errorf("no serve flags for the best\n%s", stdout)
 	}
 	var sidp []string
 	for _, line := range strings.Split(stdout, "\n") {
