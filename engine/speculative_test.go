@@ -96,8 +96,10 @@ func TestSpeculativeCounts(t *testing.T) {
 
 // TestSpeculativeMatchesPlain runs requests on the builtin model with and
 // without n-gram drafts, greedy and seeded sampling with penalties and
-// log-probabilities, under one rank and under parallel plans, and checks
-// the tokens are the same and some drafts were accepted.
+// log-probabilities, under one rank and under parallel plans, and on one
+// rank with a KV pool so small that requests preempt each other (with the
+// prefix cache on and 16-token steps), and checks the tokens are the same
+// and some drafts were accepted.
 func TestSpeculativeMatchesPlain(t *testing.T) {
 	m, err := model.LoadFS(builtin.FS(), builtin.Name)
 	if err != nil {
@@ -124,9 +126,23 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 	}
 	want := generateAll(t, startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}), reqs)
 	spec := specdecode.Config{Method: "ngram", NumTokens: 4, LookupMin: 1, LookupMax: 4}
-	for _, plan := range []parallel.Plan{parallel.Single, {DP: 1, PP: 1, SP: 1, TP: 2}, {DP: 1, PP: 2, SP: 1, TP: 1}, {DP: 1, PP: 1, SP: 2, TP: 1}} {
-		t.Run(plan.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		plan  parallel.Plan
+		small bool // a 40-block pool of 4-token blocks, 16-token steps
+	}{
+		{"single", parallel.Single, false}, {"tp=2", parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2}, false},
+		{"pp=2", parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}, false}, {"sp=2", parallel.Plan{DP: 1, PP: 1, SP: 2, TP: 1}, false},
+		{"preempting", parallel.Single, true},
+	} {
+		plan := c.plan
+		t.Run(c.name, func(t *testing.T) {
 			opts := cpuexec.Options{NumBlocks: 64, Pool: pool, Placements: []parallel.Placement{parallel.Standard(plan)}}
+			var sc sched.Config
+			if c.small {
+				opts.BlockSize, opts.NumBlocks = 4, 40
+				sc = sched.Config{MaxNumBatchedTokens: 16, EnablePrefixCaching: true}
+			}
 			var p policy.Policy
 			if plan.SP > 1 { // the shift policy: SP for the big steps, TP for the small
 				pol, err := policy.NewShift(plan, 8)
@@ -143,7 +159,7 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 				defer func(n int) { parallelSampleElems = n }(parallelSampleElems)
 				parallelSampleElems = 1
 			}
-			e, err := NewEngine(Options{Exec: exec, Policy: p, Tokenizer: m.Tokenizer, EOS: m.EOS(), Speculative: spec})
+			e, err := NewEngine(Options{Exec: exec, Policy: p, Tokenizer: m.Tokenizer, EOS: m.EOS(), Speculative: spec, Sched: sc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,10 +180,10 @@ func TestSpeculativeMatchesPlain(t *testing.T) {
 				}
 			}
 			st := e.Stats()
-			if st.AcceptedTokens == 0 || st.AcceptedTokens > st.DraftTokens {
-				t.Fatalf("%d of %d drafts accepted", st.AcceptedTokens, st.DraftTokens)
+			if st.AcceptedTokens == 0 || st.AcceptedTokens > st.DraftTokens || c.small && st.Preemptions == 0 {
+				t.Fatalf("%d of %d drafts accepted, %d preemptions", st.AcceptedTokens, st.DraftTokens, st.Preemptions)
 			}
-			t.Logf("%d of %d drafts accepted", st.AcceptedTokens, st.DraftTokens)
+			t.Logf("%d of %d drafts accepted, %d preemptions", st.AcceptedTokens, st.DraftTokens, st.Preemptions)
 		})
 	}
 }
