@@ -13,6 +13,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/specdecode"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -36,8 +37,18 @@ func TestSiDPEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := serveAll(t, engine.Options{Exec: single}, reqs, false)
-	for _, ps := range []string{"dp=2", "dp=4", "dp=2,tp=2"} {
-		t.Run(ps, func(t *testing.T) {
+	for _, c := range []struct {
+		plan string
+		spec specdecode.Config
+	}{{"dp=2", specdecode.Config{}}, {"dp=4", specdecode.Config{}}, {"dp=2,tp=2", specdecode.Config{}},
+		{"dp=2", specdecode.Config{Method: "ngram", NumTokens: 3, LookupMin: 1, LookupMax: 2}}, // drafts in WaS and CaS steps
+	} {
+		ps := c.plan
+		name := ps
+		if c.spec.Method != "" {
+			name += "/speculative"
+		}
+		t.Run(name, func(t *testing.T) {
 			plan, _ := parallel.Parse(ps)
 			pol, err := policy.NewSiDP(plan, 4, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
@@ -47,7 +58,7 @@ func TestSiDPEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := serveAll(t, engine.Options{Exec: x, Policy: pol, Sched: sched.Config{MaxNumBatchedTokens: 64}}, reqs, true)
+			got := serveAll(t, engine.Options{Exec: x, Policy: pol, Sched: sched.Config{MaxNumBatchedTokens: 64}, Speculative: c.spec}, reqs, true)
 			for i := range reqs {
 				if !slices.Equal(got[i], want[i]) {
 					t.Errorf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i])

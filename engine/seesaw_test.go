@@ -15,6 +15,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/specdecode"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -97,17 +98,10 @@ func (p *phaseRecorder) Step(ctx context.Context, b *forward.Batch, pl parallel.
 	return p.Executor.Step(ctx, b, pl)
 }
 
-// TestSeesawServesLikeOneRank serves 10 requests at once under Seesaw
-// (prefill under pp=2, decode under tp=2, KV parked on a host store too
-// small for all of them, so the phases cycle; a slow swap-in): every
-// output equals the request run alone on one rank, prefill steps run only
-// under pp=2 and decode steps only under tp=2, decode steps run while a
-// swap-in is in flight but never read a block before it lands, the policy
-// changes phase several times, and every device and host block comes
-// back. Swap-outs are slow too, and no step touches a block being
-// swapped out (here the device is full until they land; the edge cases
-// have prefill steps beside them).
-func TestSeesawServesLikeOneRank(t *testing.T) {
+// seesawRequests builds the Seesaw tests' model (a 4-layer fixture), a
+// kernel pool, 10 requests (each extra more output tokens) and their
+// outputs run alone on one rank.
+func seesawRequests(t *testing.T, extra int) (*model.Model, *tensor.Pool, []Request, []*Output) {
 	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Heads: 8, KVHeads: 4, Layers: 4, Intermediate: 96, Seed: 330})
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +111,11 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := tensor.NewPool(2)
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	var reqs []Request
 	for i := 0; i < 10; i++ {
 		reqs = append(reqs, Request{ID: fmt.Sprint("r", i), Prompt: fixture.Tokens(400+i, minPrompt+3*(i%4), m.Config.Vocab),
-			MaxTokens: 3 + 2*(i%5), IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
+			MaxTokens: 3 + 2*(i%5) + extra, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
 	}
 	single, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{BlockSize: 4, NumBlocks: 64, Pool: pool})
 	if err != nil {
@@ -134,7 +128,21 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return m, pool, reqs, want
+}
 
+// TestSeesawServesLikeOneRank serves 10 requests at once under Seesaw
+// (prefill under pp=2, decode under tp=2, KV parked on a host store too
+// small for all of them, so the phases cycle; a slow swap-in): every
+// output equals the request run alone on one rank, prefill steps run only
+// under pp=2 and decode steps only under tp=2, decode steps run while a
+// swap-in is in flight but never read a block before it lands, the policy
+// changes phase several times, and every device and host block comes
+// back. Swap-outs are slow too, and no step touches a block being
+// swapped out (here the device is full until they land; the edge cases
+// have prefill steps beside them).
+func TestSeesawServesLikeOneRank(t *testing.T) {
+	m, pool, reqs, want := seesawRequests(t, 0)
 	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +209,36 @@ func TestSeesawServesLikeOneRank(t *testing.T) {
 		t.Fatalf("%d host blocks still in use", used)
 	}
 	t.Logf("steps %v; %d phase changes, %d swapped bytes", counts, pol.Transitions(), x.SwapBytes())
+}
+
+// TestSeesawSpeculative serves the Seesaw requests, with longer outputs,
+// under n-gram drafts: decode steps under tp=2 carry drafts while KV is
+// parked and brought back, and every output is still the one rank's.
+func TestSeesawSpeculative(t *testing.T) {
+	m, pool, reqs, want := seesawRequests(t, 24)
+	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{Placements: pol.Placements(), BlockSize: 4, NumBlocks: 40, HostBlocks: 24, WeightsFromHost: true, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(Options{Exec: x, Policy: pol, Tokenizer: m.Tokenizer, Sched: sched.Config{MaxNumBatchedTokens: 512},
+		Speculative: specdecode.Config{Method: "ngram", NumTokens: 3, LookupMin: 1, LookupMax: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Start()()
+	got := generateAll(t, e, reqs)
+	for i := range reqs {
+		if got[i] == nil || fmt.Sprint(got[i].Tokens) != fmt.Sprint(want[i].Tokens) {
+			t.Fatalf("%s: %v, alone on one rank %v", reqs[i].ID, got[i], want[i].Tokens)
+		}
+	}
+	st := e.Stats()
+	if st.DraftTokens == 0 || st.SwapOutBytes == 0 || pol.Transitions() < 2 {
+		t.Fatalf("%d draft tokens (%d kept), %d bytes parked, %d phase changes", st.DraftTokens, st.AcceptedTokens, st.SwapOutBytes, pol.Transitions())
+	}
+	t.Logf("%d of %d drafts kept; %d bytes parked; %d phase changes", st.AcceptedTokens, st.DraftTokens, st.SwapOutBytes, pol.Transitions())
 }
