@@ -3,6 +3,7 @@ package sample
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrAllowedTokenIDs and ErrBadWords mark invalid filters, so an API layer
@@ -69,7 +70,7 @@ func (f *filter) apply(logits []float32) {
 	}
 	for _, seq := range f.bad {
 		prefix := seq[:len(seq)-1]
-		if n := len(f.recent); n >= len(prefix) && equalInts(f.recent[n-len(prefix):], prefix) {
+		if n := len(f.recent); n >= len(prefix) && slices.Equal(f.recent[n-len(prefix):], prefix) {
 			logits[seq[len(seq)-1]] = negInf
 		}
 	}
@@ -84,16 +85,4 @@ func (f *filter) record(tok int) {
 	if len(f.recent) > 2*f.keep {
 		f.recent = append(f.recent[:0], f.recent[len(f.recent)-f.keep:]...)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

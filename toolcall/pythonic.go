@@ -26,21 +26,13 @@ func parsePythonic(text string, names []string) ([]call, bool) {
 	text = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(text, pythonStart), pythonEnd))
 	p := &pyParser{s: text}
 	var calls []call
-	if !p.eat('[') {
-		return nil, false
-	}
-	for !p.eat(']') {
-		if len(calls) > 0 && !p.eat(',') {
-			return nil, false
-		}
-		if p.eat(']') { // a trailing comma
-			break
-		}
+	var commas strings.Builder // items writes them; a list of calls has no use for them
+	if !p.eat('[') || !p.items(&commas, ']', func() bool {
 		c, ok := p.call(names)
-		if !ok {
-			return nil, false
-		}
 		calls = append(calls, c)
+		return ok
+	}) {
+		return nil, false
 	}
 	p.space()
 	if len(calls) == 0 || p.i != len(p.s) {
@@ -98,27 +90,19 @@ func (p *pyParser) call(names []string) (call, bool) {
 	var args strings.Builder
 	args.WriteByte('{')
 	var seen []string
-	for !p.eat(')') {
-		if len(seen) > 0 && !p.eat(',') {
-			return call{}, false
-		}
-		if p.eat(')') {
-			break
-		}
+	ok := p.items(&args, ')', func() bool {
 		key := p.ident()
 		if key == "" || slices.Contains(seen, key) || !p.eat('=') {
-			return call{}, false
-		}
-		if len(seen) > 0 {
-			args.WriteByte(',')
+			return false
 		}
 		seen = append(seen, key)
 		k, _ := json.Marshal(key)
 		args.Write(k)
 		args.WriteByte(':')
-		if !p.value(&args) {
-			return call{}, false
-		}
+		return p.value(&args)
+	})
+	if !ok {
+		return call{}, false
 	}
 	args.WriteByte('}')
 	return call{name: name, args: args.String()}, true
@@ -161,38 +145,36 @@ func (p *pyParser) value(out *strings.Builder) bool {
 	return false
 }
 
-func (p *pyParser) list(out *strings.Builder) bool {
-	out.WriteByte('[')
-	for n := 0; !p.eat(']'); n++ {
+// items reads the comma-separated items of a list or dict up to close
+// (a trailing comma allowed), writing the commas between them.
+func (p *pyParser) items(out *strings.Builder, close byte, item func() bool) bool {
+	for n := 0; !p.eat(close); n++ {
 		if n > 0 {
 			if !p.eat(',') {
 				return false
 			}
-			if p.eat(']') {
+			if p.eat(close) {
 				break
 			}
 			out.WriteByte(',')
 		}
-		if !p.value(out) {
+		if !item() {
 			return false
 		}
 	}
-	out.WriteByte(']')
 	return true
+}
+
+func (p *pyParser) list(out *strings.Builder) bool {
+	out.WriteByte('[')
+	ok := p.items(out, ']', func() bool { return p.value(out) })
+	out.WriteByte(']')
+	return ok
 }
 
 func (p *pyParser) dict(out *strings.Builder) bool {
 	out.WriteByte('{')
-	for n := 0; !p.eat('}'); n++ {
-		if n > 0 {
-			if !p.eat(',') {
-				return false
-			}
-			if p.eat('}') {
-				break
-			}
-			out.WriteByte(',')
-		}
+	ok := p.items(out, '}', func() bool {
 		p.space()
 		if p.i >= len(p.s) || p.s[p.i] != '"' && p.s[p.i] != '\'' {
 			return false // JSON objects have string keys
@@ -204,12 +186,10 @@ func (p *pyParser) dict(out *strings.Builder) bool {
 		b, _ := json.Marshal(key)
 		out.Write(b)
 		out.WriteByte(':')
-		if !p.value(out) {
-			return false
-		}
-	}
+		return p.value(out)
+	})
 	out.WriteByte('}')
-	return true
+	return ok
 }
 
 // number reads a Python int or float and writes it as JSON.
