@@ -69,8 +69,9 @@ func TestDrafts(t *testing.T) {
 	}
 }
 
-// TestDraftLimits checks that drafts are cut to the batch budget and the
-// context, and are dropped rather than preempt another request.
+// TestDraftLimits checks that drafts come after every running request's
+// known tokens, are cut to the batch budget, the free blocks and the
+// context, and never preempt.
 func TestDraftLimits(t *testing.T) {
 	s, err := New(Config{MaxModelLen: 12, BlockSize: 4, NumBlocks: 4})
 	if err != nil {
@@ -84,36 +85,38 @@ func TestDraftLimits(t *testing.T) {
 	if err := s.Update(s.Schedule(), []int{4, 4}); err != nil {
 		t.Fatal(err)
 	}
-	// Each holds one block with 4 known tokens; 2 blocks are free.
+	// Each holds one block with 4 known tokens; 2 blocks are free. With a
+	// budget of 3, b's token comes before a's drafts, which get what is
+	// left: one.
 	s.cfg.MaxNumBatchedTokens = 3
 	s.SetDraft("a", []int{5, 6, 7, 8, 9})
 	st := s.Schedule()
-	if q := st.Seqs[0]; q.ID != "a" || q.Draft != 2 || st.NumBatchedTokens != 3 || len(st.Seqs) != 1 {
+	if len(st.Seqs) != 2 || st.Seqs[0].ID != "a" || st.Seqs[0].Draft != 1 || !slices.Equal(st.Seqs[0].Tokens, []int{4, 5}) ||
+		len(st.Seqs[0].Blocks) != 2 || st.Seqs[1].Draft != 0 || st.NumBatchedTokens != 3 {
 		t.Fatalf("budget: %+v", st)
 	}
-	if err := s.UpdateDrafts(st, [][]int{{5, 6, 7}}); err != nil {
+	if err := s.UpdateDrafts(st, [][]int{{5, 6}, {5}}); err != nil {
 		t.Fatal(err)
 	}
 	s.cfg.MaxNumBatchedTokens = 100
-	// a has 7 known tokens in 2 blocks, b 4 in 1; one block is free. b's
-	// drafts would need two more: they are cut to what the free one
-	// holds, and nobody is preempted.
-	s.SetDraft("a", nil)
-	s.SetDraft("b", []int{5, 6, 7, 8, 9})
+	// a has 6 known tokens in 2 blocks, b 5 in 1; one block is free, and
+	// b's next token takes it. Its drafts get the room left in its two
+	// blocks (positions 5 to 7), and nobody is preempted.
+	s.SetDraft("b", []int{6, 7, 8, 9, 10})
 	st = s.Schedule()
-	if len(st.Preempted) != 0 || len(st.Seqs) != 2 || st.Seqs[1].ID != "b" || st.Seqs[1].Draft != 4 {
+	if len(st.Preempted) != 0 || len(st.Seqs) != 2 || st.Seqs[1].ID != "b" || st.Seqs[1].Draft != 3 || len(st.Seqs[1].Blocks) != 2 {
 		t.Fatalf("blocks: %+v", st)
 	}
-	if err := s.UpdateDrafts(st, [][]int{{8}, {5, 6}}); err != nil {
+	if err := s.UpdateDrafts(st, [][]int{{7}, {6, 7}}); err != nil {
 		t.Fatal(err)
 	}
-	// The context: a has 8 known tokens of 12.
+	// The context: a has 7 known tokens of 12.
 	if err := s.Finish("b", Stop); err != nil {
 		t.Fatal(err)
 	}
-	s.SetDraft("a", []int{1, 2, 3, 4, 5})
+	s.SetDraft("a", []int{1, 2, 3, 4, 5, 6, 7, 8})
 	st = s.Schedule()
-	if q := st.Seqs[0]; q.ID != "a" || q.Draft != 4 || q.Pos+len(q.Tokens) != 12 {
+	if q := st.Seqs[0]; q.ID != "a" || q.Draft != 5 || q.Pos+len(q.Tokens) != 12 {
 		t.Fatalf("context: %+v", q)
 	}
 }

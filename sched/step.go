@@ -98,8 +98,11 @@ func (s *Scheduler) SchedulePhase(phase Phase) *Step {
 func (r *request) decoding() bool { return r.computed >= r.promptLen }
 
 // scheduleRunning gives the running requests of phase their tokens and
-// returns the budget left.
+// returns the budget left. Drafts (SetDraft) come after every running
+// request has its known tokens, from the budget and free blocks left:
+// they never take a block another request needs this step.
 func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
+	var drafting []int // entries of st.Seqs whose request has drafts
 	for i := 0; i < len(s.running) && budget > 0; {
 		r := s.running[i]
 		if len(r.tokens) > s.limit {
@@ -111,21 +114,33 @@ func (s *Scheduler) scheduleRunning(st *Step, budget int, phase Phase) int {
 			i++
 			continue
 		}
-		d := 0
-		if len(r.draft) > 0 && n == len(r.tokens)-r.computed && r.decoding() {
-			// Drafts take budget and blocks that are free; they never
-			// preempt a request.
-			d = min(len(r.draft), budget-n, s.limit-len(r.tokens))
-			for d > 0 && !s.reps[r.replica].kv.Allocate(r.kv, r.computed+n+d) {
-				d--
-			}
-		}
-		if d == 0 && !s.grow(r, n, st) {
+		if !s.grow(r, n, st) {
 			continue // r preempted itself; s.running[i] is the next one
 		}
-		s.plan(st, r, n, d)
-		budget -= n + d
+		if len(r.draft) > 0 && n == len(r.tokens)-r.computed && r.decoding() {
+			drafting = append(drafting, len(st.Seqs))
+		}
+		s.plan(st, r, n)
+		budget -= n
 		i++
+	}
+	for _, i := range drafting {
+		q := &st.Seqs[i]
+		r := s.byID[q.ID]
+		if r.state != running { // never: grow's victims sort after every planned request
+			continue
+		}
+		n := len(q.Tokens)
+		d := min(len(r.draft), budget, s.limit-len(r.tokens))
+		for d > 0 && !s.reps[r.replica].kv.Allocate(r.kv, r.computed+n+d) {
+			d--
+		}
+		if d > 0 {
+			r.planned = append(append(r.planned[:0], q.Tokens...), r.draft[:d]...)
+			q.Tokens, q.Draft, q.Blocks = r.planned[:n+d:n+d], d, r.kv.Blocks()
+			st.NumBatchedTokens += d
+			budget -= d
+		}
 	}
 	return budget
 }
@@ -187,7 +202,7 @@ func (s *Scheduler) admitWaiting(st *Step, budget int) {
 		r.replica, r.kv, r.computed, r.state = rep, seq, p.Tokens, running
 		s.account(r, 1)
 		s.insertRunning(r)
-		s.plan(st, r, n, 0)
+		s.plan(st, r, n)
 		budget -= n
 	}
 }
@@ -202,24 +217,18 @@ func (r *request) chunk(left, budget int) int {
 	return n
 }
 
-// plan appends r's next n tokens and its first d drafts to the step.
-func (s *Scheduler) plan(st *Step, r *request, n, d int) {
+// plan appends r's next n tokens to the step.
+func (s *Scheduler) plan(st *Step, r *request, n int) {
 	pos := r.computed
-	tokens := r.tokens[pos : pos+n : pos+n]
-	if d > 0 {
-		r.planned = append(append(r.planned[:0], tokens...), r.draft[:d]...)
-		tokens = r.planned[: n+d : n+d]
-	}
 	st.Seqs = append(st.Seqs, SeqStep{
 		ID:      r.id,
-		Tokens:  tokens,
+		Tokens:  r.tokens[pos : pos+n : pos+n],
 		Pos:     pos,
 		Blocks:  r.kv.Blocks(),
 		Replica: r.replica,
 		Sample:  pos+n == len(r.tokens),
-		Draft:   d,
 	})
-	st.NumBatchedTokens += n + d
+	st.NumBatchedTokens += n
 }
 
 // SetDraft gives running request id speculative tokens to verify in its
