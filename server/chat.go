@@ -150,16 +150,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 			withLogprobs := logprobs >= 0 && len(ev.ev.Logprobs) > 0
 			var prompt promptLogprobs
 			if req.PromptLogprobs != nil && ev.ev.PromptLogprobs != nil && ev.job.index == 0 { // one prompt for every choice
-				prompt = s.promptLogprobsOf(ev.ev.PromptLogprobs, *req.PromptLogprobs)
+				prompt = s.promptLogprobsOf(&req.commonParams, ev.ev.PromptLogprobs, *req.PromptLogprobs)
 			}
 			if thinking == nil && content == nil && calls == nil && ev.ev.Finish == "" && !withLogprobs && prompt == nil {
 				return nil
 			}
 			ch := chatChoice{Index: ev.job.index, Delta: &chatDelta{thinking: thought(thinking), Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(ev.ev.Finish)}
 			if withLogprobs {
-				ch.Logprobs = s.chatLogprobs(ev.ev)
+				ch.Logprobs = s.chatLogprobs(&req.commonParams, ev.ev)
 			}
-			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}, PromptLogprobs: prompt}
+			return chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model, Choices: []chatChoice{ch}, PromptLogprobs: prompt,
+				Usage: req.chunkUsage(ev.ev.Usage)}
 		}
 		var usageChunk func() any
 		if req.includeUsage() {
@@ -177,7 +178,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 	}
 	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: req.Model}
 	if req.PromptLogprobs != nil {
-		resp.PromptLogprobs = s.promptLogprobsOf(jobs[0].promptLP, *req.PromptLogprobs)
+		resp.PromptLogprobs = s.promptLogprobsOf(&req.commonParams, jobs[0].promptLP, *req.PromptLogprobs)
 	}
 	for _, j := range jobs {
 		turn := turns[j.index]
@@ -188,7 +189,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, body []
 		}
 		ch := chatChoice{Index: j.index, Message: &chatOut{Role: "assistant", thinking: thought(thinking), Content: content, ToolCalls: calls}, FinishReason: turn.finishReason(j.finish)}
 		if logprobs >= 0 {
-			ch.Logprobs = s.chatLogprobs(engine.Event{Tokens: j.tokens, Logprobs: j.logprobs})
+			ch.Logprobs = s.chatLogprobs(&req.commonParams, engine.Event{Tokens: j.tokens, Logprobs: j.logprobs})
 		}
 		resp.Choices = append(resp.Choices, ch)
 	}
@@ -360,10 +361,10 @@ func textContent(raw json.RawMessage, where, param string, types ...string) (str
 	return b.String(), nil
 }
 
-func (s *Server) chatLogprobs(ev engine.Event) *chatLogprobs {
+func (s *Server) chatLogprobs(c *commonParams, ev engine.Event) *chatLogprobs {
 	lp := &chatLogprobs{Content: []chatTokenLogprob{}}
 	entry := func(id int, x float32) chatTokenLogprob {
-		t := s.tokenText(id)
+		t := s.tokenName(c, id)
 		b := make([]int, len(t))
 		for i := range t {
 			b[i] = int(t[i])

@@ -108,7 +108,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 				echoed[ev.job.index] = true
 				text = texts[ev.job.prompt] + text
 				if lp != nil {
-					offsets[ev.job.index] = s.appendPromptLogprobs(lp, prompts[ev.job.prompt], ev.ev.PromptLogprobs, logprobs)
+					offsets[ev.job.index] = s.appendPromptLogprobs(&req.commonParams, lp, prompts[ev.job.prompt], ev.ev.PromptLogprobs, logprobs)
 				}
 			}
 			if text == "" && ev.ev.Finish == "" && len(ev.ev.Tokens) == 0 {
@@ -116,13 +116,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 			}
 			ch := completionChoice{Index: ev.job.index, Text: text, FinishReason: finishReason(ev.ev.Finish)}
 			if req.PromptLogprobs != nil && ev.ev.PromptLogprobs != nil {
-				ch.PromptLogprobs = s.promptLogprobsOf(ev.ev.PromptLogprobs, *req.PromptLogprobs)
+				ch.PromptLogprobs = s.promptLogprobsOf(&req.commonParams, ev.ev.PromptLogprobs, *req.PromptLogprobs)
 			}
 			if lp != nil {
-				offsets[ev.job.index] = s.appendLogprobs(lp, ev.ev.Tokens, ev.ev.Logprobs, offsets[ev.job.index])
+				offsets[ev.job.index] = s.appendLogprobs(&req.commonParams, lp, ev.ev.Tokens, ev.ev.Logprobs, offsets[ev.job.index])
 				ch.Logprobs = lp
 			}
-			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}}
+			return completionResponse{ID: id, Object: "text_completion", Created: created, Model: req.Model, Choices: []completionChoice{ch}, Usage: req.chunkUsage(ev.ev.Usage)}
 		}
 		var usageChunk func() any
 		if req.includeUsage() {
@@ -146,15 +146,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		}
 		ch := completionChoice{Index: j.index, Text: text, FinishReason: finishReason(j.finish)}
 		if req.PromptLogprobs != nil {
-			ch.PromptLogprobs = s.promptLogprobsOf(j.promptLP, *req.PromptLogprobs)
+			ch.PromptLogprobs = s.promptLogprobsOf(&req.commonParams, j.promptLP, *req.PromptLogprobs)
 		}
 		if logprobs >= 0 {
 			ch.Logprobs = &completionLogprobs{}
 			offset := 0
 			if req.Echo {
-				offset = s.appendPromptLogprobs(ch.Logprobs, prompts[j.prompt], j.promptLP, logprobs)
+				offset = s.appendPromptLogprobs(&req.commonParams, ch.Logprobs, prompts[j.prompt], j.promptLP, logprobs)
 			}
-			s.appendLogprobs(ch.Logprobs, j.tokens, j.logprobs, offset)
+			s.appendLogprobs(&req.commonParams, ch.Logprobs, j.tokens, j.logprobs, offset)
 		}
 		resp.Choices = append(resp.Choices, ch)
 	}
@@ -230,24 +230,25 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError)
 // tokenText is the text a single token decodes to.
 func (s *Server) tokenText(id int) string { return s.opts.Tokenizer.Decode([]int{id}, false) }
 
-// appendLogprobs appends tokens and their log-probabilities to lp, the
-// first at text offset offset, and returns the offset after the last.
-func (s *Server) appendLogprobs(lp *completionLogprobs, tokens []int, results []sample.Result, offset int) int {
-	return s.appendLogprobsTop(lp, tokens, results, offset, maxLogprobs)
+// appendLogprobs appends tokens and their log-probabilities to lp, named
+// as c asks, the first at text offset offset, and returns the offset
+// after the last.
+func (s *Server) appendLogprobs(c *commonParams, lp *completionLogprobs, tokens []int, results []sample.Result, offset int) int {
+	return s.appendLogprobsTop(c, lp, tokens, results, offset, maxLogprobs)
 }
 
 // appendLogprobsTop is appendLogprobs with at most top alternatives a
 // token.
-func (s *Server) appendLogprobsTop(lp *completionLogprobs, tokens []int, results []sample.Result, offset, top int) int {
+func (s *Server) appendLogprobsTop(c *commonParams, lp *completionLogprobs, tokens []int, results []sample.Result, offset, top int) int {
 	for i, res := range results {
 		t := s.tokenText(tokens[i])
 		v := logprob(res.Logprob)
-		lp.Tokens = append(lp.Tokens, t)
+		lp.Tokens = append(lp.Tokens, s.tokenName(c, tokens[i]))
 		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
 		alts := map[string]float64{}
 		for _, alt := range res.Top[:min(top, len(res.Top))] {
-			if _, dup := alts[s.tokenText(alt.Token)]; !dup {
-				alts[s.tokenText(alt.Token)] = logprob(alt.Logprob)
+			if name := s.tokenName(c, alt.Token); !hasKey(alts, name) {
+				alts[name] = logprob(alt.Logprob)
 			}
 		}
 		lp.TopLogprobs = append(lp.TopLogprobs, alts)
@@ -262,13 +263,13 @@ func (s *Server) appendLogprobsTop(lp *completionLogprobs, tokens []int, results
 // results, theirs, with at most top alternatives (the request's logprobs:
 // results may hold more, for prompt_logprobs); it returns the text offset
 // after the prompt.
-func (s *Server) appendPromptLogprobs(lp *completionLogprobs, prompt []int, results []sample.Result, top int) int {
+func (s *Server) appendPromptLogprobs(c *commonParams, lp *completionLogprobs, prompt []int, results []sample.Result, top int) int {
 	t := s.tokenText(prompt[0])
-	lp.Tokens = append(lp.Tokens, t)
+	lp.Tokens = append(lp.Tokens, s.tokenName(c, prompt[0]))
 	lp.TokenLogprobs = append(lp.TokenLogprobs, nil)
 	lp.TopLogprobs = append(lp.TopLogprobs, nil)
 	lp.TextOffset = append(lp.TextOffset, 0)
-	return s.appendLogprobsTop(lp, prompt[1:], results, utf8.RuneCountInString(t), top)
+	return s.appendLogprobsTop(c, lp, prompt[1:], results, utf8.RuneCountInString(t), top)
 }
 
 // promptLogprobs is vLLM's prompt_logprobs: null for the first prompt
@@ -285,16 +286,21 @@ type promptLogprob struct {
 
 // promptLogprobsOf builds prompt_logprobs from the engine's results (one per
 // prompt token after the first), with at most top alternatives each.
-func (s *Server) promptLogprobsOf(results []sample.Result, top int) promptLogprobs {
+func (s *Server) promptLogprobsOf(c *commonParams, results []sample.Result, top int) promptLogprobs {
 	out := make(promptLogprobs, 1, len(results)+1)
 	for _, r := range results {
-		m := map[string]promptLogprob{strconv.Itoa(r.Token): {Logprob: logprob(r.Logprob), Rank: r.Rank, DecodedToken: s.tokenText(r.Token)}}
+		m := map[string]promptLogprob{strconv.Itoa(r.Token): {Logprob: logprob(r.Logprob), Rank: r.Rank, DecodedToken: s.tokenName(c, r.Token)}}
 		for i, alt := range r.Top[:min(top, len(r.Top))] {
 			if key := strconv.Itoa(alt.Token); alt.Token != r.Token {
-				m[key] = promptLogprob{Logprob: logprob(alt.Logprob), Rank: i + 1, DecodedToken: s.tokenText(alt.Token)}
+				m[key] = promptLogprob{Logprob: logprob(alt.Logprob), Rank: i + 1, DecodedToken: s.tokenName(c, alt.Token)}
 			}
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+func hasKey(m map[string]float64, k string) bool {
+	_, ok := m[k]
+	return ok
 }

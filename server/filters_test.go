@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -62,5 +63,52 @@ func TestTokenFilters(t *testing.T) {
 		if status != 400 || !strings.Contains(string(out), want) {
 			t.Errorf("%s: %d %s, want %q", body, status, out, want)
 		}
+	}
+}
+
+// TestTokensAsIDsAndContinuousUsage covers vLLM's
+// return_tokens_as_token_ids (completions and chat log-probabilities)
+// and stream_options.continuous_usage_stats.
+func TestTokensAsIDsAndContinuousUsage(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	asID := regexp.MustCompile(`^token_id:\d+$`)
+	status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0,"logprobs":2,"echo":true,"return_tokens_as_token_ids":true}`)
+	var resp completionResponse
+	if status != 200 || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("%d %s", status, body)
+	}
+	lp := resp.Choices[0].Logprobs
+	for i, tok := range lp.Tokens {
+		if !asID.MatchString(tok) || i > 0 && lp.TextOffset[i] < lp.TextOffset[i-1] {
+			t.Fatalf("token %d %q, offsets %v", i, tok, lp.TextOffset)
+		}
+		for k := range lp.TopLogprobs[i] {
+			if !asID.MatchString(k) {
+				t.Fatalf("top key %q", k)
+			}
+		}
+	}
+	status, body = ts.post(t, "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":1,"return_tokens_as_token_ids":true}`)
+	if status != 200 || !regexp.MustCompile(`"token":"token_id:\d+"`).Match(body) || strings.Contains(string(body), `"token":"token_id:"`) {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	events := ts.sseEvents(t, "/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":5,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`)
+	last := 0
+	for _, ev := range events {
+		u, ok := ev["usage"].(map[string]any)
+		if !ok {
+			t.Fatalf("a chunk without usage: %v", ev)
+		}
+		if len(ev["choices"].([]any)) == 0 {
+			continue // the final usage chunk
+		}
+		n := int(u["completion_tokens"].(float64))
+		if u["prompt_tokens"].(float64) != 5 || n < last || u["total_tokens"].(float64) != float64(5+n) {
+			t.Fatalf("usage %v after %d tokens", u, last)
+		}
+		last = n
+	}
+	if last != 5 {
+		t.Fatalf("the last chunk's usage counts %d tokens, want 5", last)
 	}
 }

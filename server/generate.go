@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gearboxlm/gearbox/engine"
@@ -268,6 +269,29 @@ func (s *Server) streamJobs(w http.ResponseWriter, r *http.Request, jobs []*job,
 		_ = out.send(usageChunk())
 	}
 	out.done()
+}
+
+// chunkUsage is the usage a streamed chunk of a choice carries: its
+// counts so far under stream_options.continuous_usage_stats, else none.
+func (c *commonParams) chunkUsage(u engine.Usage) *usage {
+	if c.StreamOptions == nil || !c.StreamOptions.ContinuousUsage {
+		return nil
+	}
+	out := usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	if u.CachedTokens > 0 {
+		out.PromptTokensDetails = &promptDetails{CachedTokens: u.CachedTokens}
+	}
+	return &out
+}
+
+// tokenName names a token in log-probabilities: its text, or with
+// return_tokens_as_token_ids "token_id:N", which survives tokens that are
+// not whole UTF-8.
+func (s *Server) tokenName(c *commonParams, id int) string {
+	if c.TokensAsIDs {
+		return "token_id:" + strconv.Itoa(id)
+	}
+	return s.tokenText(id)
 }
 
 // includeUsage reports whether stream_options asks for the usage chunk.

@@ -39,6 +39,7 @@ type commonParams struct {
 	AllowedTokenIDs   []int           `json:"allowed_token_ids"`          // vLLM's extra: only these tokens may be generated
 	BadWords          []string        `json:"bad_words"`                  // vLLM's extra: words that may not be generated
 	TruncatePrompt    *int            `json:"truncate_prompt_tokens"`     // vLLM's extra: keep the prompt's last N tokens (-1: as many as the context allows)
+	TokensAsIDs       bool            `json:"return_tokens_as_token_ids"` // vLLM's extra: logprobs name tokens "token_id:N"
 	Priority          int             `json:"priority"`
 	User              string          `json:"user"`
 	LogitBias         map[string]any  `json:"logit_bias"`
@@ -56,6 +57,9 @@ type commonParams struct {
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsage (vLLM's continuous_usage_stats) puts each choice's
+	// usage so far on every chunk.
+	ContinuousUsage bool `json:"continuous_usage_stats"`
 }
 
 // Limits on request fields.
