@@ -145,6 +145,24 @@ func (r *Reader) addCall(d *Delta, c call) {
 	r.space = "" // whitespace before a call is not content
 }
 
+// contentUntil gives out text up to tag as content and returns the tag's
+// index. Without the tag it gives out all but a tail that may begin it
+// (nothing is held at the end), buffers that tail, and returns -1.
+func (r *Reader) contentUntil(d *Delta, text, tag string, end bool) int {
+	if i := strings.Index(text, tag); i >= 0 {
+		r.content(d, text[:i])
+		return i
+	}
+	keep := 0
+	if !end {
+		keep = tagtext.PartialSuffix(text, tag)
+	}
+	r.buf.Reset()
+	r.buf.WriteString(text[len(text)-keep:])
+	r.content(d, text[:len(text)-keep])
+	return -1
+}
+
 // hermes reads what is buffered: content up to a <tool_call>, each call
 // once its </tool_call> arrives (or at the end, unclosed), and holds back
 // a tail that may be the start of a tag.
@@ -153,17 +171,10 @@ func (r *Reader) hermes(d *Delta, end bool) {
 	r.buf.Reset()
 	for {
 		if !r.inCall {
-			i := strings.Index(text, openTag)
+			i := r.contentUntil(d, text, openTag, end)
 			if i < 0 {
-				keep := 0
-				if !end {
-					keep = tagtext.PartialSuffix(text, openTag)
-				}
-				r.content(d, text[:len(text)-keep])
-				r.buf.WriteString(text[len(text)-keep:])
 				return
 			}
-			r.content(d, text[:i])
 			r.inCall, text = true, text[i+len(openTag):]
 			continue
 		}
@@ -271,18 +282,10 @@ func llama3Calls(text string, names []string) []call {
 func (r *Reader) mistral(d *Delta, end bool) {
 	text := r.buf.String()
 	if !r.inCall {
-		i := strings.Index(text, mistralTag)
+		i := r.contentUntil(d, text, mistralTag, end)
 		if i < 0 {
-			keep := 0
-			if !end {
-				keep = tagtext.PartialSuffix(text, mistralTag)
-			}
-			r.buf.Reset()
-			r.buf.WriteString(text[len(text)-keep:])
-			r.content(d, text[:len(text)-keep])
 			return
 		}
-		r.content(d, text[:i])
 		r.inCall = true
 		r.buf.Reset()
 		r.buf.WriteString(text[i:])
