@@ -935,9 +935,14 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	row := 0
 	now := e.clk.Now()
 	jobs := e.jobs[:0]
-	e.promptLogprobs(step, promptRows, logits)
+	var prompts []promptJob
 	for i, s := range step.Seqs {
-		row += promptRows[i]
+		if n := promptRows[i]; n > 0 {
+			if l, ok := e.reqs[s.ID]; ok {
+				prompts = append(prompts, l.promptJob(logits[row*vocab:(row+n)*vocab], n))
+			}
+			row += n
+		}
 		if !s.Sample {
 			continue
 		}
@@ -954,6 +959,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		}
 		row += n
 	}
+	promptLogprobs(prompts, vocab)
 	sampleRows(jobs)
 	buf := slices.Grow(e.tokBuf[:0], rows)
 	stats := StepStats{}
@@ -1001,32 +1007,30 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	return nil
 }
 
-// promptLogprobs takes the prompt log-probabilities out of the step's
-// logits rows: each sequence's promptRows[i] rows lead its rows, one per
-// prompt position whose next token has none yet. The rows are many and
-// each costs a pass over the vocabulary, so they are spread over the
-// sampling workers. Called with e.mu held.
-func (e *Engine) promptLogprobs(step *sched.Step, promptRows []int, logits []float32) {
-	type job struct {
-		l      *live
-		logits []float32
-		out    []sample.Result
-		first  int // the prompt token of the first row
-	}
-	var jobs []job
-	vocab, row, work := e.exec.Config().Vocab, 0, 0
-	for i, s := range step.Seqs {
-		n := promptRows[i]
-		if l, ok := e.reqs[s.ID]; ok && n > 0 {
-			first := len(l.promptLP) + 1
-			l.promptLP = slices.Grow(l.promptLP, n)[:len(l.promptLP)+n]
-			jobs = append(jobs, job{l: l, logits: logits[row*vocab : (row+n)*vocab], out: l.promptLP[first-1:], first: first})
-			work += n * vocab
-		}
-		row += n
-		if s.Sample {
-			row += 1 + s.Draft
-		}
+// promptJob is one sequence's logits rows of prompt positions, each
+// giving the next prompt token's log-probability.
+type promptJob struct {
+	l      *live
+	logits []float32
+	out    []sample.Result
+	first  int // the prompt token of the first row
+}
+
+// promptJob makes room in l.promptLP for the next n prompt tokens and
+// returns the job that fills it from logits, their n rows. Called with
+// e.mu held.
+func (l *live) promptJob(logits []float32, n int) promptJob {
+	first := len(l.promptLP) + 1
+	l.promptLP = slices.Grow(l.promptLP, n)[:len(l.promptLP)+n]
+	return promptJob{l: l, logits: logits, out: l.promptLP[first-1:], first: first}
+}
+
+// promptLogprobs runs the jobs. The rows are many and each costs a pass
+// over the vocabulary, so they are spread over the sampling workers.
+func promptLogprobs(jobs []promptJob, vocab int) {
+	work := 0
+	for _, j := range jobs {
+		work += len(j.out) * vocab
 	}
 	forEach(len(jobs), work, func(i int) {
 		j := jobs[i]

@@ -247,7 +247,8 @@ func (s *Server) appendLogprobsTop(c *commonParams, lp *completionLogprobs, toke
 		lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
 		alts := map[string]float64{}
 		for _, alt := range res.Top[:min(top, len(res.Top))] {
-			if name := s.tokenName(c, alt.Token); !hasKey(alts, name) {
+			name := s.tokenName(c, alt.Token)
+			if _, dup := alts[name]; !dup {
 				alts[name] = logprob(alt.Logprob)
 			}
 		}
@@ -298,9 +299,4 @@ func (s *Server) promptLogprobsOf(c *commonParams, results []sample.Result, top 
 		out = append(out, m)
 	}
 	return out
-}
-
-func hasKey(m map[string]float64, k string) bool {
-	_, ok := m[k]
-	return ok
 }
