@@ -145,6 +145,18 @@ func (r *Reader) addCall(d *Delta, c call) {
 	r.space = "" // whitespace before a call is not content
 }
 
+// callsOr gives out calls, or text as content when there are none (the
+// message was not all calls).
+func (r *Reader) callsOr(d *Delta, calls []call, text string) {
+	if calls == nil {
+		r.content(d, text)
+		return
+	}
+	for _, c := range calls {
+		r.addCall(d, c)
+	}
+}
+
 // contentUntil gives out text up to tag as content and returns the tag's
 // index. Without the tag it gives out all but a tail that may begin it
 // (nothing is held at the end), buffers that tail, and returns -1.
@@ -236,13 +248,7 @@ func (r *Reader) whole(d *Delta, end bool) {
 	} else {
 		calls = llama3Calls(text, r.names)
 	}
-	if calls == nil {
-		r.content(d, text)
-		return
-	}
-	for _, c := range calls {
-		r.addCall(d, c)
-	}
+	r.callsOr(d, calls, text)
 }
 
 // llama3Calls reads a Llama 3 message as calls separated by ";", or
@@ -324,13 +330,7 @@ func (r *Reader) mistral(d *Delta, end bool) {
 			break
 		}
 	}
-	if calls == nil {
-		r.content(d, text)
-		return
-	}
-	for _, c := range calls {
-		r.addCall(d, c)
-	}
+	r.callsOr(d, calls, text)
 }
 
 // scanArray reads the array of calls a Required generation writes,
