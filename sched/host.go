@@ -158,7 +158,8 @@ func (s *Scheduler) HostBlocks() (used, total int64) {
 // HostFits reports whether the next waiting request (the one admission
 // takes next) would fit on the host tier of the replica with the most
 // free host blocks once prefilled: Seesaw's "the CPU KV store is full"
-// is its negation. It is true when nothing waits.
+// is its negation. It is true when nothing waits, and false while
+// MaxNumSeqs requests run (admission takes none).
 func (s *Scheduler) HostFits() bool {
 	return s.nextFits(func(r *replica) int {
 		if r.host == nil {
@@ -169,7 +170,8 @@ func (s *Scheduler) HostFits() bool {
 }
 
 // DeviceFits reports whether the next waiting request's prompt would fit
-// the free device blocks of some replica (true when nothing waits).
+// the free device blocks of some replica (true when nothing waits; false
+// while MaxNumSeqs requests run).
 func (s *Scheduler) DeviceFits() bool {
 	return s.nextFits(func(r *replica) int { return r.kv.NumFree() })
 }
@@ -179,6 +181,9 @@ func (s *Scheduler) DeviceFits() bool {
 func (s *Scheduler) nextFits(free func(*replica) int) bool {
 	if len(s.waiting) == 0 {
 		return true
+	}
+	if len(s.running) >= s.cfg.MaxNumSeqs {
+		return false // admission takes none, whatever the blocks
 	}
 	need := (len(s.waiting.peek().tokens) + s.cfg.BlockSize - 1) / s.cfg.BlockSize
 	for i := range s.reps {

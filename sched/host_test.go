@@ -188,3 +188,32 @@ func TestParkInsteadOfPreempt(t *testing.T) {
 		}
 	}
 }
+
+// TestFitsAtSeqCap: with MaxNumSeqs requests running, neither tier
+// "fits" the next waiting request, since admission takes none (Seesaw
+// would otherwise switch to a prefill phase that schedules nothing and
+// back, a weight re-shard each way); one finishing frees a slot.
+func TestFitsAtSeqCap(t *testing.T) {
+	s, err := New(Config{MaxNumBatchedTokens: 64, MaxNumSeqs: 2, MaxModelLen: 64, BlockSize: 4, NumBlocks: 32, HostBlocks: 32, Watermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"A", "B", "C"} {
+		if err := s.Add(&Request{ID: id, Prompt: make([]int, 4), MaxTokens: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.DeviceFits() || !s.HostFits() {
+		t.Fatalf("before admission: device fits %v, host fits %v", s.DeviceFits(), s.HostFits())
+	}
+	if st := s.Schedule(); len(st.Seqs) != 2 {
+		t.Fatalf("admitted %v", summarize(st))
+	}
+	if s.DeviceFits() || s.HostFits() {
+		t.Fatalf("at the cap: device fits %v, host fits %v", s.DeviceFits(), s.HostFits())
+	}
+	_ = s.Finish("A", Stop)
+	if !s.DeviceFits() || !s.HostFits() {
+		t.Fatalf("after a finish: device fits %v, host fits %v", s.DeviceFits(), s.HostFits())
+	}
+}

@@ -120,3 +120,36 @@ func TestSeesawSimulated(t *testing.T) {
 	}
 	t.Logf("seesaw: %.1f s, %.0f tok/s, %d spans %v", res.SimDuration.Seconds(), res.Report.TotalTokenThroughput, len(res.Timeline), spans)
 }
+
+// TestSeesawAtSeqCap runs Seesaw with a small --max-num-seqs, so decode
+// phases end with the running requests at the cap and requests waiting:
+// every transition must lead to a span of steps (a prefill phase that
+// admission cannot feed is not entered).
+func TestSeesawAtSeqCap(t *testing.T) {
+	cfg, cm := seesawBox(t)
+	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(RunOptions{
+		Model: cfg, Cost: cm, Plan: pol.Prefill.Plan, Policy: pol, HostKVBytes: 1 << 30,
+		Sched:    sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 16},
+		Requests: synthetic(96, 1500, 60, math.Inf(1), 3),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Completed != 96 {
+		t.Fatalf("completed %d of 96", res.Report.Completed)
+	}
+	gaps := 0
+	for i := 1; i < len(res.Timeline); i++ {
+		if res.Timeline[i].Plan != res.Timeline[i-1].Plan {
+			gaps++
+		}
+	}
+	if res.Host.Transitions != gaps || gaps < 2 {
+		t.Fatalf("%d transitions, %d changes of plan between spans of steps", res.Host.Transitions, gaps)
+	}
+	t.Logf("%d transitions, each into a span of steps", gaps)
+}
