@@ -49,7 +49,7 @@ type commonParams struct {
 	GuidedJSON        json.RawMessage `json:"guided_json"`     // vLLM's extra: a JSON schema, or a string holding one
 	GuidedChoice      []string        `json:"guided_choice"`   // vLLM's extra: the text is one of these
 	GuidedRegex       *string         `json:"guided_regex"`    // vLLM's extra: the text matches this regex whole
-	GuidedGrammar     json.RawMessage `json:"guided_grammar"`  // vLLM's extra, not implemented: a 400
+	GuidedGrammar     *string         `json:"guided_grammar"`  // vLLM's extra: the text is derived by this GBNF grammar's root
 	// StructuredOutputs is newer vLLM's one field for all of these:
 	// {"json": …, "regex": …, "choice": […], "json_object": true}.
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
@@ -251,12 +251,9 @@ func parseResponseFormat(raw json.RawMessage) (*structured.Format, *apiError) {
 }
 
 // structuredFormat reads the request's output format: response_format,
-// vLLM's guided_json, guided_regex or guided_choice, or newer vLLM's
-// structured_outputs; more than one is a 400.
+// vLLM's guided_json, guided_regex, guided_choice or guided_grammar, or
+// newer vLLM's structured_outputs; more than one is a 400.
 func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
-	if len(c.GuidedGrammar) > 0 && string(c.GuidedGrammar) != "null" {
-		return nil, invalid("guided_grammar", "guided_grammar is not supported; response_format (json_object, json_schema), guided_json, guided_regex and guided_choice are")
-	}
 	var formats []*structured.Format
 	var names []string
 	add := func(name string, f *structured.Format, e *apiError) *apiError {
@@ -287,6 +284,12 @@ func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
 			return nil, e
 		}
 	}
+	if c.GuidedGrammar != nil {
+		f, e := grammarFormat("guided_grammar", *c.GuidedGrammar)
+		if e := add("guided_grammar", f, e); e != nil {
+			return nil, e
+		}
+	}
 	if len(c.StructuredOutputs) > 0 && string(c.StructuredOutputs) != "null" {
 		f, e := parseStructuredOutputs(c.StructuredOutputs)
 		if e := add("structured_outputs", f, e); e != nil {
@@ -303,13 +306,13 @@ func (c *commonParams) structuredFormat() (*structured.Format, *apiError) {
 }
 
 // parseStructuredOutputs reads vLLM's structured_outputs: one of json (a
-// schema, or a string holding one), regex, choice or json_object, and
-// disable_any_whitespace.
+// schema, or a string holding one), regex, choice, grammar or
+// json_object, and disable_any_whitespace.
 func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError) {
 	const param = "structured_outputs"
 	var so map[string]json.RawMessage
 	if json.Unmarshal(raw, &so) != nil {
-		return nil, invalid(param, `structured_outputs must be an object such as {"json": {...}}, {"regex": "..."}, {"choice": [...]} or {"json_object": true}`)
+		return nil, invalid(param, `structured_outputs must be an object such as {"json": {...}}, {"regex": "..."}, {"choice": [...]}, {"grammar": "..."} or {"json_object": true}`)
 	}
 	var set []string
 	var format *structured.Format
@@ -342,13 +345,19 @@ func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError)
 				return nil, invalid(param, "structured_outputs.choice must be a list of strings")
 			}
 			f, e = choiceFormat(param, options)
+		case "grammar":
+			var src string
+			if json.Unmarshal(v, &src) != nil {
+				return nil, invalid(param, "structured_outputs.grammar must be a string (a GBNF grammar)")
+			}
+			f, e = grammarFormat(param, src)
 		case "json_object":
 			if string(v) != "true" {
 				return nil, invalid(param, "structured_outputs.json_object must be a boolean")
 			}
 			f = structured.JSONObject()
 		default:
-			return nil, invalid(param, "structured_outputs.%s is not supported; json, regex, choice, json_object and disable_any_whitespace are", key)
+			return nil, invalid(param, "structured_outputs.%s is not supported; json, regex, choice, grammar, json_object and disable_any_whitespace are", key)
 		}
 		if e != nil {
 			return nil, e
@@ -356,7 +365,7 @@ func parseStructuredOutputs(raw json.RawMessage) (*structured.Format, *apiError)
 		set, format = append(set, key), f
 	}
 	if len(set) != 1 {
-		return nil, invalid(param, "structured_outputs must set exactly one of json, regex, choice and json_object, got %d", len(set))
+		return nil, invalid(param, "structured_outputs must set exactly one of json, regex, choice, grammar and json_object, got %d", len(set))
 	}
 	if compact {
 		format = format.WithoutWhitespace()
@@ -381,6 +390,14 @@ func jsonSchemaFormat(param string, raw json.RawMessage) (*structured.Format, *a
 
 func regexFormat(param, pattern string) (*structured.Format, *apiError) {
 	f, err := structured.Regex(pattern)
+	if err != nil {
+		return nil, invalid(param, "%s: %v", param, err)
+	}
+	return f, nil
+}
+
+func grammarFormat(param, src string) (*structured.Format, *apiError) {
+	f, err := structured.Grammar(src)
 	if err != nil {
 		return nil, invalid(param, "%s: %v", param, err)
 	}

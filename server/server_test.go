@@ -386,6 +386,8 @@ func TestGuidedChoiceAndJSON(t *testing.T) {
 		{`"structured_outputs":{"choice":["left","right"]}`, `^(left|right)$`},
 		{`"structured_outputs":{"json":` + schema + `}`, `(?s)^\s*\{\s*"ok"\s*:\s*(true|false)\s*\}\s*$`},
 		{`"structured_outputs":{"json":` + schema + `,"disable_any_whitespace":true}`, `^\{"ok":(true|false)\}$`},
+		{`"guided_grammar":"root ::= answer \", \" [0-9]{2} \"!\"\nanswer ::= \"yes\" | \"no\""`, `^(yes|no), [0-9]{2}!$`},
+		{`"structured_outputs":{"grammar":"root ::= [A-Z] [a-z]{2,4} (\".\" | \"!\")"}`, `^[A-Z][a-z]{2,4}[.!]$`},
 	} {
 		status, body := ts.post(t, "/v1/completions", `{"model":"stories260K","prompt":"The cat was","max_tokens":60,"temperature":0,`+c.format+`}`)
 		var resp completionResponse
@@ -401,7 +403,10 @@ func TestGuidedChoiceAndJSON(t *testing.T) {
 		`"guided_regex":"(a"`:                                      "guided_regex",
 		`"guided_regex":"\\bword"`:                                 "guided_regex",
 		`"guided_grammar":"root ::= x"`:                            "guided_grammar",
+		`"guided_grammar":"root ::= root \"a\""`:                   "guided_grammar",
+		`"guided_grammar":"root ::= \"a\"","guided_regex":"a"`:     "guided_grammar",
 		`"structured_outputs":{"grammar":"root ::= x"}`:            "structured_outputs",
+		`"structured_outputs":{"grammar":5}`:                       "structured_outputs",
 		`"structured_outputs":{"regex":"a","choice":["a"]}`:        "structured_outputs",
 		`"structured_outputs":{}`:                                  "structured_outputs",
 		`"structured_outputs":{"regex":5}`:                         "structured_outputs",

@@ -85,3 +85,46 @@ func BenchmarkMask(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGrammarMask masks the 128,256-token vocabulary under the JSON
+// grammar (jsonGBNF): cold, a state's first mask (the grammar compiled
+// again, so the trie search steps each character through the state for
+// the first time), and cached, the mask of a state some sequence of the
+// grammar reached before (unpacked from its bits).
+func BenchmarkGrammarMask(b *testing.B) {
+	pieces := benchPieces(128256)
+	v := NewVocab(pieces, func(int) bool { return false }, []int{0})
+	logits := make([]float32, len(pieces))
+	f, err := Grammar(jsonGBNF)
+	if err != nil {
+		b.Fatal(err)
+	}
+	matcher := func(f *Format, prefix string) *Matcher {
+		m := v.Matcher(f)
+		if _, ok := m.gm.run([]byte(prefix)); !ok {
+			b.Fatalf("prefix %q refused", prefix)
+		}
+		m.gm.accept([]byte(prefix))
+		return m
+	}
+	for _, c := range []struct{ name, prefix string }{{"string", `{"key": "some text`}, {"value", `{"key": `}} {
+		b.Run(c.name+"/cold", func(b *testing.B) {
+			for b.Loop() {
+				f, err := Grammar(jsonGBNF)
+				if err != nil {
+					b.Fatal(err)
+				}
+				matcher(f, c.prefix).Mask(logits)
+			}
+			b.ReportMetric(float64(len(pieces))/(b.Elapsed().Seconds()/float64(b.N))/1e6, "Mtokens/s")
+		})
+		b.Run(c.name+"/cached", func(b *testing.B) {
+			m := matcher(f, c.prefix)
+			m.Mask(logits)
+			for b.Loop() {
+				m.Mask(logits)
+			}
+			b.ReportMetric(float64(len(pieces))/(b.Elapsed().Seconds()/float64(b.N))/1e6, "Mtokens/s")
+		})
+	}
+}

@@ -1,9 +1,10 @@
 // Package structured holds generations to a format, token by token: the
 // structured output of OpenAI's response_format, {"type": "json_object"}
 // (JSONObject) and {"type": "json_schema"} (JSONSchema, patterns
-// included), vLLM's guided_choice (Choice) and guided_regex (Regex), and
-// the calls tool_choice forces (ToolCalls, ToolArguments; package
-// toolcall reads them back). A regex is a DFA over characters
+// included), vLLM's guided_choice (Choice), guided_regex (Regex) and
+// guided_grammar (Grammar: GBNF, recognized by a pushdown automaton,
+// grammar.go and grammar_match.go), and the calls tool_choice forces
+// (ToolCalls, ToolArguments; package toolcall reads them back). A regex is a DFA over characters
 // (regex.go); strings with one are read character by character, escapes
 // decoded, each byte allowed only while the character it begins can
 // still lead the DFA to a match.

@@ -124,6 +124,7 @@ type Format struct {
 	raw     bool // Choice, Regex: plain text, not JSON
 	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
 	tag     *tag // TaggedToolCalls: free text with tagged values of root
+	grammar *grammar
 }
 
 // state is the recognizer of f's text at its start.
@@ -194,6 +195,9 @@ func JSONSchema(schema []byte) (*Format, error) {
 // Matcher returns a Matcher that holds one generation to f, then an end
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
+	if f.grammar != nil {
+		return &Matcher{v: v, gm: newGrammarMatch(f.grammar), allowed: make([]bool, v.size)}
+	}
 	return &Matcher{v: v, st: f.state(), allowed: make([]bool, v.size)}
 }
 
@@ -203,7 +207,8 @@ func (v *Vocab) Matcher(f *Format) *Matcher {
 type Matcher struct {
 	v       *Vocab
 	st      jsonState
-	allowed []bool // scratch for Mask
+	gm      *grammarMatch // a Grammar's recognizer, instead of st
+	allowed []bool        // scratch for Mask
 
 	// In a string with a pattern, between characters, what a token made
 	// of text alone allows depends on the pattern's state only: the
@@ -222,7 +227,12 @@ type patternAt struct {
 }
 
 // Complete reports whether the text so far is a whole value of the format.
-func (m *Matcher) Complete() bool { return m.st.complete() }
+func (m *Matcher) Complete() bool {
+	if m.gm != nil {
+		return m.gm.st.complete()
+	}
+	return m.st.complete()
+}
 
 // Mask sets to -Inf the logits of the tokens that cannot come next: a
 // token is allowed when every byte of it is, an end token only once the
@@ -232,6 +242,8 @@ func (m *Matcher) Complete() bool { return m.st.complete() }
 func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
 	switch at, ok := m.st.atPattern(); {
+	case m.gm != nil:
+		m.gm.mask(m.v, allowed)
 	case m.st.tag != nil && m.st.tmode == tFree && !m.st.tag.only:
 		m.freeMask()
 	case m.st.inPlainString():
@@ -268,7 +280,7 @@ func (m *Matcher) Mask(logits []float32) {
 	stuck := !slices.Contains(allowed, true)
 	for _, id := range m.v.eos {
 		if id >= 0 && id < len(allowed) {
-			allowed[id] = m.st.complete() || stuck
+			allowed[id] = m.Complete() || stuck
 		}
 	}
 	n := min(len(logits), len(allowed))
@@ -335,6 +347,10 @@ func (m *Matcher) search(node int32, st jsonState) {
 
 // accepts reports whether the state takes every byte of p.
 func (m *Matcher) accepts(p []byte) bool {
+	if m.gm != nil {
+		_, ok := m.gm.run(p)
+		return ok
+	}
 	st := m.st
 	for _, b := range p {
 		if !st.step(b) {
@@ -349,6 +365,10 @@ func (m *Matcher) accepts(p []byte) bool {
 // state as it was.
 func (m *Matcher) Accept(token int) {
 	if token < 0 || token >= len(m.v.bytes) {
+		return
+	}
+	if m.gm != nil {
+		m.gm.accept(m.v.bytes[token])
 		return
 	}
 	st := m.st
