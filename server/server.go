@@ -307,16 +307,11 @@ func (s *Server) newID(prefix string) string {
 // structured output, building it on first use (a pass over every token).
 func (s *Server) structuredVocab() *structured.Vocab {
 	s.vocabOnce.Do(func() {
-		tok := s.opts.Tokenizer
-		pieces := make([]string, tok.VocabSize())
-		for id := range pieces {
-			pieces[id] = tok.Piece(id)
-		}
 		eos := s.opts.EOSTokens
 		if eos == nil {
-			eos = tok.EOS()
+			eos = s.opts.Tokenizer.EOS()
 		}
-		s.vocab = structured.NewVocab(pieces, tok.IsSpecial, eos)
+		s.vocab = structured.TokenizerVocab(s.opts.Tokenizer, eos)
 	})
 	return s.vocab
 }

@@ -94,6 +94,23 @@ func NewVocab(pieces []string, special func(id int) bool, eos []int) *Vocab {
 	return v
 }
 
+// Pieces is what TokenizerVocab reads of a tokenizer.
+type Pieces interface {
+	VocabSize() int
+	Piece(id int) string // the text token id adds after other tokens
+	IsSpecial(id int) bool
+}
+
+// TokenizerVocab arranges t's vocabulary, eos the tokens that end a
+// generation.
+func TokenizerVocab(t Pieces, eos []int) *Vocab {
+	pieces := make([]string, t.VocabSize())
+	for id := range pieces {
+		pieces[id] = t.Piece(id)
+	}
+	return NewVocab(pieces, t.IsSpecial, eos)
+}
+
 func commonPrefix(a, b string) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {

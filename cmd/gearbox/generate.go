@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/gearboxlm/gearbox/clock"
@@ -14,6 +15,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/sched"
+	"github.com/gearboxlm/gearbox/structured"
 )
 
 // generateResult is generate's --output json object.
@@ -97,6 +99,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	ignoreEOS := fs.Bool("ignore-eos", false, "keep generating after end-of-sequence tokens")
 	var stops stringList
 	fs.Var(&stops, "stop", "stop string (repeatable); the text ends before it")
+	grammar := fs.String("grammar", "", "hold the text to this GBNF grammar (its rule root), as guided_grammar does")
+	grammarFile := fs.String("grammar-file", "", "hold the text to the GBNF grammar in this file")
+	jsonSchema := fs.String("json-schema", "", "hold the text to one JSON value this JSON Schema allows, as response_format json_schema does")
 	output := fs.String("output", "text", "output format: text (streamed) or json")
 	chunk := fs.Int("max-num-batched-tokens", 512, "prefill tokens per step")
 	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
@@ -122,6 +127,10 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Logprobs: *logprobs, Seed: *seed, HasSeed: *seed >= 0,
 	}
 	if err := params.Validate(); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	format, err := outputFormat(*grammar, *grammarFile, *jsonSchema)
+	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
 
@@ -156,6 +165,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer eng.Start()()
 	ids := m.Tokenizer.Encode(*prompt, true)
 	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
+	if format != nil {
+		req.Constraint = structured.TokenizerVocab(m.Tokenizer, m.EOS()).Matcher(format)
+	}
 
 	var onText func(string)
 	if *output == "text" {
@@ -197,4 +209,31 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Plan: plan.String(), Policy: pol.String(), Device: run.device, PlanSteps: planSteps, CommBytes: commBytes(run.commStats()),
 		DraftTokens: stats.DraftTokens, AcceptedTokens: stats.AcceptedTokens,
 	})
+}
+
+// outputFormat is the structured output format generate's --grammar,
+// --grammar-file or --json-schema asks for (at most one); nil for none.
+func outputFormat(grammar, grammarFile, schema string) (*structured.Format, error) {
+	set := 0
+	for _, v := range []string{grammar, grammarFile, schema} {
+		if v != "" {
+			set++
+		}
+	}
+	switch {
+	case set > 1:
+		return nil, fmt.Errorf("--grammar, --grammar-file and --json-schema each set the output format; give one")
+	case grammarFile != "":
+		src, err := os.ReadFile(grammarFile)
+		if err != nil {
+			return nil, fmt.Errorf("--grammar-file: %w", err)
+		}
+		grammar = string(src)
+		fallthrough
+	case grammar != "":
+		return structured.Grammar(grammar)
+	case schema != "":
+		return structured.JSONSchema([]byte(schema))
+	}
+	return nil, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,6 +36,42 @@ func TestGenerateJSON(t *testing.T) {
 	if res.Text != ", there was a little girl named Lily. She loved to play" || res.FinishReason != "length" ||
 		res.PromptTokens != 5 || res.CompletionTokens != 16 || res.TokensPerSecond <= 0 {
 		t.Fatalf("result = %+v", res)
+	}
+}
+
+// TestGenerateFormats: --grammar, --grammar-file and --json-schema hold
+// the text to the format; two at once, or a bad one, are errors.
+func TestGenerateFormats(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "name.gbnf")
+	if err := os.WriteFile(file, []byte("# a name\nroot ::= \" named \" [A-Z] [a-z]{2,6} \".\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grammar", `root ::= ", there was a " ("dog" | "cat") "."`}, `^, there was a (dog|cat)\.$`},
+		{[]string{"--grammar-file", file}, `^ named [A-Z][a-z]{2,6}\.$`},
+		{[]string{"--json-schema", `{"type":"object","properties":{"n":{"type":"integer","minimum":1,"maximum":9}},"required":["n"]}`, "--max-tokens", "60"}, `^\s*\{\s*"n"\s*:\s*[1-9]\s*\}\s*$`},
+	} {
+		out, _, err := runCLI(t, append([]string{"generate", "--prompt", "Once upon a time", "--max-tokens", "30", "--output", "json"}, c.args...)...)
+		var res generateResult
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("%v: %v %s", c.args, err, out)
+		}
+		if !regexp.MustCompile(c.want).MatchString(res.Text) || res.FinishReason != "stop" {
+			t.Errorf("%v: %q (%s), want %s", c.args, res.Text, res.FinishReason, c.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--grammar", "root ::= x"},
+		{"--grammar", `root ::= "a"`, "--json-schema", "{}"},
+		{"--grammar-file", filepath.Join(t.TempDir(), "missing")},
+		{"--json-schema", `{"type":"object","multipleOf":3}`},
+	} {
+		if _, _, err := runCLI(t, append([]string{"generate", "--prompt", "x"}, args...)...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
 	}
 }
 
