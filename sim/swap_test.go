@@ -38,21 +38,7 @@ func seesawBox(t *testing.T) (*model.Config, *CostModel) {
 // swaps move KV, and the run is deterministic.
 func TestSeesawSimulated(t *testing.T) {
 	cfg, cm := seesawBox(t)
-	run := func() *RunResult {
-		pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := Run(RunOptions{
-			Model: cfg, Cost: cm, Plan: pol.Prefill.Plan, Policy: pol, HostKVBytes: 8 << 30,
-			Sched:    sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 256},
-			Requests: synthetic(200, 1500, 60, math.Inf(1), 3),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	run := func() *RunResult { return runSeesawBox(t, 8<<30, 256, 200) }
 	res := run()
 	if res.Report.Completed != 200 || res.Report.Failed != 0 {
 		t.Fatalf("completed %d, failed %d", res.Report.Completed, res.Report.Failed)
@@ -126,19 +112,7 @@ func TestSeesawSimulated(t *testing.T) {
 // every transition must lead to a span of steps (a prefill phase that
 // admission cannot feed is not entered).
 func TestSeesawAtSeqCap(t *testing.T) {
-	cfg, cm := seesawBox(t)
-	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(RunOptions{
-		Model: cfg, Cost: cm, Plan: pol.Prefill.Plan, Policy: pol, HostKVBytes: 1 << 30,
-		Sched:    sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: 16},
-		Requests: synthetic(96, 1500, 60, math.Inf(1), 3),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runSeesawBox(t, 1<<30, 16, 96)
 	if res.Report.Completed != 96 {
 		t.Fatalf("completed %d of 96", res.Report.Completed)
 	}
@@ -152,4 +126,25 @@ func TestSeesawAtSeqCap(t *testing.T) {
 		t.Fatalf("%d transitions, %d changes of plan between spans of steps", res.Host.Transitions, gaps)
 	}
 	t.Logf("%d transitions, each into a span of steps", gaps)
+}
+
+// runSeesawBox runs Seesaw (pp=4 prefill, tp=4 decode) on seesawBox over
+// an offline batch of n requests of 1,500 prompt and 60 output tokens,
+// with hostBytes of host KV store per rank and at most maxSeqs running.
+func runSeesawBox(t *testing.T, hostBytes int64, maxSeqs, n int) *RunResult {
+	t.Helper()
+	cfg, cm := seesawBox(t)
+	pol, err := policy.NewSeesaw(parallel.Plan{DP: 1, PP: 4, SP: 1, TP: 1}, parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(RunOptions{
+		Model: cfg, Cost: cm, Plan: pol.Prefill.Plan, Policy: pol, HostKVBytes: hostBytes,
+		Sched:    sched.Config{MaxNumBatchedTokens: 8192, MaxNumSeqs: maxSeqs},
+		Requests: synthetic(n, 1500, 60, math.Inf(1), 3),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

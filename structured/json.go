@@ -24,14 +24,12 @@ import (
 type jsonState struct {
 	top   *frame // the open containers, innermost first; nil at the top level
 	mode  mode
-	val   *node // the value due (mTop, mValue); the string or number being read
-	key   bool  // the string being read is a free key (a map object's)
-	idx   uint8 // hex digits of a \u escape still to come
-	cont  uint8 // UTF-8 continuation bytes still to come
-	lo    byte  // the range of the next continuation byte
-	hi    byte
-	ws    uint8 // length of the current whitespace run
-	nl    bool  // the run holds a newline
+	val   *node   // the value due (mTop, mValue); the string or number being read
+	key   bool    // the string being read is a free key (a map object's)
+	idx   uint8   // hex digits of a \u escape still to come
+	dec   utf8Dec // a character written as itself, begun (its UTF-8 bytes)
+	ws    uint8   // length of the current whitespace run
+	nl    bool    // the run holds a newline
 	depth uint8
 
 	next  int    // the innermost container's progress: an object's next declared property, an array's items so far
@@ -143,7 +141,7 @@ func (s *jsonState) complete() bool {
 	case s.mode == mLit:
 		return len(s.lits[s.llo]) == s.pos
 	}
-	return s.mode == mString && s.cont == 0 && s.val.pattern.states[s.rx].accept
+	return s.mode == mString && s.dec.cont == 0 && s.val.pattern.states[s.rx].accept
 }
 
 // atPattern reports whether s is inside a string with a pattern (or the
@@ -151,7 +149,7 @@ func (s *jsonState) complete() bool {
 // token free of '"', '\\' and control characters (any token, in plain
 // text) allows depends on the pattern's state alone.
 func (s *jsonState) atPattern() (patternAt, bool) {
-	if s.tag != nil && s.tmode != tInner || s.mode != mString || s.cont != 0 || s.sur != 0 || s.val == nil || s.val.pattern == nil {
+	if s.tag != nil && s.tmode != tInner || s.mode != mString || s.dec.cont != 0 || s.sur != 0 || s.val == nil || s.val.pattern == nil {
 		return patternAt{}, false
 	}
 	return patternAt{s.val, s.rx}, true
@@ -162,7 +160,7 @@ func (s *jsonState) atPattern() (patternAt, bool) {
 // '"', '\\' and control characters that is whole UTF-8 is allowed there
 // and keeps it there (see Vocab.plain).
 func (s *jsonState) inPlainString() bool {
-	return (s.tag == nil || s.tmode == tInner) && s.mode == mString && s.cont == 0 && s.sur == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
+	return (s.tag == nil || s.tmode == tInner) && s.mode == mString && s.dec.cont == 0 && s.sur == 0 && (s.val == nil || s.val.maxLen < 0 && s.val.pattern == nil)
 }
 
 func isWS(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
@@ -433,18 +431,8 @@ func (s *jsonState) escapeLive(lo, hi rune) bool {
 // stringByte reads one byte inside a string (or the plain text of a
 // Regex).
 func (s *jsonState) stringByte(b byte) bool {
-	if s.cont > 0 {
-		if b < s.lo || b > s.hi {
-			return false
-		}
-		s.cont--
-		s.lo, s.hi = 0x80, 0xBF
-		s.cp = s.cp<<6 | rune(b&0x3F)
-		if s.cont > 0 {
-			free := 6 * int(s.cont)
-			return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
-		}
-		return s.patternRune(s.cp)
+	if s.dec.cont > 0 {
+		return s.textByte(b)
 	}
 	n := s.val
 	if s.raw { // plain text: every byte is the text's
@@ -480,34 +468,17 @@ func (s *jsonState) stringByte(b byte) bool {
 	return s.textByte(b)
 }
 
-// textByte reads the first byte of a character written as itself (UTF-8,
-// no overlong forms or surrogates) and follows an ASCII one through the
-// pattern.
+// textByte reads a byte of a character written as itself (UTF-8, no
+// overlong forms or surrogates) and follows the character through the
+// pattern: whole, or, begun, the characters it may still be.
 func (s *jsonState) textByte(b byte) bool {
-	switch {
-	case b < 0x80:
-		return s.patternRune(rune(b))
-	case 0xC2 <= b && b <= 0xDF:
-		s.cont, s.lo, s.hi = 1, 0x80, 0xBF
-	case b == 0xE0:
-		s.cont, s.lo, s.hi = 2, 0xA0, 0xBF // no overlong forms
-	case b == 0xED:
-		s.cont, s.lo, s.hi = 2, 0x80, 0x9F // no surrogates
-	case 0xE1 <= b && b <= 0xEF:
-		s.cont, s.lo, s.hi = 2, 0x80, 0xBF
-	case b == 0xF0:
-		s.cont, s.lo, s.hi = 3, 0x90, 0xBF
-	case 0xF1 <= b && b <= 0xF3:
-		s.cont, s.lo, s.hi = 3, 0x80, 0xBF
-	case b == 0xF4:
-		s.cont, s.lo, s.hi = 3, 0x80, 0x8F // nothing above U+10FFFF
-	default:
+	if !s.dec.feed(b) {
 		return false
 	}
-	lead := [4]byte{0, 0x1F, 0x0F, 0x07}[s.cont]
-	s.cp = rune(b & lead)
-	free := 6 * int(s.cont)
-	return s.patternLive(s.cp<<free, s.cp<<free|(1<<free-1))
+	if s.dec.cont > 0 {
+		return s.patternLive(s.dec.span())
+	}
+	return s.patternRune(s.dec.cp)
 }
 
 // numberByte reads one byte of a number, or the byte after it.
