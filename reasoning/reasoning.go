@@ -50,6 +50,17 @@ const (
 	closeTag = "</think>"
 )
 
+// End is the marker that ends a model's thinking.
+const End = closeTag
+
+// ThinksFirst reports whether the generation that continues prompt may
+// think before it answers, under either parser: whether the prompt leaves
+// the thinking open or undecided, rather than closed (a template's empty
+// <think></think> with thinking switched off).
+func ThinksFirst(prompt string) bool {
+	return !strings.HasSuffix(strings.TrimRightFunc(prompt, tagtext.IsSpace), closeTag)
+}
+
 // Delta is what a piece of output adds: thinking and answer text.
 type Delta struct {
 	Reasoning, Content string

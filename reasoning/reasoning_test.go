@@ -91,3 +91,17 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestThinksFirst: only a prompt that closes the thinking leaves none.
+func TestThinksFirst(t *testing.T) {
+	for prompt, want := range map[string]bool{
+		"<|im_start|>assistant\n":                        true, // Qwen3: the model may open it
+		"<|Assistant|><think>\n":                         true,
+		"<|im_start|>assistant\n<think>\n\n</think>\n\n": false, // enable_thinking false
+		"": true,
+	} {
+		if got := ThinksFirst(prompt); got != want {
+			t.Errorf("%q: %v, want %v", prompt, got, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/reasoning"
 )
 
 type chatRequest struct {
@@ -230,6 +231,11 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ChatTemplateKwargs)
 	if e != nil {
 		return nil, e
+	}
+	if f := g.format; f != nil && !f.Free() && s.opts.ReasoningParser != "" && reasoning.ThinksFirst(text) {
+		// The format holds the answer after the thinking, as vLLM applies
+		// structured output once reasoning has ended.
+		g.format = f.AfterThinking(reasoning.End)
 	}
 	run := &chatRun{prompts: [][]int{s.opts.Tokenizer.Encode(text, false)}}
 	if run.jobs, e = s.start(run.prompts, g, func(n int) int { return s.opts.Engine.MaxModelLen() - n }, "messages"); e != nil {

@@ -62,11 +62,11 @@ type chatTurn struct {
 }
 
 // newTurn starts reading a choice that continues prompt. Under an output
-// format that holds from the first token the model writes the format, so
-// there is no thinking to split off.
+// format that holds from the first token (the prompt closed the thinking)
+// the model writes the format, so there is no thinking to split off.
 func (s *Server) newTurn(t chatTools, g generation, prompt string) *chatTurn {
 	turn := &chatTurn{tools: t, reader: toolcall.NewReader(t.choice, s.opts.ToolSyntax, t.functions), newID: func() string { return s.newID("call") }}
-	if s.opts.ReasoningParser != "" && (g.format == nil || g.format.Free()) {
+	if s.opts.ReasoningParser != "" && (g.format == nil || g.format.Free() || g.format.ThinksFirst()) {
 		turn.think = reasoning.NewReader(s.opts.ReasoningParser, prompt)
 	}
 	return turn

@@ -326,6 +326,26 @@ func TestReasoning(t *testing.T) {
 	if m.Reasoning != nil || m.Content == nil || *m.Content == "" {
 		t.Errorf("thinking closed in the prompt: reasoning %v, content %v; want all answer", m.Reasoning, m.Content)
 	}
+
+	// An output format holds the answer, not the thinking: with the
+	// thinking open the text is free (the tiny model never closes it);
+	// closed in the prompt, the answer is the format's from the first
+	// token.
+	schema := `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}}}`
+	req = strings.Replace(req, `"max_tokens":24`, `"max_tokens":40`, 1)
+	status, data := ts.post(t, "/v1/chat/completions", fmt.Sprintf(req, schema))
+	var resp chatResponse
+	if status != 200 || json.Unmarshal(data, &resp) != nil {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	if r := resp.Choices[0].Message.Reasoning; r == nil || !strings.HasPrefix(text, *r) && !strings.HasPrefix(*r, text) {
+		t.Errorf("format with the thinking open: reasoning %v, want the free greedy text %q", r, text)
+	}
+	status, data = newTestServer(t, serverOpts{template: closed, reasoning: reasoning.DeepSeekR1}).post(t, "/v1/chat/completions", fmt.Sprintf(req, schema))
+	var v struct{ OK *bool }
+	if status != 200 || json.Unmarshal(data, &resp) != nil || resp.Choices[0].Message.Content == nil || json.Unmarshal([]byte(*resp.Choices[0].Message.Content), &v) != nil || v.OK == nil {
+		t.Errorf("format with the thinking closed: %d %s", status, data)
+	}
 }
 
 // TestTurnThinkingAndCalls: a Qwen3 answer that thinks, then calls a

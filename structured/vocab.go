@@ -142,6 +142,7 @@ type Format struct {
 	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
 	tag     *tag // TaggedToolCalls: free text with tagged values of root
 	grammar *grammar
+	think   string // AfterThinking: the end marker of the thinking before the format
 }
 
 // state is the recognizer of f's text at its start.
@@ -212,10 +213,16 @@ func JSONSchema(schema []byte) (*Format, error) {
 // Matcher returns a Matcher that holds one generation to f, then an end
 // token.
 func (v *Vocab) Matcher(f *Format) *Matcher {
+	m := &Matcher{v: v, allowed: make([]bool, v.size)}
 	if f.grammar != nil {
-		return &Matcher{v: v, gm: newGrammarMatch(f.grammar), allowed: make([]bool, v.size)}
+		m.gm = newGrammarMatch(f.grammar)
+	} else {
+		m.st = f.state()
 	}
-	return &Matcher{v: v, st: f.state(), allowed: make([]bool, v.size)}
+	if f.think != "" {
+		m.think = &thinkGate{end: newTag(f.think, "")}
+	}
+	return m
 }
 
 // Matcher holds one sequence's generation to a format: it masks the
@@ -225,6 +232,7 @@ type Matcher struct {
 	v       *Vocab
 	st      jsonState
 	gm      *grammarMatch // a Grammar's recognizer, instead of st
+	think   *thinkGate    // AfterThinking's gate while it is shut; nil after
 	allowed []bool        // scratch for Mask
 
 	// In a string with a pattern, between characters, what a token made
@@ -245,6 +253,9 @@ type patternAt struct {
 
 // Complete reports whether the text so far is a whole value of the format.
 func (m *Matcher) Complete() bool {
+	if m.think != nil && m.think.thinking() {
+		return true // the thinking may end the text, as vLLM leaves it free
+	}
 	if m.gm != nil {
 		return m.gm.st.complete()
 	}
@@ -259,6 +270,8 @@ func (m *Matcher) Complete() bool {
 func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
 	switch at, ok := m.st.atPattern(); {
+	case m.think != nil:
+		m.thinkMask(allowed)
 	case m.gm != nil:
 		m.gm.mask(m.v, allowed)
 	case m.st.tag != nil && m.st.tmode == tFree && !m.st.tag.only:
@@ -384,12 +397,22 @@ func (m *Matcher) Accept(token int) {
 	if token < 0 || token >= len(m.v.bytes) {
 		return
 	}
+	if m.think != nil {
+		m.thinkAccept(m.v.bytes[token])
+		return
+	}
+	m.acceptBytes(m.v.bytes[token])
+}
+
+// acceptBytes follows p through the format, or leaves the state as it
+// was when the format does not take all of it.
+func (m *Matcher) acceptBytes(p []byte) {
 	if m.gm != nil {
-		m.gm.accept(m.v.bytes[token])
+		m.gm.accept(p)
 		return
 	}
 	st := m.st
-	for _, b := range m.v.bytes[token] {
+	for _, b := range p {
 		if !st.step(b) {
 			return
 		}
