@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type Executor struct {
 	clock   clock.Clock
 	kv      kvcache.Layout // of rank 0; every rank has the same block count
 	out     []float32      // [NumLogits, vocab] of the last step
+	hid     []float32      // [NumLogits, hidden] of the last step, when its batch asked (Batch.Hidden)
 	steps   map[string]int
 	stepsMu sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
 	comm    comm.Stats // counted by worlds that were replaced
@@ -344,6 +346,13 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 		e.out = make([]float32, n)
 	}
 	e.out = e.out[:b.NumLogits()*c.Vocab]
+	e.hid = e.hid[:0]
+	if b.Hidden {
+		if e.remote {
+			return nil, errRemote("a step returning hidden states")
+		}
+		e.hid = slices.Grow(e.hid, b.NumLogits()*c.Hidden)[:b.NumLogits()*c.Hidden]
+	}
 	for _, rk := range e.ranks {
 		rk.st.outRows = rk.st.outRows[:0]
 	}
@@ -364,6 +373,16 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	e.steps[p.Name]++
 	e.stepsMu.Unlock()
 	return e.out, nil
+}
+
+// Hidden is the final-norm hidden state of each logits row of the last
+// step, [NumLogits, hidden], when its batch set Hidden; nil otherwise.
+// It is valid until the next Step.
+func (e *Executor) Hidden() []float32 {
+	if len(e.hid) == 0 {
+		return nil
+	}
+	return e.hid
 }
 
 // eachRank runs f on every rank at once, each in its own goroutine, and

@@ -540,6 +540,12 @@ func (rk *rank) Logits() {
 		tensor.RMSNorm(st.hl[j*h:(j+1)*h], st.x[i*h:(i+1)*h], sh.Norm, float32(e.cfg.RMSNormEps))
 	}
 	tensor.MatMulW(e.pool, st.logits, st.hl, sh.LMHead, n)
+	if len(e.hid) > 0 && (rk.g.tp == nil || rk.g.tp.Rank() == 0) { // the rank that writes the rows' logits
+		for j, i := range st.lrows {
+			row := st.rowOut[st.first+i]
+			copy(e.hid[row*h:(row+1)*h], st.hl[j*h:(j+1)*h])
+		}
+	}
 	if rk.g.tp == nil {
 		for j, i := range st.lrows {
 			row := st.rowOut[st.first+i]

@@ -57,6 +57,22 @@ type Request struct {
 	// output): the sampler masks with it and it follows every token. One
 	// per request; the engine keeps it through preemptions.
 	Constraint sample.Constraint
+	// Embed makes the request an embedding: its prompt is computed, and
+	// its one event carries the final-norm hidden state of the prompt's
+	// last token (Event.Embedding; last-token pooling, not normalized)
+	// and no tokens. MaxTokens, sampling and stops are ignored. The
+	// runner must be a HiddenRunner (ErrNoEmbeddings otherwise).
+	Embed bool
+}
+
+// HiddenRunner is a Runner that also gives the final-norm hidden state
+// of each logits row of its last step when the batch asks
+// (forward.Batch.Hidden): the embeddings of Request.Embed.
+type HiddenRunner interface {
+	Runner
+	// Hidden is [NumLogits, hidden] of the last Step, valid until the
+	// next one.
+	Hidden() []float32
 }
 
 // Finish reasons, as OpenAI names them, plus the two terminal states a
@@ -77,7 +93,10 @@ type Event struct {
 	// Request.PromptLogprobs, has one entry per prompt token after the
 	// first: that token's log-probability at its position.
 	PromptLogprobs []sample.Result
-	Finish         string // "" until the last event
+	// Embedding is an Embed request's result: the final-norm hidden
+	// state of its prompt's last token.
+	Embedding []float32
+	Finish    string // "" until the last event
 	Err            error  // with FinishError
 	Usage          Usage  // counts so far
 }
@@ -94,6 +113,9 @@ var (
 	ErrPromptTooLong = errors.New("prompt too long")
 	ErrQueueFull     = errors.New("waiting queue is full")
 	ErrDraining      = errors.New("engine is draining")
+	// ErrNoEmbeddings: an embedding request, and a runner that does not
+	// give hidden states (HiddenRunner).
+	ErrNoEmbeddings = errors.New("engine: this runner does not give hidden states, so it serves no embeddings")
 	// ErrNoTokenizer: a request has stop strings, and the engine has no
 	// tokenizer to find them in the text.
 	ErrNoTokenizer = errors.New("engine: stop strings need a tokenizer, and this engine has none")
@@ -384,6 +406,13 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	if n >= e.maxLen {
 		return nil, fmt.Errorf("%w: %d prompt tokens, the context length is %d", ErrPromptTooLong, n, e.maxLen)
+	}
+	if req.Embed {
+		if _, ok := e.exec.(HiddenRunner); !ok {
+			return nil, ErrNoEmbeddings
+		}
+		req.MaxTokens, req.MinTokens, req.Stop, req.StopTokenIDs, req.Constraint, req.PromptLogprobs = 1, 0, nil, nil, nil, false
+		req.Sampling = sample.Params{Logprobs: -1} // a greedy row the step samples and the engine drops
 	}
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
@@ -891,9 +920,13 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		if promptRows[i] > 0 {
 			onDevice = false
 		}
+		if s.Sample && ok && l.req.Embed {
+			e.batch.Hidden, onDevice = true, false
+		}
 	}
 	e.mu.Unlock()
 	batch := &e.batch
+	defer func() { batch.Hidden = false }()
 	batch.Seqs = slices.Grow(batch.Seqs[:0], len(step.Seqs))[:len(step.Seqs)]
 	for i, s := range step.Seqs {
 		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica, NumLogits: promptRows[i]}
@@ -948,6 +981,10 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		}
 		n := 1 + s.Draft
 		l, ok := e.reqs[s.ID]
+		if ok && l.req.Embed {
+			e.embedded(l, row)
+			ok = false
+		}
 		if ok {
 			j := sampleJob{sampler: l.sampler, drafts: s.Tokens[len(s.Tokens)-s.Draft:], stops: l.stops, out: results[row : row+n], seq: i}
 			if tokens != nil {
@@ -1005,6 +1042,22 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 		e.obs.Step(stats)
 	}
 	return nil
+}
+
+// embedded ends an Embed request with the hidden state of its logits
+// row (the prompt's last token): the scheduler lets it go before the
+// step's update, which then skips it. Called with e.mu held.
+func (e *Engine) embedded(l *live, row int) {
+	h := e.exec.Config().Hidden
+	hidden := e.exec.(HiddenRunner).Hidden()
+	ev := Event{Usage: l.usage(), Finish: FinishStop}
+	if len(hidden) < (row+1)*h {
+		ev.Finish, ev.Err = FinishError, fmt.Errorf("engine: the runner gave %d hidden values, row %d of %d wanted", len(hidden), row, h)
+	} else {
+		ev.Embedding = slices.Clone(hidden[row*h : (row+1)*h])
+	}
+	e.sched.Finish(l.req.ID, sched.Stop)
+	e.finish(l, ev)
 }
 
 // promptJob is one sequence's logits rows of prompt positions, each

@@ -15,6 +15,10 @@ type SeqBatch struct {
 // Batch is one step: the sequences' chunks flattened into one token batch.
 type Batch struct {
 	Seqs []SeqBatch
+	// Hidden asks a runner that keeps them (engine.HiddenRunner) for the
+	// final-norm hidden state of every logits row too, the input of the
+	// LM head: embeddings.
+	Hidden bool
 }
 
 // NumTokens is the number of tokens the step runs.

@@ -213,6 +213,20 @@ func (m *Model) opt(name string) []float64 { return m.t[name] }
 // Logits runs the whole sequence from scratch and returns the logits of
 // every position, [len(tokens)][vocab].
 func (m *Model) Logits(tokens []int) [][]float64 {
+	head, headName := m.t["lm_head.weight"], "lm_head.weight"
+	if m.tied || head == nil {
+		head, headName = m.w("model.embed_tokens.weight"), "model.embed_tokens.weight"
+	}
+	out := m.Hidden(tokens)
+	for t, hn := range out {
+		out[t] = m.linear(hn, head, nil, m.vocab, m.bf16[headName])
+	}
+	return out
+}
+
+// Hidden runs the whole sequence from scratch and returns the final-norm
+// hidden state of every position (the LM head's input), [len(tokens)][hidden].
+func (m *Model) Hidden(tokens []int) [][]float64 {
 	T, h, d := len(tokens), m.hidden, m.headDim
 	x := make([][]float64, T)
 	emb := m.w("model.embed_tokens.weight")
@@ -290,13 +304,9 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			}
 		}
 	}
-	head, headName := m.t["lm_head.weight"], "lm_head.weight"
-	if m.tied || head == nil {
-		head, headName = emb, "model.embed_tokens.weight"
-	}
 	out := make([][]float64, T)
 	for t := range x {
-		out[t] = m.linear(rmsNorm(x[t], m.w("model.norm.weight"), m.eps), head, nil, m.vocab, m.bf16[headName])
+		out[t] = rmsNorm(x[t], m.w("model.norm.weight"), m.eps)
 	}
 	return out
 }
