@@ -97,8 +97,8 @@ type Event struct {
 	// state of its prompt's last token.
 	Embedding []float32
 	Finish    string // "" until the last event
-	Err            error  // with FinishError
-	Usage          Usage  // counts so far
+	Err       error  // with FinishError
+	Usage     Usage  // counts so far
 }
 
 // Usage counts a request's tokens.
