@@ -375,6 +375,10 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	return e.out, nil
 }
 
+// GivesHidden reports whether steps can return hidden states: not when
+// some ranks live in other processes (their rows are not gathered).
+func (e *Executor) GivesHidden() bool { return !e.remote }
+
 // Hidden is the final-norm hidden state of each logits row of the last
 // step, [NumLogits, hidden], when its batch set Hidden; nil otherwise.
 // It is valid until the next Step.

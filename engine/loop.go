@@ -70,6 +70,9 @@ type Request struct {
 // (forward.Batch.Hidden): the embeddings of Request.Embed.
 type HiddenRunner interface {
 	Runner
+	// GivesHidden reports whether steps can return hidden states (a
+	// runner whose ranks live in other processes may not).
+	GivesHidden() bool
 	// Hidden is [NumLogits, hidden] of the last Step, valid until the
 	// next one.
 	Hidden() []float32
@@ -408,7 +411,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 		return nil, fmt.Errorf("%w: %d prompt tokens, the context length is %d", ErrPromptTooLong, n, e.maxLen)
 	}
 	if req.Embed {
-		if _, ok := e.exec.(HiddenRunner); !ok {
+		if h, ok := e.exec.(HiddenRunner); !ok || !h.GivesHidden() {
 			return nil, ErrNoEmbeddings
 		}
 		req.MaxTokens, req.MinTokens, req.Stop, req.StopTokenIDs, req.Constraint, req.PromptLogprobs = 1, 0, nil, nil, nil, false

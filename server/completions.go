@@ -79,7 +79,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 	if req.Echo && logprobs >= 0 {
 		g.promptLogprobs = max(g.promptLogprobs, logprobs) // the echoed prompt's tokens come with theirs
 	}
-	prompts, texts, e := s.parsePrompt(req.Prompt)
+	prompts, texts, e := s.parsePrompt("prompt", req.Prompt)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -164,20 +164,21 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 }
 
 // parsePrompt accepts a string, a list of strings, a list of token ids or
-// a list of token-id lists, and returns the token ids and text of each.
-func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError) {
+// a list of token-id lists (the request's field param), and returns the
+// token ids and text of each.
+func (s *Server) parsePrompt(param string, raw json.RawMessage) ([][]int, []string, *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil, invalid("prompt", "prompt is required")
+		return nil, nil, invalid(param, "%s is required", param)
 	}
 	tok := s.opts.Tokenizer
 	vocab := tok.VocabSize()
 	fromIDs := func(ids []int) ([]int, string, *apiError) {
 		if len(ids) == 0 {
-			return nil, "", invalid("prompt", "the prompt is empty")
+			return nil, "", invalid(param, "the prompt is empty")
 		}
 		for _, id := range ids {
 			if id < 0 || id >= vocab {
-				return nil, "", invalid("prompt", "token id %d is outside the vocabulary [0, %d)", id, vocab)
+				return nil, "", invalid(param, "token id %d is outside the vocabulary [0, %d)", id, vocab)
 			}
 		}
 		return ids, tok.Decode(ids, false), nil
@@ -185,19 +186,19 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError)
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
 		if one == "" {
-			return nil, nil, invalid("prompt", "the prompt is empty")
+			return nil, nil, invalid(param, "the prompt is empty")
 		}
 		return [][]int{tok.Encode(one, true)}, []string{one}, nil
 	}
 	var strs []string
 	if json.Unmarshal(raw, &strs) == nil {
 		if len(strs) == 0 {
-			return nil, nil, invalid("prompt", "the prompt list is empty")
+			return nil, nil, invalid(param, "the prompt list is empty")
 		}
 		var ids [][]int
 		for _, p := range strs {
 			if p == "" {
-				return nil, nil, invalid("prompt", "a prompt in the list is empty")
+				return nil, nil, invalid(param, "a prompt in the list is empty")
 			}
 			ids = append(ids, tok.Encode(p, true))
 		}
@@ -224,7 +225,7 @@ func (s *Server) parsePrompt(raw json.RawMessage) ([][]int, []string, *apiError)
 		}
 		return out, texts, nil
 	}
-	return nil, nil, invalid("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists")
+	return nil, nil, invalid(param, "%s must be a string, a list of strings, a list of token ids or a list of token-id lists", param)
 }
 
 // tokenText is the text a single token decodes to.

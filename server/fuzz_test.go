@@ -49,12 +49,14 @@ func FuzzRequests(f *testing.F) {
 		{"/v1/responses", `{"model":"stories260K","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"get_time","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"1"}],"tools":[{"type":"function","name":"get_time"}],"tool_choice":{"type":"function","name":"get_time"},"text":{"format":{"type":"json_object"}}}`},
 		{"/tokenize", `{"messages":[{"role":"user","content":"hi"}],"return_token_strs":true}`},
 		{"/detokenize", `{"tokens":[1,2,3]}`},
+		{"/v1/embeddings", `{"model":"stories260K","input":["hi",[1,2]],"encoding_format":"base64","dimensions":4,"truncate_prompt_tokens":2}`},
+		{"/v1/completions", `{"model":"stories260K","prompt":"hi","guided_grammar":"root ::= [a-z]+ (\",\" ws)?\nws ::= \" \"*"}`},
 	} {
 		f.Add(seed.path, seed.body)
 	}
 	f.Fuzz(func(t *testing.T, path, body string) {
 		switch path {
-		case "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize":
+		case "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/embeddings":
 		default:
 			return
 		}

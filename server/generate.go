@@ -22,13 +22,14 @@ type job struct {
 	stream *engine.Stream
 	id     string
 	// accumulated for non-streaming responses
-	text     string
-	tokens   []int
-	logprobs []sample.Result
-	promptLP []sample.Result // the prompt's log-probabilities (Event.PromptLogprobs)
-	finish   string
-	usage    engine.Usage
-	err      error
+	text      string
+	tokens    []int
+	logprobs  []sample.Result
+	promptLP  []sample.Result // the prompt's log-probabilities (Event.PromptLogprobs)
+	embedding []float32       // an embedding request's (Event.Embedding)
+	finish    string
+	usage     engine.Usage
+	err       error
 }
 
 // usage is OpenAI's usage object.
@@ -199,6 +200,9 @@ func (s *Server) collect(ctx context.Context, jobs []*job) *apiError {
 		j.logprobs = append(j.logprobs, e.ev.Logprobs...)
 		if e.ev.PromptLogprobs != nil {
 			j.promptLP = e.ev.PromptLogprobs
+		}
+		if e.ev.Embedding != nil {
+			j.embedding = e.ev.Embedding
 		}
 		j.usage = e.ev.Usage
 		if e.ev.Finish != "" {

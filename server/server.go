@@ -123,6 +123,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("/v1/chat/completions", s.post(s.chatCompletions))
 	s.mux.HandleFunc("/v1/responses", s.post(s.responses))
 	s.mux.HandleFunc("/v1/responses/{id}", s.responseByID)
+	s.mux.HandleFunc("/v1/embeddings", s.post(s.embeddings))
 	s.mux.HandleFunc("/tokenize", s.post(s.tokenize))
 	s.mux.HandleFunc("/detokenize", s.post(s.detokenize))
 	s.mux.HandleFunc("/v1/models", s.get(s.models))

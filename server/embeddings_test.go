@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// TestEmbeddings: /v1/embeddings returns each input's last-token hidden
+// state, L2-normalized (or raw with normalize false, cut to dimensions
+// first), as floats or base64, with the inputs' usage; bad requests get
+// a 400 naming the field.
+func TestEmbeddings(t *testing.T) {
+	ts := newTestServer(t, serverOpts{})
+	tok := ts.m.Tokenizer
+	// The reference: one step on a fresh executor, the hidden row of the
+	// prompt's last token.
+	pool := tensor.NewPool(1)
+	defer pool.Close()
+	ref, err := cpuexec.NewExecutor(ts.m.Config, ts.m.Weights, cpuexec.Options{BlockSize: 16, NumBlocks: 8, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden := func(text string) []float32 {
+		ids := tok.Encode(text, true)
+		b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: ids, Blocks: []int{0, 1, 2, 3}, NumLogits: 1}}, Hidden: true}
+		if _, err := ref.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), ref.Hidden()...)
+	}
+	inputs := []string{"Once upon a time", "The cat sat on the mat and looked at the dog."}
+	want := [][]float32{hidden(inputs[0]), hidden(inputs[1])}
+	post := func(body string) (int, embeddingResponse, []byte) {
+		status, data := ts.post(t, "/v1/embeddings", body)
+		var resp embeddingResponse
+		_ = json.Unmarshal(data, &resp)
+		return status, resp, data
+	}
+	floats := func(v any) []float32 {
+		var out []float32
+		switch v := v.(type) {
+		case []any:
+			for _, x := range v {
+				out = append(out, float32(x.(float64)))
+			}
+		case string:
+			raw, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i+4 <= len(raw); i += 4 {
+				out = append(out, math.Float32frombits(binary.LittleEndian.Uint32(raw[i:])))
+			}
+		}
+		return out
+	}
+	check := func(what string, got []float32, want []float32, normalize bool) {
+		t.Helper()
+		w := append([]float32(nil), want...)
+		if normalize {
+			normalizeL2(w)
+		}
+		if len(got) != len(w) {
+			t.Fatalf("%s: %d values, want %d", what, len(got), len(w))
+		}
+		for i := range w {
+			if math.Abs(float64(got[i]-w[i])) > 1e-6*math.Max(1, math.Abs(float64(w[i]))) {
+				t.Fatalf("%s: value %d is %g, want %g", what, i, got[i], w[i])
+			}
+		}
+	}
+	status, resp, data := post(`{"model":"stories260K","input":["Once upon a time","The cat sat on the mat and looked at the dog."]}`)
+	if status != 200 || resp.Object != "list" || len(resp.Data) != 2 || resp.Usage.PromptTokens != len(tok.Encode(inputs[0], true))+len(tok.Encode(inputs[1], true)) || resp.Usage.CompletionTokens != 0 {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	for i, d := range resp.Data {
+		if d.Index != i || d.Object != "embedding" {
+			t.Fatalf("data %d: %+v", i, d)
+		}
+		v := floats(d.Embedding)
+		check("float", v, want[i], true)
+		n := 0.0
+		for _, x := range v {
+			n += float64(x) * float64(x)
+		}
+		if math.Abs(n-1) > 1e-5 {
+			t.Fatalf("input %d: squared norm %g, want 1", i, n)
+		}
+	}
+	_, resp, _ = post(`{"model":"stories260K","input":"Once upon a time","encoding_format":"base64","normalize":false}`)
+	check("base64, raw", floats(resp.Data[0].Embedding), want[0], false)
+	_, resp, _ = post(`{"model":"stories260K","input":"Once upon a time","dimensions":8}`)
+	check("dimensions 8", floats(resp.Data[0].Embedding), want[0][:8], true)
+	ids, _ := json.Marshal(tok.Encode(inputs[1], true))
+	_, resp, _ = post(`{"model":"stories260K","input":[` + string(ids) + `]}`)
+	check("token ids", floats(resp.Data[0].Embedding), want[1], true)
+
+	long := `"` + strings.Repeat("cat ", 600) + `"`
+	for body, param := range map[string]string{
+		`{"model":"stories260K","input":"hi","encoding_format":"int8"}`:   "encoding_format",
+		`{"model":"stories260K","input":"hi","dimensions":0}`:             "dimensions",
+		`{"model":"stories260K","input":"hi","dimensions":100000}`:        "dimensions",
+		`{"model":"stories260K","input":""}`:                              "input",
+		`{"model":"stories260K"}`:                                         "input",
+		`{"model":"stories260K","input":[99999]}`:                         "input",
+		`{"model":"stories260K","input":` + long + `}`:                    "input",
+		`{"model":"stories260K","input":"hi","truncate_prompt_tokens":0}`: "truncate_prompt_tokens",
+		`{"input":"hi"}`: "model",
+		`{"model":"stories260K","input":"hi","temperature":1,"dimensions":-1}`: "dimensions",
+	} {
+		status, _, data := post(body)
+		var e struct{ Error struct{ Param string } }
+		if json.Unmarshal(data, &e) != nil || status != 400 || e.Error.Param != param {
+			t.Errorf("%s: %d %s, want a 400 naming %s", body, status, data, param)
+		}
+	}
+	if status, _, _ := post(`{"model":"other","input":"hi"}`); status != 404 {
+		t.Errorf("unknown model: %d", status)
+	}
+	// A long input cut to its last tokens embeds as those tokens alone.
+	status, resp, data = post(`{"model":"stories260K","input":` + long + `,"truncate_prompt_tokens":5}`)
+	lastFive := tok.Encode(strings.Repeat("cat ", 600), true)
+	lastFive = lastFive[len(lastFive)-5:]
+	b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: lastFive, Blocks: []int{0}, NumLogits: 1}}, Hidden: true}
+	if _, err := ref.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
+		t.Fatal(err)
+	}
+	if status != 200 || resp.Usage.PromptTokens != 5 {
+		t.Fatalf("truncated: %d %s", status, data)
+	}
+	check("truncated", floats(resp.Data[0].Embedding), ref.Hidden(), true)
+}
