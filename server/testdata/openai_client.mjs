@@ -75,6 +75,16 @@ const rcall = await client.responses.stream({ model, input: "Weather?", tools: r
 const fc = rcall.output.find((o) => o.type === "function_call");
 check(fc && fc.name === "get_weather" && fc.call_id && typeof JSON.parse(fc.arguments).city === "string", "responses function_call streamed: " + JSON.stringify(fc));
 
+// Embeddings: the client asks for base64 unless told otherwise and
+// decodes it.
+const emb = await client.embeddings.create({ model, input: ["Once upon a time", "The cat"] });
+const v = emb.data[0].embedding;
+const norm = Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+check(emb.data.length === 2 && emb.data[1].index === 1 && v.length > 0 && Math.abs(norm - 1) < 1e-5 && emb.usage.prompt_tokens > 0,
+  "embeddings.create (base64, decoded by the client): " + v.length + " values, norm " + norm.toFixed(6));
+const embFloat = await client.embeddings.create({ model, input: "Once upon a time", encoding_format: "float" });
+check(embFloat.data[0].embedding.every((x, i) => Math.abs(x - v[i]) < 1e-6), "embeddings as floats equal the base64 ones");
+
 try {
   await client.completions.create({ model: "no-such-model", prompt: "hi", max_tokens: 4 });
   check(false, "unknown model raises");
