@@ -26,6 +26,18 @@ func newTag(open, close string) *tag {
 	return t
 }
 
+// advance is how many bytes of the opening tag end the text after byte
+// b, when k of them ended it before (Knuth–Morris–Pratt).
+func (t *tag) advance(k int, b byte) int {
+	for k > 0 && t.open[k] != b {
+		k = t.fail[k]
+	}
+	if t.open[k] == b {
+		k++
+	}
+	return k
+}
+
 // Where a Tagged format's text is.
 const (
 	tFree    uint8 = iota // free text; tpos bytes of the opening tag matched at its end
@@ -60,13 +72,7 @@ func (s *jsonState) tagByte(b byte) bool {
 		s.open()
 		return true
 	}
-	k := s.tpos
-	for k > 0 && t.open[k] != b {
-		k = t.fail[k]
-	}
-	if t.open[k] == b {
-		k++
-	}
+	k := t.advance(s.tpos, b)
 	if k < len(t.open) {
 		s.tpos = k
 		return true

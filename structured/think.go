@@ -51,14 +51,7 @@ func (g *thinkGate) step(b byte) (open bool) {
 		}
 		return true
 	}
-	k := g.pos
-	for k > 0 && t.open[k] != b {
-		k = t.fail[k]
-	}
-	if t.open[k] == b {
-		k++
-	}
-	g.pos = k
+	g.pos = t.advance(g.pos, b)
 	return false
 }
 
