@@ -51,7 +51,7 @@ type commonParams struct {
 	GuidedRegex       *string         `json:"guided_regex"`    // vLLM's extra: the text matches this regex whole
 	GuidedGrammar     *string         `json:"guided_grammar"`  // vLLM's extra: the text is derived by this GBNF grammar's root
 	// StructuredOutputs is newer vLLM's one field for all of these:
-	// {"json": …, "regex": …, "choice": […], "json_object": true}.
+	// {"json": …, "regex": …, "choice": […], "grammar": …, "json_object": true}.
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 }
 

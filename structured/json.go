@@ -45,8 +45,8 @@ type jsonState struct {
 	cr      bool // a carriage return was read: a newline must follow
 
 	// A string with a pattern: the regex's state after the characters so
-	// far, and the bits of the character being read (a UTF-8 sequence's
-	// or a \u escape's, whose runes must still lead somewhere).
+	// far, and the bits of a \u escape being read, whose runes must still
+	// lead somewhere (a UTF-8 sequence's are dec's).
 	rx  int32
 	cp  rune
 	sur rune // a \u escape's high surrogate half, whose low half must follow; 0: none

@@ -141,8 +141,8 @@ type Format struct {
 	raw     bool // Choice, Regex: plain text, not JSON
 	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
 	tag     *tag // TaggedToolCalls: free text with tagged values of root
-	grammar *grammar
-	think   string // AfterThinking: the end marker of the thinking before the format
+	grammar *grammar // Grammar: plain text its root derives
+	think   string   // AfterThinking: the end marker of the thinking before the format
 }
 
 // state is the recognizer of f's text at its start.
