@@ -138,9 +138,9 @@ func plainString(p string) bool {
 // sequence that follows it.
 type Format struct {
 	root    *node
-	raw     bool // Choice, Regex: plain text, not JSON
-	compact bool // no whitespace between JSON tokens (WithoutWhitespace)
-	tag     *tag // TaggedToolCalls: free text with tagged values of root
+	raw     bool     // Choice, Regex: plain text, not JSON
+	compact bool     // no whitespace between JSON tokens (WithoutWhitespace)
+	tag     *tag     // TaggedToolCalls: free text with tagged values of root
 	grammar *grammar // Grammar: plain text its root derives
 	think   string   // AfterThinking: the end marker of the thinking before the format
 }
