@@ -119,6 +119,9 @@ type Executor struct {
 	out        []float32        // [rows, vocab] host logits of the last step, in outBuf
 	outBuf     hostBuf[float32] // page-locked on a device
 	partBuf    hostBuf[float32] // host staging of one rank's logits slice
+	hid        []float32        // [rows, hidden] final-norm rows of the last step, when its batch asked (Batch.Hidden)
+	hidBuf     hostBuf[byte]    // host staging of one rank's final-norm rows
+	wantHidden bool             // the step in progress reads hid
 	tokens     []int            // [rows] argmax of the last greedy step
 	ids        []int32          // host staging of one rank's argmax rows
 	host       []int32          // host staging of the step's int32 tables
@@ -654,7 +657,7 @@ func (e *Executor) Close() error {
 		if e.k != nil {
 			errs = append(errs, e.k.Close())
 		}
-		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx), e.stageHost.release(e.ctx))
+		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx), e.stageHost.release(e.ctx), e.hidBuf.release(e.ctx))
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))
 		}
@@ -727,6 +730,21 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	return e.out, nil
 }
 
+// GivesHidden implements engine.HiddenRunner: steps return hidden states
+// when asked.
+func (e *Executor) GivesHidden() bool { return true }
+
+// Hidden implements engine.HiddenRunner: the final-norm hidden state of
+// each logits row of the last Step whose batch set Hidden, [rows,
+// hidden] in float32 (the run's dtype widened); nil otherwise. Valid
+// until the next step.
+func (e *Executor) Hidden() []float32 {
+	if len(e.hid) == 0 {
+		return nil
+	}
+	return e.hid
+}
+
 // StepGreedy implements engine.GreedyRunner: it runs b like Step and
 // returns each logits row's argmax (the lowest id on ties), taken on the
 // device, so only the token ids cross to the host. Under TP the vocabulary
@@ -761,6 +779,7 @@ func (e *Executor) run(ctx context.Context, b *forward.Batch, p parallel.Placeme
 		e.tokens = slices.Grow(e.tokens, rows)[:rows]
 	}
 	argmax := greedy && p.Plan.TP == 1
+	e.wantHidden, e.hid = b.Hidden && !greedy, e.hid[:0]
 	if err := e.do(func() error {
 		if !argmax {
 			out, err := e.outBuf.get(e.ctx, rows*cfg.Vocab)

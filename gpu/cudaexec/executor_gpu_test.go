@@ -182,7 +182,7 @@ func runScenarios(t *testing.T, x engine.Runner, ref *oracle.Model, c *checker) 
 		c.row("single sequence", logits[p*cfg.Vocab:(p+1)*cfg.Vocab], want[p])
 	}
 
-	var b forward.Batch
+	b := forward.Batch{Hidden: true} // and the rows' final-norm hidden states (embeddings)
 	var seqs []*seq
 	for i, n := range []int{5, 1, 19, 8, 2} {
 		s := newSeq(n, 10+i)
@@ -190,11 +190,18 @@ func runScenarios(t *testing.T, x engine.Runner, ref *oracle.Model, c *checker) 
 		b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: n})
 	}
 	logits = step(&b)
+	var hidden []float32
+	if hr, ok := x.(engine.HiddenRunner); ok {
+		hidden = hr.Hidden()
+	}
 	row := 0
 	for _, s := range seqs {
-		want := ref.Logits(s.tokens)
+		want, wantHidden := ref.Logits(s.tokens), ref.Hidden(s.tokens)
 		for p := range s.tokens {
 			c.row("varlen batch", logits[row*cfg.Vocab:(row+1)*cfg.Vocab], want[p])
+			if hidden != nil {
+				c.row("varlen batch, hidden state", hidden[row*cfg.Hidden:(row+1)*cfg.Hidden], wantHidden[p])
+			}
 			row++
 		}
 	}

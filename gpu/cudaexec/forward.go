@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -12,6 +13,7 @@ import (
 	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // metaLayout is where each int32 table sits in the metadata buffer, in
@@ -110,7 +112,54 @@ func (e *Executor) step(dl *devLayout, b *fwd.Batch, rows int, argmax bool) erro
 	if argmax {
 		return e.readArgmax(dl, sh, outRows)
 	}
-	return e.readLogits(dl, sh, outRows)
+	if err := e.readLogits(dl, sh, outRows); err != nil {
+		return err
+	}
+	if e.wantHidden {
+		return e.readHidden(dl, sh, outRows)
+	}
+	return nil
+}
+
+// readHidden copies the final-norm rows (the LM head's input) of one
+// last-stage rank of each TP group, whose members hold the same rows, to
+// the host, widens them to float32 and places them in e.hid as the logits
+// rows go.
+func (e *Executor) readHidden(dl *devLayout, sh stepShape, out rowOut) error {
+	l, h, size := dl.layout, e.cfg.Hidden, e.dt.Size()
+	e.hid = slices.Grow(e.hid[:0], sh.logitRows*h)[:sh.logitRows*h]
+	var vals []float32
+	for r, c := range l.Coords {
+		m := sh.rows[c.SP]
+		if c.PP != l.Plan.PP-1 || c.TP != 0 || m == 0 {
+			continue
+		}
+		raw, err := e.hidBuf.get(e.ctx, m*h*size)
+		if err != nil {
+			return err
+		}
+		if err := e.ops.toHost(unsafe.Pointer(&raw[0]), e.ranks[r].hl, int64(len(raw))); err != nil {
+			return err
+		}
+		if err := e.ops.sync(); err != nil {
+			return err
+		}
+		vals = slices.Grow(vals[:0], m*h)[:m*h]
+		switch e.dt {
+		case model.BFloat16:
+			tensor.DecodeBF16(vals, unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), m*h))
+		case model.Float16:
+			tensor.DecodeF16(vals, unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), m*h))
+		default:
+			copy(vals, unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), m*h))
+		}
+		for i, row := range out[c.SP] {
+			if row >= 0 {
+				copy(e.hid[row*h:(row+1)*h], vals[i*h:(i+1)*h])
+			}
+		}
+	}
+	return nil
 }
 
 // readArgmax takes the argmax of each last-stage rank's logits rows on the

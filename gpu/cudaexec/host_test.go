@@ -429,3 +429,49 @@ func TestStepGreedyOnHost(t *testing.T) {
 		}
 	}
 }
+
+// TestHiddenOnHost: a step whose batch asks for hidden states gives each
+// logits row's final-norm hidden state (the oracle's) under every plan on
+// the emulated device, beside the logits; a step that does not ask gives
+// none.
+func TestHiddenOnHost(t *testing.T) {
+	m, ref := loadFixture(t, fixture.Spec{Heads: 8, KVHeads: 2, Layers: 4, Seed: 131})
+	a, b := fixture.Tokens(1, 7, m.Config.Vocab), fixture.Tokens(2, 5, m.Config.Vocab)
+	for _, ps := range []string{"single", "tp=2", "sp=2", "sp=2,tp=2", "pp=2", "pp=2,tp=2"} {
+		t.Run(ps, func(t *testing.T) {
+			plan, err := parallel.Parse(ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := parallel.Standard(plan)
+			e := newHostExecutor(t, m.Config, m.Weights, []parallel.Placement{p}, 64)
+			batch := &forward.Batch{Hidden: true, Seqs: []forward.SeqBatch{
+				{Tokens: a, Blocks: []int{0, 1}, NumLogits: 2}, // the last two positions
+				{Tokens: b, Blocks: []int{2, 3}, NumLogits: 1},
+			}}
+			if _, err := e.Step(context.Background(), batch, p); err != nil {
+				t.Fatal(err)
+			}
+			h := m.Config.Hidden
+			got := e.Hidden()
+			if len(got) != 3*h {
+				t.Fatalf("%d hidden values, want %d", len(got), 3*h)
+			}
+			wantA, wantB := ref.Hidden(a), ref.Hidden(b)
+			for i, want := range [][]float64{wantA[len(a)-2], wantA[len(a)-1], wantB[len(b)-1]} {
+				row := got[i*h : (i+1)*h]
+				maxAbs, maxDiff := 0.0, 0.0
+				for j, w := range want {
+					maxAbs, maxDiff = math.Max(maxAbs, math.Abs(w)), math.Max(maxDiff, math.Abs(float64(row[j])-w))
+				}
+				if maxDiff > 1e-4*maxAbs {
+					t.Fatalf("row %d: %.3g from the oracle's (relative to its largest)", i, maxDiff/maxAbs)
+				}
+			}
+			batch.Hidden = false
+			if _, err := e.Step(context.Background(), &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: a[:1], Blocks: []int{4}, NumLogits: 1}}}, p); err != nil || e.Hidden() != nil {
+				t.Fatalf("a step without Hidden: %v, %d hidden values", err, len(e.Hidden()))
+			}
+		})
+	}
+}
