@@ -105,7 +105,7 @@ func measureAttention(ctx context.Context, runners Runners, pool *tensor.Pool, g
 		pairs int
 	}{{t[1] - t[0], tokens * longPrefill}, {t[3] - t[2], batch * (long - short)}} {
 		if !(d.dt > 0) {
-			return attentionRates{}, fmt.Errorf("calibrate: attention of %d more key pairs took no longer (%.3g s); the machine is too noisy to measure it", d.pairs, d.dt)
+			return attentionRates{}, fmt.Errorf("calibrate: attention of %d more key pairs took no longer (%.3g s): %w", d.pairs, d.dt, ErrNoisy)
 		}
 	}
 	kvRead := float64(batch*(long-short)) * float64(cfg.Layers*cfg.KVHeads*2*cfg.HeadDim*kvBytes)

@@ -210,6 +210,10 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float
 
 // weightFormats are the CPU engine's weight formats besides float32 whose
 // GEMMs Measure times (sim.Profile.GEMMWeights), each with its own kernels.
+// ErrNoisy marks a measurement that scheduling noise swamped (a loaded
+// machine): measuring again may succeed.
+var ErrNoisy = errors.New("the machine is too noisy to measure it")
+
 var weightFormats = []tensor.DType{tensor.BF16, tensor.F16}
 
 // simDType is the simulator's dtype of a float weight format.
@@ -444,7 +448,7 @@ func fitLink(points []LinkPoint, kernelLatency float64) (sim.AlphaBeta, error) {
 		a, b = 0, sxy/sxx
 	}
 	if !(b > 0) || math.IsInf(1/b, 0) {
-		return sim.AlphaBeta{}, fmt.Errorf("calibrate: collective times do not grow with size; cannot fit a link bandwidth")
+		return sim.AlphaBeta{}, fmt.Errorf("calibrate: collective times do not grow with size; cannot fit a link bandwidth: %w", ErrNoisy)
 	}
 	return sim.AlphaBeta{HopS: a, BytesPerS: 1 / b}, nil
 }
