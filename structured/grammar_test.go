@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -452,4 +453,34 @@ func TestGrammarStyles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGrammarConcurrent: sequences of one grammar mask and accept at the
+// same time (the engine samples rows in parallel) over its shared tables;
+// run with -race.
+func TestGrammarConcurrent(t *testing.T) {
+	pieces := append(slices.Clone(testPieces), "ab", "日", "本")
+	v := NewVocab(pieces, func(id int) bool { return id < 2 }, []int{1})
+	f, err := Grammar(jsonGBNF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 13))
+			for range 10 {
+				m := v.Matcher(f)
+				for step := 0; step < 200; step++ {
+					ids := allowedByMask(m, len(pieces))
+					tok := ids[rng.IntN(len(ids))]
+					if tok == 1 {
+						break
+					}
+					m.Accept(tok)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
