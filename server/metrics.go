@@ -145,11 +145,13 @@ var gatewayAliases = map[string][]string{
 
 // Watch registers the queue gauges, read from stats at scrape time so they
 // are current between steps too, and the KV cache's geometry (kv, one
-// replica's pool). Call it once, after the engine exists.
+// replica's pool). Call it once, after the engine exists. One scrape reads
+// stats once, so the gauges and their aliases agree with each other.
 func (m *Metrics) Watch(stats func() engine.Stats, kv kvcache.Layout) {
+	c := &statsCollector{stats: stats}
 	gauge := func(name, help string, f func(engine.Stats) float64) {
 		for _, full := range append([]string{"gearbox:" + name}, gatewayAliases[name]...) {
-			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: full, Help: help}, func() float64 { return f(stats()) }))
+			c.add(prometheus.NewDesc(full, help, nil, nil), prometheus.GaugeValue, f)
 		}
 	}
 	gauge("num_requests_running", "Requests in the running batch.", func(s engine.Stats) float64 { return float64(s.Running) })
@@ -165,11 +167,44 @@ func (m *Metrics) Watch(stats func() engine.Stats, kv kvcache.Layout) {
 	gauge("host_kv_cache_usage_perc", "Fraction of host-tier KV blocks in use (1 = 100%); 0 without a host tier.", func(s engine.Stats) float64 { return s.HostKVUsage })
 	gauge("engine_phase", "Phase of the latest step decision: 0 mixed (continuous batching), 1 prefill only, 2 decode only.", func(s engine.Stats) float64 { return float64(s.Phase) })
 	counter := func(name, help string, f func(engine.Stats) float64) {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gearbox:" + name, Help: help}, func() float64 { return f(stats()) }))
+		c.add(prometheus.NewDesc("gearbox:"+name, help, nil, nil), prometheus.CounterValue, f)
 	}
 	counter("placement_transitions_total", "Transitions of the KV cache to another placement (KV moved, weights re-sharded).", func(s engine.Stats) float64 { return float64(s.Transitions) })
 	counter("kv_swap_out_bytes_total", "KV bytes parked on the host tier.", func(s engine.Stats) float64 { return float64(s.SwapOutBytes) })
 	counter("kv_swap_in_bytes_total", "KV bytes brought back from the host tier.", func(s engine.Stats) float64 { return float64(s.SwapInBytes) })
+	m.reg.MustRegister(c)
+}
+
+// statsCollector gives the gauges and counters read from an engine's
+// Stats, all from one snapshot per scrape.
+type statsCollector struct {
+	stats   func() engine.Stats
+	metrics []statsMetric
+}
+
+type statsMetric struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	f    func(engine.Stats) float64
+}
+
+func (c *statsCollector) add(d *prometheus.Desc, kind prometheus.ValueType, f func(engine.Stats) float64) {
+	c.metrics = append(c.metrics, statsMetric{d, kind, f})
+}
+
+// Describe implements prometheus.Collector.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics {
+		ch <- m.desc
+	}
+}
+
+// Collect implements prometheus.Collector: one Stats snapshot for all.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	for _, m := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.f(s))
+	}
 }
 
 // FirstToken implements engine.Observer.
