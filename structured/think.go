@@ -6,8 +6,7 @@ package structured
 // text free until the end marker, then up to maxThinkGap whitespace bytes
 // (the blank line models write after </think>), then holds the rest to
 // the format. Only tokens that can complete the marker are checked while
-// the gate is shut: those holding its first byte, or every token while
-// part of the marker ends the text.
+// the gate is shut (Matcher.watchMask).
 
 // maxThinkGap is the whitespace after the end marker that is not the
 // format's.
@@ -17,10 +16,9 @@ const maxThinkGap = 2
 // marker as its opening), the bytes of it matched at the text's end, and
 // the whitespace read after it.
 type thinkGate struct {
-	end     *tag
-	pos     int
-	gap     int
-	opening []int32 // tokens holding the marker's first byte, found once
+	end *tag
+	pos int
+	gap int
 }
 
 // AfterThinking is f held only after the end marker of a reasoning
@@ -66,31 +64,17 @@ func (m *Matcher) thinkAccepts(p []byte) bool {
 	return true
 }
 
-// thinkMask is Mask's allowed tokens while the gate is shut.
-func (m *Matcher) thinkMask(allowed []bool) {
-	v, g := m.v, m.think
-	for id, p := range v.bytes {
-		allowed[id] = p != nil
-	}
-	if g.pos > 0 {
-		for id, p := range v.bytes {
-			allowed[id] = p != nil && m.thinkAccepts(p)
-		}
+// thinkMask is Mask's allowed tokens while the gate is shut: free text
+// watched for the marker, and once it is whole, in the whitespace after
+// it, every token checked through the gate and the format.
+func (m *Matcher) thinkMask() {
+	g := m.think
+	if g.thinking() {
+		m.watchMask(g.end, g.pos, m.thinkAccepts)
 		return
 	}
-	if g.opening == nil {
-		g.opening = []int32{}
-		for id, p := range v.bytes {
-			for _, b := range p {
-				if b == g.end.open[0] {
-					g.opening = append(g.opening, int32(id))
-					break
-				}
-			}
-		}
-	}
-	for _, id := range g.opening {
-		allowed[id] = m.thinkAccepts(v.bytes[id])
+	for id, p := range m.v.bytes {
+		m.allowed[id] = p != nil && m.thinkAccepts(p)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -34,6 +35,11 @@ type Vocab struct {
 	// other is the rest of the maskable tokens, searched one by one there.
 	other []int32
 	bytes [][]byte // by token id; nil for tokens never allowed
+	// hold are the tokens holding each byte (holding), found on first use.
+	hold [256]struct {
+		once sync.Once
+		ids  []int32
+	}
 }
 
 // NewVocab arranges a vocabulary: pieces[id] is the text token id adds
@@ -240,9 +246,6 @@ type Matcher struct {
 	// masks of those tokens by pattern state, kept after the first
 	// search there (a pattern loops in a few states: [a-z]+ in one).
 	patternMasks map[patternAt][]bool
-	// opening are the tokens that hold a Tagged format's first byte of
-	// its opening tag: in free text, the only ones that can open a value.
-	opening []int32
 }
 
 // patternAt is a pattern's state in one schema node's strings.
@@ -271,7 +274,7 @@ func (m *Matcher) Mask(logits []float32) {
 	allowed := m.allowed
 	switch at, ok := m.st.atPattern(); {
 	case m.think != nil:
-		m.thinkMask(allowed)
+		m.thinkMask()
 	case m.gm != nil:
 		m.gm.mask(m.v, allowed)
 	case m.st.tag != nil && m.st.tmode == tFree && !m.st.tag.only:
@@ -325,40 +328,51 @@ func (m *Matcher) Mask(logits []float32) {
 }
 
 // freeMask masks free text, outside a tagged value: a token is allowed
-// unless it opens a tag and goes on to what the value cannot be. Only a
-// token holding the tag's first byte can open one, or, after part of the
-// tag at the text's end ("<tool"), one whose first byte carries that part
-// on; only those are checked.
-func (m *Matcher) freeMask() {
+// unless it opens a tag and goes on to what the value cannot be.
+func (m *Matcher) freeMask() { m.watchMask(m.st.tag, m.st.tpos, m.accepts) }
+
+// watchMask masks free text watched for t's opening (a tag, or the end
+// of a model's thinking), k bytes of it matched at the text's end: every
+// token is allowed but those that can complete it, which are allowed as
+// check says. Only a token holding the opening's first byte can, or,
+// after part of it ("<tool"), one whose first byte carries that part on;
+// only those are checked.
+func (m *Matcher) watchMask(t *tag, k int, check func([]byte) bool) {
 	v := m.v
-	if t := m.st.tag; m.st.tpos > 0 {
+	if k > 0 {
 		var carries [256]bool // the bytes that keep some matched part going
-		for k := m.st.tpos; ; k = t.fail[k] {
+		for ; ; k = t.fail[k] {
 			carries[t.open[k]] = true
 			if k == 0 {
 				break
 			}
 		}
 		for id, p := range v.bytes {
-			m.allowed[id] = p != nil && (!carries[p[0]] && bytes.IndexByte(p, t.open[0]) < 0 || m.accepts(p))
+			m.allowed[id] = p != nil && (!carries[p[0]] && bytes.IndexByte(p, t.open[0]) < 0 || check(p))
 		}
 		return
-	}
-	if m.opening == nil {
-		first := m.st.tag.open[0]
-		m.opening = []int32{}
-		for id, p := range v.bytes {
-			if bytes.IndexByte(p, first) >= 0 {
-				m.opening = append(m.opening, int32(id))
-			}
-		}
 	}
 	for id, p := range v.bytes {
 		m.allowed[id] = p != nil
 	}
-	for _, id := range m.opening {
-		m.allowed[id] = m.accepts(v.bytes[id])
+	for _, id := range v.holding(t.open[0]) {
+		m.allowed[id] = check(v.bytes[id])
 	}
+}
+
+// holding lists the tokens whose bytes hold b, found once per byte and
+// shared by every Matcher.
+func (v *Vocab) holding(b byte) []int32 {
+	h := &v.hold[b]
+	h.once.Do(func() {
+		h.ids = []int32{}
+		for id, p := range v.bytes {
+			if bytes.IndexByte(p, b) >= 0 {
+				h.ids = append(h.ids, int32(id))
+			}
+		}
+	})
+	return h.ids
 }
 
 // search marks the tokens in node's subtree that state st allows.
