@@ -72,6 +72,11 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, invalid("dimensions", "dimensions must be at least 1, got %d", *req.Dimensions))
 		return
 	}
+	keep, e := truncation(req.Truncate)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	prompts, _, e := s.parsePrompt("input", req.Input)
 	if e != nil {
 		writeError(w, e)
@@ -86,18 +91,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 	}
 	for i, ids := range prompts {
-		if t := req.Truncate; t != nil {
-			keep := *t
-			if keep == -1 {
-				keep = limit - 1
-			}
-			if keep < 1 {
-				fail(invalid("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 or at least 1, got %d", *t))
-				return
-			}
-			ids = ids[len(ids)-min(keep, len(ids)):]
-			prompts[i] = ids
-		}
+		ids = truncated(ids, keep, limit)
+		prompts[i] = ids
 		if len(ids) >= limit {
 			fail(invalid("input", "This model's maximum context length is %d tokens. However, input %d has %d tokens. Please reduce the length of the input.", limit, i, len(ids)))
 			return

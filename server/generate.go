@@ -73,14 +73,8 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 		if len(ids) == 0 {
 			return fail(invalid(promptParam, "the prompt is empty"))
 		}
-		switch keep := g.truncate; {
-		case keep == -1:
-			keep = limit - 1 // room for one token
-			fallthrough
-		case keep > 0 && len(ids) > keep:
-			ids = ids[len(ids)-min(keep, len(ids)):]
-			prompts[p] = ids
-		}
+		ids = truncated(ids, g.truncate, limit)
+		prompts[p] = ids
 		if len(ids) >= limit {
 			return fail(invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids)))
 		}

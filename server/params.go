@@ -90,6 +90,29 @@ type generation struct {
 	truncate       int      // truncate_prompt_tokens: keep the prompt's last N tokens; 0: off, -1: the context's
 }
 
+// truncation reads vLLM's truncate_prompt_tokens (nil: 0, off).
+func truncation(t *int) (int, *apiError) {
+	if t == nil {
+		return 0, nil
+	}
+	if *t < -1 || *t == 0 {
+		return 0, invalid("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 (the context's) or at least 1, got %d", *t)
+	}
+	return *t, nil
+}
+
+// truncated is ids cut to their last keep tokens (truncate_prompt_tokens):
+// keep -1 keeps as many as leave room for one token under limit, 0 all.
+func truncated(ids []int, keep, limit int) []int {
+	if keep == -1 {
+		keep = limit - 1
+	}
+	if keep > 0 && len(ids) > keep {
+		return ids[len(ids)-keep:]
+	}
+	return ids
+}
+
 // validate checks the shared fields; logprobs is the number of top
 // alternatives requested (-1 for none).
 func (c *commonParams) validate(logprobs int) (generation, *apiError) {
@@ -117,12 +140,11 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		}
 	}
 	g.badWords = c.BadWords
-	if c.TruncatePrompt != nil {
-		if *c.TruncatePrompt < -1 || *c.TruncatePrompt == 0 {
-			return g, invalid("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 (the context's) or at least 1, got %d", *c.TruncatePrompt)
-		}
-		g.truncate = *c.TruncatePrompt
+	truncate, e := truncation(c.TruncatePrompt)
+	if e != nil {
+		return g, e
 	}
+	g.truncate = truncate
 	if c.MaxTokens != nil {
 		if *c.MaxTokens < 1 {
 			return g, invalid("max_tokens", "max_tokens must be at least 1, got %d", *c.MaxTokens)
