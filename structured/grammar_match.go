@@ -98,7 +98,6 @@ func newGrammarMatch(g *grammar) *grammarMatch {
 func (g *grammar) reset() {
 	g.frames, g.sets, g.seen, g.masks = map[gframeKey]*gframe{}, map[string]*gset{}, map[gframeKey]bool{}, 0
 	g.out = g.out[:0]
-	clear(g.seen)
 	done := false
 	for _, pos := range g.alts[g.root] {
 		done = g.walk(pos, nil) || done
