@@ -13,7 +13,9 @@
 //   - Weights: only the placements sharing the KV cache's current slices
 //     are resident. A transition to a placement that does not share them
 //     frees those shards and uploads the new ones from the host copy of
-//     the weights (model.Weights, kept by the executor), never keeping
+//     the weights (model.Weights, kept by the executor; the uploader of
+//     upload.go packs them in the run's dtype into page-locked stages and
+//     copies one while it packs the next), never keeping
 //     both placements' weights on the device even when memory would allow
 //     it: Seesaw re-shards because device memory is better spent on KV,
 //     and one rule keeps the KV pool's size independent of the model's.
@@ -28,7 +30,9 @@
 //   - Host KV store: Options.HostBlocks blocks of a kvcache.HostStore (HND
 //     per layer) in pageable Go memory. A swap moves each rank's slice
 //     through a device and a host staging buffer (at most 64 MiB each;
-//     the host one page-locked), one host↔device copy per chunk: out, a
+//     the host one page-locked), host↔device in 4 MiB copies (so that
+//     a step's own copies wait behind one piece, not a whole chunk), the
+//     host side packed and unpacked on the executor's pool: out, a
 //     gather kernel per layer collects the blocks; in, one device copy
 //     per run of consecutive device blocks places them. Both run on a
 //     side stream beside the steps (the engine's background offload and

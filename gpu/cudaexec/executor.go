@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gearboxlm/gearbox/comm"
@@ -66,6 +68,9 @@ type Info struct {
 	KVTokens     int // KVBlocks · BlockSize
 	Buckets      Buckets
 	MaxNumTokens int
+	// Start-up: loading (or compiling) the kernels, and uploading the
+	// weights from the host.
+	KernelTime, WeightTime time.Duration
 }
 
 // Executor runs steps of a Llama-family model on one CUDA device: weights
@@ -121,6 +126,8 @@ type Executor struct {
 	partBuf    hostBuf[float32] // host staging of one rank's logits slice
 	hid        []float32        // [rows, hidden] final-norm rows of the last step, when its batch asked (Batch.Hidden)
 	hidBuf     hostBuf[byte]    // host staging of one rank's final-norm rows
+	upStages   [2]hostBuf[byte] // the uploader's stages (upload.go), page-locked on a device
+	pool       *tensor.Pool     // the host's share of uploads and swaps: packing and copying stages
 	wantHidden bool             // the step in progress reads hid
 	tokens     []int            // [rows] argmax of the last greedy step
 	ids        []int32          // host staging of one rank's argmax rows
@@ -224,7 +231,7 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 		cfg: cfg, opts: opts, log: opts.Logger, ctx: dctx, dt: cfg.ResolveDType(opts.DType),
 		base: opts.Placements[0], layouts: map[string]*devLayout{},
 		graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{}, replayed: comm.Stats{},
-		allocs: map[cuda.DevicePtr]bool{},
+		allocs: map[cuda.DevicePtr]bool{}, pool: tensor.NewPool(min(runtime.GOMAXPROCS(0), 8)),
 	}
 	e.ops = cudaOps{e}
 	if !opts.EnforceEager {
@@ -238,7 +245,8 @@ func New(cfg *model.Config, w *model.Weights, opts Options) (*Executor, error) {
 	}
 	e.log.Info("cuda executor ready", "device", e.info.Device, "dtype", e.dt.String(), "placements", fmt.Sprint(opts.Placements),
 		"weights_gib", float64(e.info.WeightBytes)/(1<<30), "kv_blocks", e.info.KVBlocks,
-		"kv_tokens", e.info.KVTokens, "host_kv_blocks", opts.HostBlocks, "graph_buckets", len(e.buckets))
+		"kv_tokens", e.info.KVTokens, "host_kv_blocks", opts.HostBlocks, "graph_buckets", len(e.buckets),
+		"kernels_seconds", e.info.KernelTime.Seconds(), "weights_seconds", e.info.WeightTime.Seconds())
 	return e, nil
 }
 
@@ -311,6 +319,7 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 	if err := e.blas.SetStream(e.s); err != nil {
 		return err
 	}
+	start := time.Now()
 	if e.k, err = LoadKernels(c, nv, e.opts.KernelCache, e.dt); err != nil {
 		return err
 	}
@@ -320,16 +329,13 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 			return err
 		}
 	}
-	up := &uploader{e: e}
-	if err := e.loadShards(w, up.put); err != nil {
-		return err
+	kernelTime := time.Since(start)
+	start = time.Now()
+	up := e.newUploader()
+	if err := errors.Join(e.loadShards(w, up.put), up.finish()); err != nil {
+		return fmt.Errorf("cudaexec: weights: %w", err)
 	}
-	if up.err != nil {
-		return fmt.Errorf("cudaexec: weights: %w", up.err)
-	}
-	if err := e.free(up.stage); err != nil {
-		return err
-	}
+	weightTime := time.Since(start)
 	if e.bwork, err = e.alloc(blasWorkspace); err != nil {
 		return err
 	}
@@ -368,13 +374,14 @@ func (e *Executor) load(w *model.Weights, nv *cuda.NVRTC) error {
 		Device: fmt.Sprintf("%s (%s, driver %d)", c.Name(), c.Capability().Arch(), c.DriverVersion()),
 		DType:  e.dt, TotalMemory: total, WeightBytes: up.bytes, KVBytes: perBlock * int64(blocks),
 		KVBlocks: blocks, KVTokens: blocks * e.opts.BlockSize, Buckets: e.buckets, MaxNumTokens: e.opts.MaxNumTokens,
+		KernelTime: kernelTime, WeightTime: weightTime,
 	}
 	return nil
 }
 
 // loadShards cuts w into every rank's shard under each placement and
 // writes each with put.
-func (e *Executor) loadShards(w *model.Weights, put func(parts ...[]float32) cuda.DevicePtr) error {
+func (e *Executor) loadShards(w *model.Weights, put func(parts ...*tensor.Weights) cuda.DevicePtr) error {
 	cfg := e.cfg
 	for _, l := range e.opts.Placements {
 		e.maxSP = max(e.maxSP, l.Plan.SP)
@@ -436,108 +443,48 @@ func (e *Executor) free(p cuda.DevicePtr) error {
 	return e.ops.free(p)
 }
 
-// f32 is a host matrix's values as float32 for the uploader, which
-// rounds them to the executor's dtype: its own storage when it is F32, a
-// widened copy (exact) when it is BF16 or F16; nil for nil.
-func f32(m *tensor.Weights) []float32 {
-	if m == nil {
-		return nil
-	}
-	if m.DType() != tensor.F32 {
-		m = tensor.Convert(nil, m, tensor.F32)
-	}
-	return m.F32()
-}
-
 // newDevShard writes one rank's weights with put, q/k/v and gate/up fused.
-func newDevShard(sh *parallel.Shard, d int, put func(parts ...[]float32) cuda.DevicePtr) *devShard {
+func newDevShard(sh *parallel.Shard, d int, put func(parts ...*tensor.Weights) cuda.DevicePtr) *devShard {
 	ds := &devShard{spans: sh}
 	ds.qs, ds.ks = (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
 	ds.qc, ds.kc = (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d
 	ds.sliceW, ds.chunkW, ds.inter = ds.qs+2*ds.ks, ds.qc+2*ds.kc, sh.Inter.Len()
-	ds.embed = put(f32(sh.Embed))
-	ds.norm = put(sh.Norm)
+	ds.embed = put(sh.Embed)
+	ds.norm = put(vec(sh.Norm))
 	ds.lmHead = ds.embed
 	if sh.LMHead != nil && sh.LMHead != sh.Embed {
-		ds.lmHead = put(f32(sh.LMHead))
+		ds.lmHead = put(sh.LMHead)
 	}
 	// The chunk's part of the slice's q, k and v biases, in the order the
 	// chunk's heads sit after the all-to-all.
 	qo, ko := (sh.Chunk.QLo-sh.Slice.QLo)*d, (sh.Chunk.KVLo-sh.Slice.KVLo)*d
-	part := func(b []float32, off, n int) []float32 {
+	part := func(b []float32, off, n int) *tensor.Weights {
 		if b == nil {
 			return nil
 		}
-		return b[off : off+n]
+		return vec(b[off : off+n])
 	}
 	for _, l := range sh.Layers {
 		ds.layers = append(ds.layers, layerWeights{
-			attnNorm: put(l.AttnNorm), mlpNorm: put(l.MLPNorm),
-			qkv:     put(f32(l.WQ), f32(l.WK), f32(l.WV)),
+			attnNorm: put(vec(l.AttnNorm)), mlpNorm: put(vec(l.MLPNorm)),
+			qkv:     put(l.WQ, l.WK, l.WV),
 			qkvBias: put(part(l.BQ, qo, ds.qc), part(l.BK, ko, ds.kc), part(l.BV, ko, ds.kc)),
-			qNorm:   put(l.QNorm), kNorm: put(l.KNorm),
-			o: put(f32(l.WO)), oBias: put(l.BO),
-			gateUp: put(f32(l.WGate), f32(l.WUp)), guBias: put(l.BGate, l.BUp),
-			down: put(f32(l.WDown)), downBias: put(l.BDown),
+			qNorm:   put(vec(l.QNorm)), kNorm: put(vec(l.KNorm)),
+			o: put(l.WO), oBias: put(vec(l.BO)),
+			gateUp: put(l.WGate, l.WUp), guBias: put(vec(l.BGate), vec(l.BUp)),
+			down: put(l.WDown), downBias: put(vec(l.BDown)),
 		})
 	}
 	return ds
 }
 
-// uploader writes host tensors to new device tensors in the executor's
-// dtype, converting on the device through a float32 staging buffer. It
-// counts the bytes written and keeps the first error. Copies go on the
-// executor's stream: a "synchronous" copy from pageable memory may return
-// before its DMA lands, and the non-blocking stream would not wait for it.
-type uploader struct {
-	e     *Executor
-	stage cuda.DevicePtr // float32 [stageElems], allocated on first use
-	bytes int64
-	err   error
-}
-
-const stageElems = 32 << 20
-
-// put writes parts back to back into one new device tensor; 0 when the
-// parts are empty.
-func (u *uploader) put(parts ...[]float32) cuda.DevicePtr {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
+// vec is a host vector (a norm's or a bias's float32 values) as a one-row
+// matrix for the uploader; nil when it is empty.
+func vec(v []float32) *tensor.Weights {
+	if len(v) == 0 {
+		return nil
 	}
-	if n == 0 || u.err != nil {
-		return 0
-	}
-	e := u.e
-	elem := int64(e.dt.Size())
-	dst, err := e.alloc(int64(n) * elem)
-	if err != nil {
-		u.err = err
-		return 0
-	}
-	u.bytes += int64(n) * elem
-	if e.dt != model.Float32 && u.stage == 0 {
-		if u.stage, u.err = e.alloc(4 * stageElems); u.err != nil {
-			return 0
-		}
-	}
-	off := int64(0)
-	for _, p := range parts {
-		for lo := 0; lo < len(p) && u.err == nil; lo += stageElems {
-			chunk := p[lo:min(len(p), lo+stageElems)]
-			to := dst + cuda.DevicePtr(off*elem)
-			bytes := 4 * int64(len(chunk))
-			if e.dt == model.Float32 {
-				u.err = e.ops.toDevice(to, unsafe.Pointer(&chunk[0]), bytes)
-			} else if u.err = e.ops.toDevice(u.stage, unsafe.Pointer(&chunk[0]), bytes); u.err == nil {
-				if u.err = e.k.Convert(e.s, to, u.stage, int64(len(chunk))); u.err == nil {
-					u.err = e.ops.sync() // the stage is overwritten next
-				}
-			}
-			off += int64(len(chunk))
-		}
-	}
-	return dst
+	return tensor.NewWeightsF32(v, 1, len(v))
 }
 
 // ropeTables uploads cos and sin of every position and rotary pair,
@@ -657,7 +604,8 @@ func (e *Executor) Close() error {
 		if e.k != nil {
 			errs = append(errs, e.k.Close())
 		}
-		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx), e.stageHost.release(e.ctx), e.hidBuf.release(e.ctx))
+		errs = append(errs, e.outBuf.release(e.ctx), e.partBuf.release(e.ctx), e.stageHost.release(e.ctx), e.hidBuf.release(e.ctx),
+			e.upStages[0].release(e.ctx), e.upStages[1].release(e.ctx))
 		for p := range e.allocs {
 			errs = append(errs, e.ctx.Free(p))
 		}
@@ -670,6 +618,7 @@ func (e *Executor) Close() error {
 		}
 		return errors.Join(errs...)
 	})
+	e.pool.Close()
 	return errors.Join(err, e.ctx.Close())
 }
 

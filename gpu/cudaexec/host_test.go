@@ -2,6 +2,7 @@ package cudaexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -311,30 +312,17 @@ func newHostExecutorOpts(t *testing.T, cfg *model.Config, w *model.Weights, opts
 		opts:    opts,
 		base:    opts.Placements[0],
 		layouts: map[string]*devLayout{}, graphs: map[graphKey]cuda.GraphExec{}, steps: map[string]int{},
-		replayed: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{},
+		replayed: comm.Stats{}, allocs: map[cuda.DevicePtr]bool{}, pool: tensor.NewPool(3),
 	}
+	t.Cleanup(e.pool.Close)
 	if err := fillDefaults(cfg, &e.opts); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.initHost(w); err != nil {
 		t.Fatal(err)
 	}
-	put := func(parts ...[]float32) cuda.DevicePtr {
-		n := 0
-		for _, p := range parts {
-			n += len(p)
-		}
-		if n == 0 {
-			return 0
-		}
-		p := h.alloc(n)
-		dst := h.f32(p, n)
-		for _, part := range parts {
-			dst = dst[copy(dst, part):]
-		}
-		return p
-	}
-	if err := e.loadShards(w, put); err != nil {
+	up := e.newUploader()
+	if err := errors.Join(e.loadShards(w, up.put), up.finish()); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.prepare(); err != nil {

@@ -19,9 +19,8 @@ import (
 // package doc). Transition (R2, R3): the old placement's weights are
 // freed, the KV pool re-laid out a layer at a time (moveKV), and the new
 // placement's shards uploaded from the host copy, counted in
-// TransitionStats.WeightBytes as their bytes on the device (a BF16 or F16
-// executor moves them over PCIe as float32 and narrows them on the
-// device); KV copies within a rank count as LocalBytes, between ranks as
+// TransitionStats.WeightBytes as their bytes on the device, which are
+// also the bytes that cross the host link (upload.go); KV copies within a rank count as LocalBytes, between ranks as
 // KVBytes. It drops the captured CUDA graphs, which hold the old buffers'
 // addresses; decode graphs are captured again on first use. The host KV
 // store (K1–K4) is in swap.go.
@@ -178,9 +177,6 @@ func (e *Executor) transitionRoom(residentBytes int64) (extra, perBlock int64) {
 			layer = max(layer, e.layerBlockBytes(p))
 		}
 		perBlock += layer
-		if e.dt != model.Float32 {
-			extra += 4 * stageElems // the uploader's float32 stage
-		}
 	}
 	if e.hostKV != nil {
 		extra += e.stageBytes + 4*(e.stageBytes/(2*e.headBytes())) // the swap stages (allocSwapStage)
@@ -252,7 +248,7 @@ func (e *Executor) transition(from, to parallel.Placement, moves []parallel.Move
 	e.base = to
 	e.kv = e.rankLayout(to, 0, e.kv.NumBlocks)
 
-	up := &uploader{e: e}
+	up := e.newUploader()
 	for _, p := range e.opts.Placements {
 		if _, ok := e.layouts[p.Name]; ok || !e.resident(p) {
 			continue
@@ -263,17 +259,14 @@ func (e *Executor) transition(from, to parallel.Placement, moves []parallel.Move
 		}
 		e.layouts[p.Name] = dl
 	}
-	if up.err != nil {
-		return fmt.Errorf("weights: %w", up.err)
+	if err := up.finish(); err != nil {
+		return fmt.Errorf("weights: %w", err)
 	}
 	st.WeightBytes = up.bytes
 	for _, m := range moves {
 		if m.From != m.To {
 			st.Moves++
 		}
-	}
-	if err := e.free(up.stage); err != nil {
-		return err
 	}
 	return e.ops.sync()
 }

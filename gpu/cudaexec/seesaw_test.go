@@ -469,15 +469,15 @@ func TestSeesawSizingOnHost(t *testing.T) {
 		if want := max(0, x.weightBytes(pol.Decode)-resident); perBlock != c.perBlock*layer || extra != want {
 			t.Fatalf("kv=%d %v: %d bytes per block (want %d), %d extra (want %d)", c.kv, c.pair, perBlock, c.perBlock*layer, extra, want)
 		}
-		// In bfloat16 the transition's uploader stages float32 weights; a
-		// host store adds the swap stages: a model block per host block,
-		// at most 64 MiB, and a block id per head-sized run.
+		// In bfloat16 the uploader needs no device stage (it packs on the
+		// host); a host store adds the swap stages: a model block per host
+		// block, at most 64 MiB, and a block id per head-sized run.
 		x.dt, x.opts.HostBlocks = model.BFloat16, 16
 		if err := x.initHost(m.Weights); err != nil {
 			t.Fatal(err)
 		}
 		stage := 16 * int64(cfg.Layers) * layer / 2 // the model block in bfloat16
-		want := max(0, x.weightBytes(pol.Decode)-x.weightBytes(pol.Prefill)) + 4*stageElems + stage + 4*(stage/(2*4*int64(cfg.HeadDim)*2))
+		want := max(0, x.weightBytes(pol.Decode)-x.weightBytes(pol.Prefill)) + stage + 4*(stage/(2*4*int64(cfg.HeadDim)*2))
 		if extra, _ := x.transitionRoom(x.weightBytes(pol.Prefill)); extra != want {
 			t.Fatalf("kv=%d %v in bfloat16 with 16 host blocks: %d extra bytes, want %d", c.kv, c.pair, extra, want)
 		}

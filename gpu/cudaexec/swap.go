@@ -132,6 +132,14 @@ func (e *Executor) swapParts(swaps []forward.Swap, out bool) ([]swapPart, error)
 	return parts, nil
 }
 
+// sideCopyBytes is the most one copy between the host and device stages
+// moves. A step's own small copies (its tables up, its token ids or
+// logits down) share the copy engine with the swaps' and wait behind
+// whichever copy it is working on; in pieces this size (about 0.1 ms on
+// a PCIe 5 link) a swap beside the steps delays each of them by at most
+// one piece rather than a whole stage.
+const sideCopyBytes = 4 << 20
+
 // swapStageBytes is the most the swap staging buffers hold, on the
 // device and on the host: one chunk of a rank's part of a swap.
 const swapStageBytes = 64 << 20
@@ -169,17 +177,20 @@ func (e *Executor) partLayout(c swapPart) (run, size int64, at func(kv, li, i in
 }
 
 // eachRun calls f with every run of part c, (kv, local layer, block i), as
-// it sits in the host stage and in the host store.
+// it sits in the host stage and in the host store, the keys or values of
+// each layer on one of the executor's pool's goroutines.
 func (e *Executor) eachRun(c swapPart, stage []byte, f func(staged, stored []byte)) {
 	run, _, at := e.partLayout(c)
-	for kv := range 2 {
-		for li := range c.s.Layers.Len() {
+	layers := c.s.Layers.Len()
+	e.pool.Run(2*layers, func(lo, hi int) {
+		for x := lo; x < hi; x++ {
+			kv, li := x/layers, x%layers
 			for i, hb := range c.host {
 				stored := unsafe.Slice((*byte)(e.hostRun(kv == 0, hb, c.s.Layers.Lo+li, c.s.Heads)), run)
 				f(stage[at(kv, li, i):at(kv, li, i)+run], stored)
 			}
 		}
-	}
+	})
 }
 
 // swapOutPart moves part c from the device cache into the host store
@@ -221,8 +232,10 @@ func (e *Executor) swapOutPart(c swapPart) (int64, error) {
 				}
 			}
 		}
-		if err := e.ops.sideToHost(unsafe.Pointer(&stage[0]), e.stageDev, size); err != nil {
-			return err
+		for off := int64(0); off < size; off += sideCopyBytes {
+			if err := e.ops.sideToHost(unsafe.Pointer(&stage[off]), e.stageDev+cuda.DevicePtr(off), min(sideCopyBytes, size-off)); err != nil {
+				return err
+			}
 		}
 		return e.ops.sideMark()
 	})
@@ -254,8 +267,10 @@ func (e *Executor) swapInPart(c swapPart) (int64, error) {
 	err := e.do(func() error {
 		rk := e.ranks[c.r]
 		cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
-		if err := e.ops.sideToDevice(e.stageDev, unsafe.Pointer(&stage[0]), size); err != nil {
-			return err
+		for off := int64(0); off < size; off += sideCopyBytes {
+			if err := e.ops.sideToDevice(e.stageDev+cuda.DevicePtr(off), unsafe.Pointer(&stage[off]), min(sideCopyBytes, size-off)); err != nil {
+				return err
+			}
 		}
 		for kv := range 2 {
 			for li := range layers {
