@@ -67,19 +67,21 @@ func TestSeesawEngineGPU(t *testing.T) {
 }
 
 // seesawBench is the 1B model (GEARBOX_BENCH_MODEL_1B) in bfloat16 under
-// pp=2 and tp=2, with a KV pool and host store of 1024 blocks of 16 tokens.
-func seesawBench(b *testing.B) (*Executor, []parallel.Placement) {
+// pp=2 and tp=2, with a KV pool and host store of 1024 blocks of 16
+// tokens, its decode steps launched one kernel at a time when eager, else
+// replayed from CUDA graphs.
+func seesawBench(b *testing.B, eager bool) (*Executor, []parallel.Placement) {
 	m := benchModel(b, "GEARBOX_BENCH_MODEL_1B")
 	pl := []parallel.Placement{parallel.Standard(parallel.Plan{DP: 1, PP: 2, SP: 1, TP: 1}), parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2})}
 	return newExec(b, m.Config, m.Weights, Options{Placements: pl, DType: model.BFloat16, NumBlocks: 1024, HostBlocks: 1024,
-		MaxNumSeqs: 8, EnforceEager: true}), pl
+		MaxNumSeqs: 8, EnforceEager: eager}), pl
 }
 
 // BenchmarkSeesawSwap swaps 512 blocks (8192 tokens) out under pp=2 and
 // back in under tp=2 per op; it reports host↔device GB/s (bytes both ways
 // over the time).
 func BenchmarkSeesawSwap(b *testing.B) {
-	x, pl := seesawBench(b)
+	x, pl := seesawBench(b, true)
 	ctx := context.Background()
 	dev, host := make([]int, 512), make([]int, 512)
 	for i := range dev {
@@ -115,7 +117,7 @@ func BenchmarkSeesawSwap(b *testing.B) {
 // and tp=2: the weights re-sharded from the host copy and the 1024-block
 // KV pool re-laid out. It reports the weight bytes uploaded per second.
 func BenchmarkSeesawTransition(b *testing.B) {
-	x, pl := seesawBench(b)
+	x, pl := seesawBench(b, true)
 	ctx := context.Background()
 	var w int64
 	i := 0
@@ -132,12 +134,22 @@ func BenchmarkSeesawTransition(b *testing.B) {
 
 // BenchmarkSeesawSwapInBesideDecode measures Seesaw's prefetch overlap on
 // the device: decode steps of 8 sequences with 512 tokens of context
-// under tp=2 (prefilled under pp=2, then a transition), alone and while
-// swap-ins of 256 other blocks (4096 tokens) run back to back beside
-// them on the side stream. It reports ms/step and, beside, the swap-in
-// GB/s reached meanwhile.
+// under tp=2 (prefilled under pp=2, then a transition), launched one
+// kernel at a time (eager) and replayed from CUDA graphs (graphs), alone
+// and while swap-ins of 256 other blocks (4096 tokens) run back to back
+// beside them on the side stream. It reports ms/step and, beside, the
+// swap-in GB/s reached meanwhile.
 func BenchmarkSeesawSwapInBesideDecode(b *testing.B) {
-	x, pl := seesawBench(b)
+	for _, eager := range []bool{true, false} {
+		b.Run(map[bool]string{true: "eager", false: "graphs"}[eager], func(b *testing.B) {
+			x, pl := seesawBench(b, eager)
+			besideDecode(b, x, pl)
+		})
+	}
+}
+
+// besideDecode is BenchmarkSeesawSwapInBesideDecode on one executor.
+func besideDecode(b *testing.B, x *Executor, pl []parallel.Placement) {
 	ctx := context.Background()
 	dec := prefillContext(b, x, 8, 512)
 	if _, err := x.Transition(ctx, pl[1]); err != nil {
