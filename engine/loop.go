@@ -293,6 +293,7 @@ type Engine struct {
 	batch      forward.Batch
 	taken      [][]int         // per sequence: accepted drafts, then the sampled token
 	promptRows []int           // per sequence: logits rows for prompt log-probabilities
+	lives      []*live         // per sequence: its request, nil if it had ended
 	tokBuf     []int           // backs taken
 	results    []sample.Result // per logits row
 	jobs       []sampleJob
@@ -318,8 +319,9 @@ type live struct {
 	scheduled time.Time // first scheduled (queue time ends)
 	first     time.Time
 	last      time.Time
-	tokens    int // completion tokens so far
-	cached    int // prompt tokens served from the prefix cache
+	tokens    int  // completion tokens so far
+	cached    int  // prompt tokens served from the prefix cache
+	gone      bool // forgotten: no longer in Engine.reqs
 	// Prompt log-probabilities (Request.PromptLogprobs): those of prompt
 	// tokens [1, len(promptLP]+1) are known.
 	promptLP []sample.Result
@@ -906,10 +908,13 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	start := e.clk.Now()
 	greedy, onDevice := e.exec.(GreedyRunner)
 	promptRows := slices.Grow(e.promptRows[:0], len(step.Seqs))[:len(step.Seqs)]
-	e.promptRows = promptRows
+	lives := slices.Grow(e.lives[:0], len(step.Seqs))[:len(step.Seqs)]
+	e.promptRows, e.lives = promptRows, lives
+	defer clear(lives)
 	e.mu.Lock()
 	for i, s := range step.Seqs {
 		l, ok := e.reqs[s.ID]
+		lives[i] = l // looked up once: a request that ends meanwhile is gone
 		if ok && l.scheduled.IsZero() {
 			l.scheduled, l.cached = start, s.Pos // a first chunk starts after its prefix-cache hits
 		}
@@ -973,8 +978,10 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	jobs := e.jobs[:0]
 	var prompts []promptJob
 	for i, s := range step.Seqs {
+		l := lives[i]
+		ok := l != nil && !l.gone
 		if n := promptRows[i]; n > 0 {
-			if l, ok := e.reqs[s.ID]; ok {
+			if ok {
 				prompts = append(prompts, l.promptJob(logits[row*vocab:(row+n)*vocab], n))
 			}
 			row += n
@@ -983,7 +990,6 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 			continue
 		}
 		n := 1 + s.Draft
-		l, ok := e.reqs[s.ID]
 		if ok && l.req.Embed {
 			e.embedded(l, row)
 			ok = false
@@ -1023,7 +1029,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	e.draftTokens += int64(stats.DraftTokens)
 	e.acceptedTokens += int64(stats.AcceptedTokens)
 	for _, j := range jobs {
-		l := e.reqs[step.Seqs[j.seq].ID]
+		l := lives[j.seq]
 		if l.tokens == 0 {
 			stats.PromptTokens += len(l.req.Prompt)
 		}
@@ -1255,6 +1261,9 @@ func (e *Engine) drainTerminal() {
 }
 
 func (e *Engine) forget(id string) {
+	if l := e.reqs[id]; l != nil {
+		l.gone = true
+	}
 	delete(e.reqs, id)
 	if len(e.reqs) == 0 {
 		close(e.idle)
