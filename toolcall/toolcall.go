@@ -59,6 +59,16 @@ func ParseTools(raw json.RawMessage) ([]Function, error) {
 		if err := json.Unmarshal(item, &t); err != nil || t.Function == nil {
 			return nil, fmt.Errorf("tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}", i)
 		}
+		// encoding/json matches keys without regard to case; the chat
+		// template reads the tools as sent, by their exact keys.
+		if k, want := miscased(item, "type", "function"); k != "" {
+			return nil, fmt.Errorf("tools[%d]: key %q must be spelled %q", i, k, want)
+		}
+		var fn map[string]json.RawMessage
+		_ = json.Unmarshal(item, &fn)
+		if k, want := miscased(fn["function"], "name", "description", "parameters", "strict"); k != "" {
+			return nil, fmt.Errorf("tools[%d].function: key %q must be spelled %q", i, k, want)
+		}
 		if t.Type != "function" {
 			return nil, fmt.Errorf("tools[%d].type %q is not supported (function)", i, t.Type)
 		}
@@ -79,6 +89,23 @@ func ParseTools(raw json.RawMessage) ([]Function, error) {
 		out = append(out, Function{Name: f.Name, Description: f.Description, Parameters: params})
 	}
 	return out, nil
+}
+
+// miscased returns a key of the JSON object raw that matches one of keys
+// only when case is ignored, and that key; "" when there is none.
+func miscased(raw json.RawMessage, keys ...string) (got, want string) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return "", ""
+	}
+	for k := range m {
+		for _, w := range keys {
+			if k != w && strings.EqualFold(k, w) {
+				return k, w
+			}
+		}
+	}
+	return "", ""
 }
 
 // Mode is what tool_choice asks of a generation.

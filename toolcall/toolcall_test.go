@@ -27,6 +27,10 @@ func TestParseTools(t *testing.T) {
 		{`[{"type": "function", "function": {"name": ""}}]`, "letters, digits"},
 		{`[{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]`, "offered twice"},
 		{`[{"type": "function", "function": {"name": "a", "parameters": [1]}}]`, "JSON Schema object"},
+		{`[{"type": "function", "funCtion": {"name": "a"}}]`, `key "funCtion" must be spelled "function"`},
+		{`[{"Type": "function", "function": {"name": "a"}}]`, `key "Type" must be spelled "type"`},
+		{`[{"type": "function", "function": {"nAme": "a"}}]`, `tools[0].function: key "nAme" must be spelled "name"`},
+		{`[{"type": "function", "function": {"name": "a", "Parameters": {}}}]`, `key "Parameters" must be spelled "parameters"`},
 	} {
 		if _, err := ParseTools(json.RawMessage(c.raw)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.raw, err, c.want)
