@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -52,16 +53,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 		return
 	}
-	if req.Model == "" {
-		writeError(w, invalid("model", "model is required"))
-		return
-	}
-	if req.Model != s.opts.ModelName {
-		writeError(w, modelNotFound(req.Model))
-		return
-	}
-	if s.opts.Tokenizer == nil {
-		writeError(w, invalid("input", "embeddings need the model's tokenizer"))
+	if e := s.embeddingModel(req.Model); e != nil {
+		writeError(w, e)
 		return
 	}
 	if f := req.EncodingFormat; f != "" && f != "float" && f != "base64" {
@@ -82,40 +75,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 		return
 	}
-	limit := s.opts.Engine.MaxModelLen()
-	var jobs []*job
-	fail := func(e *apiError) {
-		for _, j := range jobs {
-			s.opts.Engine.Abort(j.id)
-		}
-		writeError(w, e)
-	}
-	for i, ids := range prompts {
-		ids = truncated(ids, keep, limit)
-		prompts[i] = ids
-		if len(ids) >= limit {
-			fail(invalid("input", "This model's maximum context length is %d tokens. However, input %d has %d tokens. Please reduce the length of the input.", limit, i, len(ids)))
-			return
-		}
-		id := s.newID("embd")
-		st, err := s.opts.Engine.Submit(engine.Request{ID: id, Prompt: ids, Embed: true, Priority: req.Priority})
-		if errors.Is(err, engine.ErrNoEmbeddings) {
-			fail(invalid("model", "%s: this deployment serves no embeddings (%v)", req.Model, err))
-			return
-		}
-		if err != nil {
-			fail(submitError(err, "input"))
-			return
-		}
-		jobs = append(jobs, &job{index: i, prompt: i, stream: st, id: id})
-	}
-	if e := s.collect(r.Context(), jobs); e != nil {
+	vecs, u, e := s.embed(r.Context(), func(i int) (string, int) { return "input", i }, prompts, keep, req.Priority)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
-	resp := embeddingResponse{ID: s.newID("embd"), Object: "list", Created: s.opts.Clock.Now().Unix(), Model: req.Model}
-	for _, j := range jobs {
-		v := j.embedding
+	resp := embeddingResponse{ID: s.newID("embd"), Object: "list", Created: s.opts.Clock.Now().Unix(), Model: req.Model, Usage: u}
+	for i, v := range vecs {
 		if d := req.Dimensions; d != nil {
 			if *d > len(v) {
 				writeError(w, invalid("dimensions", "dimensions must be at most the model's hidden size, %d; got %d", len(v), *d))
@@ -134,10 +100,65 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 			}
 			out = base64.StdEncoding.EncodeToString(buf)
 		}
-		resp.Data = append(resp.Data, embeddingData{Object: "embedding", Index: j.index, Embedding: out})
+		resp.Data = append(resp.Data, embeddingData{Object: "embedding", Index: i, Embedding: out})
 	}
-	resp.Usage = totalUsage(jobs, prompts)
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// embeddingModel checks that model names the served model and that it
+// can embed text (its tokenizer is loaded).
+func (s *Server) embeddingModel(model string) *apiError {
+	if model == "" {
+		return invalid("model", "model is required")
+	}
+	if model != s.opts.ModelName {
+		return modelNotFound(model)
+	}
+	if s.opts.Tokenizer == nil {
+		return invalid("model", "%s: embeddings need the model's tokenizer", model)
+	}
+	return nil
+}
+
+// embed runs each prompt, cut to its last keep tokens
+// (truncate_prompt_tokens), as an embedding request through the engine
+// and returns their embeddings in order — the final-norm hidden state of
+// the last token, not normalized — and the usage. field names prompt i's
+// request field and its index there, for errors.
+func (s *Server) embed(ctx context.Context, field func(i int) (string, int), prompts [][]int, keep, priority int) ([][]float32, usage, *apiError) {
+	limit := s.opts.Engine.MaxModelLen()
+	var jobs []*job
+	fail := func(e *apiError) ([][]float32, usage, *apiError) {
+		for _, j := range jobs {
+			s.opts.Engine.Abort(j.id)
+		}
+		return nil, usage{}, e
+	}
+	for i, ids := range prompts {
+		ids = truncated(ids, keep, limit)
+		prompts[i] = ids
+		param, at := field(i)
+		if len(ids) >= limit {
+			return fail(invalid(param, "This model's maximum context length is %d tokens. However, %s %d has %d tokens. Please reduce the length of the input.", limit, param, at, len(ids)))
+		}
+		id := s.newID("embd")
+		st, err := s.opts.Engine.Submit(engine.Request{ID: id, Prompt: ids, Embed: true, Priority: priority})
+		if errors.Is(err, engine.ErrNoEmbeddings) {
+			return fail(invalid("model", "%s: this deployment serves no embeddings (%v)", s.opts.ModelName, err))
+		}
+		if err != nil {
+			return fail(submitError(err, param))
+		}
+		jobs = append(jobs, &job{index: i, prompt: i, stream: st, id: id})
+	}
+	if e := s.collect(ctx, jobs); e != nil {
+		return nil, usage{}, e
+	}
+	vecs := make([][]float32, len(jobs))
+	for i, j := range jobs {
+		vecs[i] = j.embedding
+	}
+	return vecs, totalUsage(jobs, prompts), nil
 }
 
 // normalizeL2 scales v to unit length (a zero vector stays zero).

@@ -22,22 +22,7 @@ import (
 func TestEmbeddings(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	tok := ts.m.Tokenizer
-	// The reference: one step on a fresh executor, the hidden row of the
-	// prompt's last token.
-	pool := tensor.NewPool(1)
-	defer pool.Close()
-	ref, err := cpuexec.NewExecutor(ts.m.Config, ts.m.Weights, cpuexec.Options{BlockSize: 16, NumBlocks: 8, Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hidden := func(text string) []float32 {
-		ids := tok.Encode(text, true)
-		b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: ids, Blocks: []int{0, 1, 2, 3}, NumLogits: 1}}, Hidden: true}
-		if _, err := ref.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
-			t.Fatal(err)
-		}
-		return append([]float32(nil), ref.Hidden()...)
-	}
+	ref, hidden := referenceHidden(t, ts)
 	inputs := []string{"Once upon a time", "The cat sat on the mat and looked at the dog."}
 	want := [][]float32{hidden(inputs[0]), hidden(inputs[1])}
 	post := func(body string) (int, embeddingResponse, []byte) {
@@ -139,4 +124,25 @@ func TestEmbeddings(t *testing.T) {
 		t.Fatalf("truncated: %d %s", status, data)
 	}
 	check("truncated", floats(resp.Data[0].Embedding), ref.Hidden(), true)
+}
+
+// referenceHidden is a fresh CPU executor on the test server's model and
+// a function giving, from one step on it, the hidden row of a text's last
+// token (what the server embeds).
+func referenceHidden(t *testing.T, ts *testServer) (*cpuexec.Executor, func(text string) []float32) {
+	t.Helper()
+	pool := tensor.NewPool(1)
+	t.Cleanup(pool.Close)
+	ref, err := cpuexec.NewExecutor(ts.m.Config, ts.m.Weights, cpuexec.Options{BlockSize: 16, NumBlocks: 8, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, func(text string) []float32 {
+		ids := ts.m.Tokenizer.Encode(text, true)
+		b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: ids, Blocks: []int{0, 1, 2, 3}, NumLogits: 1}}, Hidden: true}
+		if _, err := ref.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), ref.Hidden()...)
+	}
 }

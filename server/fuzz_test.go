@@ -50,13 +50,15 @@ func FuzzRequests(f *testing.F) {
 		{"/tokenize", `{"messages":[{"role":"user","content":"hi"}],"return_token_strs":true}`},
 		{"/detokenize", `{"tokens":[1,2,3]}`},
 		{"/v1/embeddings", `{"model":"stories260K","input":["hi",[1,2]],"encoding_format":"base64","dimensions":4,"truncate_prompt_tokens":2}`},
+		{"/v1/score", `{"model":"stories260K","text_1":"hi","text_2":["a",[1,2]],"truncate_prompt_tokens":2}`},
+		{"/v1/rerank", `{"model":"stories260K","query":"hi","documents":["a","b"],"top_n":1,"return_documents":false}`},
 		{"/v1/completions", `{"model":"stories260K","prompt":"hi","guided_grammar":"root ::= [a-z]+ (\",\" ws)?\nws ::= \" \"*"}`},
 	} {
 		f.Add(seed.path, seed.body)
 	}
 	f.Fuzz(func(t *testing.T, path, body string) {
 		switch path {
-		case "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/embeddings":
+		case "/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/embeddings", "/v1/score", "/v1/rerank":
 		default:
 			return
 		}

@@ -124,6 +124,12 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("/v1/responses", s.post(s.responses))
 	s.mux.HandleFunc("/v1/responses/{id}", s.responseByID)
 	s.mux.HandleFunc("/v1/embeddings", s.post(s.embeddings))
+	for _, p := range []string{"/score", "/v1/score"} {
+		s.mux.HandleFunc(p, s.post(s.score))
+	}
+	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		s.mux.HandleFunc(p, s.post(s.rerank))
+	}
 	s.mux.HandleFunc("/tokenize", s.post(s.tokenize))
 	s.mux.HandleFunc("/detokenize", s.post(s.detokenize))
 	s.mux.HandleFunc("/v1/models", s.get(s.models))
