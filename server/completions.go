@@ -79,7 +79,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 	if req.Echo && logprobs >= 0 {
 		g.promptLogprobs = max(g.promptLogprobs, logprobs) // the echoed prompt's tokens come with theirs
 	}
-	prompts, texts, e := s.parsePrompt("prompt", req.Prompt)
+	prompts, texts, e := s.parsePrompt("prompt", req.Prompt, true)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -165,8 +165,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 
 // parsePrompt accepts a string, a list of strings, a list of token ids or
 // a list of token-id lists (the request's field param), and returns the
-// token ids and text of each.
-func (s *Server) parsePrompt(param string, raw json.RawMessage) ([][]int, []string, *apiError) {
+// token ids and text of each; strings are encoded with the tokenizer's
+// special tokens (its BOS) when special is set.
+func (s *Server) parsePrompt(param string, raw json.RawMessage, special bool) ([][]int, []string, *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil, invalid(param, "%s is required", param)
 	}
@@ -188,7 +189,7 @@ func (s *Server) parsePrompt(param string, raw json.RawMessage) ([][]int, []stri
 		if one == "" {
 			return nil, nil, invalid(param, "the prompt is empty")
 		}
-		return [][]int{tok.Encode(one, true)}, []string{one}, nil
+		return [][]int{tok.Encode(one, special)}, []string{one}, nil
 	}
 	var strs []string
 	if json.Unmarshal(raw, &strs) == nil {
@@ -200,7 +201,7 @@ func (s *Server) parsePrompt(param string, raw json.RawMessage) ([][]int, []stri
 			if p == "" {
 				return nil, nil, invalid(param, "a prompt in the list is empty")
 			}
-			ids = append(ids, tok.Encode(p, true))
+			ids = append(ids, tok.Encode(p, special))
 		}
 		return ids, strs, nil
 	}

@@ -13,19 +13,27 @@ import (
 )
 
 // embeddingRequest is OpenAI's embeddings request, with vLLM's
-// truncate_prompt_tokens and normalize.
+// truncate_prompt_tokens, normalize and add_special_tokens, and vLLM's
+// chat form: messages (instead of input) rendered with the chat template,
+// by default without a generation prompt or special tokens beyond the
+// template's.
 type embeddingRequest struct {
-	Model          string          `json:"model"`
-	Input          json.RawMessage `json:"input"`
-	EncodingFormat string          `json:"encoding_format"`
-	Dimensions     *int            `json:"dimensions"`
-	User           string          `json:"user"`
-	Truncate       *int            `json:"truncate_prompt_tokens"`
-	Normalize      *bool           `json:"normalize"`
-	Priority       int             `json:"priority"`
+	Model               string          `json:"model"`
+	Input               json.RawMessage `json:"input"`
+	Messages            []chatMessage   `json:"messages"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
+	AddSpecialTokens    *bool           `json:"add_special_tokens"` // default: true for input, false for messages
+	EncodingFormat      string          `json:"encoding_format"`
+	Dimensions          *int            `json:"dimensions"`
+	User                string          `json:"user"`
+	Truncate            *int            `json:"truncate_prompt_tokens"`
+	Normalize           *bool           `json:"normalize"`
+	Priority            int             `json:"priority"`
 }
 
-var embeddingFields = knownFields("model", "input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens", "normalize", "priority")
+var embeddingFields = knownFields("model", "input", "messages", "add_generation_prompt", "chat_template_kwargs", "add_special_tokens",
+	"encoding_format", "dimensions", "user", "truncate_prompt_tokens", "normalize", "priority")
 
 type embeddingData struct {
 	Object    string `json:"object"`
@@ -70,7 +78,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 		return
 	}
-	prompts, _, e := s.parsePrompt("input", req.Input)
+	prompts, e := s.embeddingPrompts(&req)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -103,6 +111,31 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		resp.Data = append(resp.Data, embeddingData{Object: "embedding", Index: i, Embedding: out})
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// embeddingPrompts are the token ids of req's input, or of its messages
+// rendered with the chat template as one text.
+func (s *Server) embeddingPrompts(req *embeddingRequest) ([][]int, *apiError) {
+	if req.Messages == nil {
+		if req.AddGenerationPrompt != nil || req.ChatTemplateKwargs != nil {
+			return nil, invalid("messages", "add_generation_prompt and chat_template_kwargs apply to messages; this request sends input")
+		}
+		prompts, _, e := s.parsePrompt("input", req.Input, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+		return prompts, e
+	}
+	if len(req.Input) > 0 && string(req.Input) != "null" {
+		return nil, invalid("messages", "send input or messages, not both")
+	}
+	addGen := req.AddGenerationPrompt != nil && *req.AddGenerationPrompt
+	text, e := s.renderChat(req.Messages, nil, &addGen, req.ChatTemplateKwargs)
+	if e != nil {
+		return nil, e
+	}
+	ids := s.opts.Tokenizer.Encode(text, req.AddSpecialTokens != nil && *req.AddSpecialTokens)
+	if len(ids) == 0 {
+		return nil, invalid("messages", "the messages render to no tokens")
+	}
+	return [][]int{ids}, nil
 }
 
 // embeddingModel checks that model names the served model and that it

@@ -22,7 +22,8 @@ import (
 func TestEmbeddings(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
 	tok := ts.m.Tokenizer
-	ref, hidden := referenceHidden(t, ts)
+	ref, hiddenIDs := referenceHidden(t, ts)
+	hidden := func(text string) []float32 { return hiddenIDs(tok.Encode(text, true)) }
 	inputs := []string{"Once upon a time", "The cat sat on the mat and looked at the dog."}
 	want := [][]float32{hidden(inputs[0]), hidden(inputs[1])}
 	post := func(body string) (int, embeddingResponse, []byte) {
@@ -90,16 +91,43 @@ func TestEmbeddings(t *testing.T) {
 	_, resp, _ = post(`{"model":"stories260K","input":[` + string(ids) + `]}`)
 	check("token ids", floats(resp.Data[0].Embedding), want[1], true)
 
+	// Chat messages: the template's text, tokenized as /tokenize renders
+	// it (no generation prompt, no special tokens beyond the template's),
+	// embedded as one input.
+	msgs := `[{"role":"system","content":"Be brief."},{"role":"user","content":"Once upon a time"}]`
+	_, tokData := ts.post(t, "/tokenize", `{"messages":`+msgs+`,"add_generation_prompt":false}`)
+	var rendered tokenizeResponse
+	if err := json.Unmarshal(tokData, &rendered); err != nil || rendered.Count == 0 {
+		t.Fatalf("tokenize: %s", tokData)
+	}
+	status, resp, data = post(`{"model":"stories260K","messages":` + msgs + `}`)
+	if status != 200 || len(resp.Data) != 1 || resp.Usage.PromptTokens != rendered.Count {
+		t.Fatalf("messages: %d %s (want %d prompt tokens)", status, data, rendered.Count)
+	}
+	check("messages", floats(resp.Data[0].Embedding), hiddenIDs(rendered.Tokens), true)
+	_, withGen := ts.post(t, "/tokenize", `{"messages":`+msgs+`}`)
+	if err := json.Unmarshal(withGen, &rendered); err != nil {
+		t.Fatal(err)
+	}
+	_, resp, _ = post(`{"model":"stories260K","messages":` + msgs + `,"add_generation_prompt":true}`)
+	check("messages with the generation prompt", floats(resp.Data[0].Embedding), hiddenIDs(rendered.Tokens), true)
+	// add_special_tokens false: an input without the BOS.
+	_, resp, _ = post(`{"model":"stories260K","input":"Once upon a time","add_special_tokens":false}`)
+	check("no BOS", floats(resp.Data[0].Embedding), hiddenIDs(tok.Encode(inputs[0], false)), true)
+
 	long := `"` + strings.Repeat("cat ", 600) + `"`
 	for body, param := range map[string]string{
-		`{"model":"stories260K","input":"hi","encoding_format":"int8"}`:   "encoding_format",
-		`{"model":"stories260K","input":"hi","dimensions":0}`:             "dimensions",
-		`{"model":"stories260K","input":"hi","dimensions":100000}`:        "dimensions",
-		`{"model":"stories260K","input":""}`:                              "input",
-		`{"model":"stories260K"}`:                                         "input",
-		`{"model":"stories260K","input":[99999]}`:                         "input",
-		`{"model":"stories260K","input":` + long + `}`:                    "input",
-		`{"model":"stories260K","input":"hi","truncate_prompt_tokens":0}`: "truncate_prompt_tokens",
+		`{"model":"stories260K","input":"hi","messages":[{"role":"user","content":"hi"}]}`: "messages",
+		`{"model":"stories260K","input":"hi","add_generation_prompt":true}`:                "messages",
+		`{"model":"stories260K","messages":[{"role":"wizard","content":"hi"}]}`:            "messages",
+		`{"model":"stories260K","input":"hi","encoding_format":"int8"}`:                    "encoding_format",
+		`{"model":"stories260K","input":"hi","dimensions":0}`:                              "dimensions",
+		`{"model":"stories260K","input":"hi","dimensions":100000}`:                         "dimensions",
+		`{"model":"stories260K","input":""}`:                                               "input",
+		`{"model":"stories260K"}`:                                                          "input",
+		`{"model":"stories260K","input":[99999]}`:                                          "input",
+		`{"model":"stories260K","input":` + long + `}`:                                     "input",
+		`{"model":"stories260K","input":"hi","truncate_prompt_tokens":0}`:                  "truncate_prompt_tokens",
 		`{"input":"hi"}`: "model",
 		`{"model":"stories260K","input":"hi","temperature":1,"dimensions":-1}`: "dimensions",
 	} {
@@ -127,9 +155,9 @@ func TestEmbeddings(t *testing.T) {
 }
 
 // referenceHidden is a fresh CPU executor on the test server's model and
-// a function giving, from one step on it, the hidden row of a text's last
-// token (what the server embeds).
-func referenceHidden(t *testing.T, ts *testServer) (*cpuexec.Executor, func(text string) []float32) {
+// a function giving, from one step on it, the hidden row of a prompt's
+// last token (what the server embeds).
+func referenceHidden(t *testing.T, ts *testServer) (*cpuexec.Executor, func(ids []int) []float32) {
 	t.Helper()
 	pool := tensor.NewPool(1)
 	t.Cleanup(pool.Close)
@@ -137,8 +165,7 @@ func referenceHidden(t *testing.T, ts *testServer) (*cpuexec.Executor, func(text
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ref, func(text string) []float32 {
-		ids := ts.m.Tokenizer.Encode(text, true)
+	return ref, func(ids []int) []float32 {
 		b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: ids, Blocks: []int{0, 1, 2, 3}, NumLogits: 1}}, Hidden: true}
 		if _, err := ref.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
 			t.Fatal(err)

@@ -58,12 +58,12 @@ func (s *Server) score(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, e)
 		return
 	}
-	first, _, e := s.parsePrompt("text_1", req.Text1)
+	first, _, e := s.parsePrompt("text_1", req.Text1, true)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	second, _, e := s.parsePrompt("text_2", req.Text2)
+	second, _, e := s.parsePrompt("text_2", req.Text2, true)
 	if e != nil {
 		writeError(w, e)
 		return

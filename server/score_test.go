@@ -13,8 +13,9 @@ import (
 // naming the field.
 func TestScore(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
-	_, hidden := referenceHidden(t, ts)
 	tok := ts.m.Tokenizer
+	_, hiddenIDs := referenceHidden(t, ts)
+	hidden := func(text string) []float32 { return hiddenIDs(tok.Encode(text, true)) }
 	texts := []string{"Once upon a time", "The cat sat on the mat.", "Lily loved to play outside in the park.", "Once upon a time"}
 	cos := func(a, b string) float64 {
 		x, y := hidden(a), hidden(b)
@@ -92,7 +93,8 @@ func TestScore(t *testing.T) {
 // the first top_n of them; bad requests get a 400 naming the field.
 func TestRerank(t *testing.T) {
 	ts := newTestServer(t, serverOpts{})
-	_, hidden := referenceHidden(t, ts)
+	_, hiddenIDs := referenceHidden(t, ts)
+	hidden := func(text string) []float32 { return hiddenIDs(ts.m.Tokenizer.Encode(text, true)) }
 	query := "Once upon a time"
 	docs := []string{"The cat sat on the mat.", "Once upon a time", "Lily loved to play outside in the park.", "The dog ran."}
 	q := hidden(query)
