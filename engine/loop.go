@@ -293,7 +293,8 @@ type Engine struct {
 	batch      forward.Batch
 	taken      [][]int         // per sequence: accepted drafts, then the sampled token
 	promptRows []int           // per sequence: logits rows for prompt log-probabilities
-	lives      []*live         // per sequence: its request, nil if it had ended
+	lives      []*live         // per sequence: its request, nil if it has ended
+	forgotten  int             // requests forgotten so far: lives holds when it has not moved
 	tokBuf     []int           // backs taken
 	results    []sample.Result // per logits row
 	jobs       []sampleJob
@@ -319,9 +320,8 @@ type live struct {
 	scheduled time.Time // first scheduled (queue time ends)
 	first     time.Time
 	last      time.Time
-	tokens    int  // completion tokens so far
-	cached    int  // prompt tokens served from the prefix cache
-	gone      bool // forgotten: no longer in Engine.reqs
+	tokens    int // completion tokens so far
+	cached    int // prompt tokens served from the prefix cache
 	// Prompt log-probabilities (Request.PromptLogprobs): those of prompt
 	// tokens [1, len(promptLP]+1) are known.
 	promptLP []sample.Result
@@ -914,7 +914,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	e.mu.Lock()
 	for i, s := range step.Seqs {
 		l, ok := e.reqs[s.ID]
-		lives[i] = l // looked up once: a request that ends meanwhile is gone
+		lives[i] = l
 		if ok && l.scheduled.IsZero() {
 			l.scheduled, l.cached = start, s.Pos // a first chunk starts after its prefix-cache hits
 		}
@@ -932,6 +932,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 			e.batch.Hidden, onDevice = true, false
 		}
 	}
+	forgotten := e.forgotten
 	e.mu.Unlock()
 	batch := &e.batch
 	defer func() { batch.Hidden = false }()
@@ -959,6 +960,11 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.forgotten != forgotten { // a request left during the step (aborted, or handed off and back): look them up again
+		for i, s := range step.Seqs {
+			lives[i] = e.reqs[s.ID]
+		}
+	}
 	if err != nil {
 		for _, s := range step.Seqs {
 			e.fail(s.ID, err)
@@ -979,7 +985,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	var prompts []promptJob
 	for i, s := range step.Seqs {
 		l := lives[i]
-		ok := l != nil && !l.gone
+		ok := l != nil
 		if n := promptRows[i]; n > 0 {
 			if ok {
 				prompts = append(prompts, l.promptJob(logits[row*vocab:(row+n)*vocab], n))
@@ -1261,10 +1267,8 @@ func (e *Engine) drainTerminal() {
 }
 
 func (e *Engine) forget(id string) {
-	if l := e.reqs[id]; l != nil {
-		l.gone = true
-	}
 	delete(e.reqs, id)
+	e.forgotten++
 	if len(e.reqs) == 0 {
 		close(e.idle)
 		e.idle = make(chan struct{})
