@@ -1,9 +1,13 @@
 package structured
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gearboxlm/gearbox/tokenizer"
 )
 
 // benchPieces is a synthetic vocabulary of Llama 3's size (128,256):
@@ -107,10 +111,13 @@ func BenchmarkGrammarMask(b *testing.B) {
 		m.gm.accept([]byte(prefix))
 		return m
 	}
+	v.subtrees() // once per vocabulary (BenchmarkVocabSubtrees)
 	for _, c := range []struct{ name, prefix string }{{"string", `{"key": "some text`}, {"value", `{"key": `}} {
 		b.Run(c.name+"/cold", func(b *testing.B) {
+			i := 0
 			for b.Loop() {
-				f, err := Grammar(jsonGBNF)
+				i++ // a grammar of its own each time, so its tables start empty
+				f, err := Grammar(jsonGBNF + fmt.Sprintf("\nunused%d ::= \"x\"", i))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -125,6 +132,49 @@ func BenchmarkGrammarMask(b *testing.B) {
 				m.Mask(logits)
 			}
 			b.ReportMetric(float64(len(pieces))/(b.Elapsed().Seconds()/float64(b.N))/1e6, "Mtokens/s")
+		})
+	}
+}
+
+// BenchmarkVocabSubtrees is the one-time arrangement of a 128,256-token
+// vocabulary's trie for grammar masks (Vocab.subtrees).
+func BenchmarkVocabSubtrees(b *testing.B) {
+	pieces := benchPieces(128256)
+	for b.Loop() {
+		b.StopTimer()
+		v := NewVocab(pieces, func(int) bool { return false }, []int{0})
+		b.StartTimer()
+		v.subtrees()
+	}
+	b.ReportMetric(float64(len(NewVocab(pieces, func(int) bool { return false }, []int{0}).label)), "nodes")
+}
+
+// BenchmarkGrammarMaskLlama3 is BenchmarkGrammarMask's cold masks on Llama
+// 3's real 128,256-token vocabulary (run tokenizer/testdata/fetch.sh
+// first; skipped without it): inside a string, and inside a string
+// nested in an array, each state searched for the first time.
+func BenchmarkGrammarMaskLlama3(b *testing.B) {
+	dir := filepath.Join("..", "tokenizer", "testdata", "npm", "node_modules", "@lenml", "tokenizer-llama3", "models")
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		b.Skipf("no Llama 3 tokenizer (run tokenizer/testdata/fetch.sh): %v", err)
+	}
+	v := TokenizerVocab(tok, []int{0})
+	v.subtrees()
+	logits := make([]float32, tok.VocabSize())
+	for _, c := range []struct{ name, prefix string }{{"string", `{"key": "some text`}, {"nested-string", `{"a": [{"b": "x`}} {
+		b.Run(c.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				f, err := Grammar(jsonGBNF + fmt.Sprintf("\nunused%d ::= \"x\"", i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				m := v.Matcher(f)
+				m.gm.accept([]byte(c.prefix))
+				m.Mask(logits)
+			}
 		})
 	}
 }

@@ -56,6 +56,20 @@ func (e *gElem) matches(c rune) bool {
 	return e.overlaps(c, c)
 }
 
+// takesAll reports whether every character in lo..hi is one the element
+// takes.
+func (e *gElem) takesAll(lo, hi rune) bool {
+	for i := 0; i < len(e.ranges); i += 2 {
+		if e.neg && e.ranges[i] <= hi && lo <= e.ranges[i+1] {
+			return false // a range the element refuses meets lo..hi
+		}
+		if !e.neg && e.ranges[i] <= lo && hi <= e.ranges[i+1] {
+			return true // ranges are merged: one holds all of lo..hi or none does
+		}
+	}
+	return e.neg
+}
+
 // overlaps reports whether some character in lo..hi is one the element
 // takes.
 func (e *gElem) overlaps(lo, hi rune) bool {

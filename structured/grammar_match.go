@@ -42,6 +42,13 @@ type gset struct {
 	next   map[rune]*gset // the other characters'
 	mask   []uint64       // the token mask from this set over maskOf, once searched
 	maskOf *Vocab
+	loops  [2]uint64 // bit b: byte b < 128 leads back to this set (loopsOf)
+	looped bool      // loops is known
+	// Where every top takes all characters past ASCII or none (a
+	// string's body does), they all lead to one state: wideNext, once
+	// stepped (wideOnce).
+	wide     int8 // 0 unknown, 1 uniform, -1 not
+	wideNext *gset
 }
 
 // deadSet marks a memoized step to no state.
@@ -177,9 +184,12 @@ func (g *grammar) set(done bool) *gset {
 // step is the state after character c from s; nil when c cannot come.
 func (g *grammar) step(s *gset, c rune) *gset {
 	var n *gset
-	if c < 128 {
+	switch {
+	case c < 128:
 		n = s.ascii[c]
-	} else {
+	case g.wideUniform(s):
+		n = s.wideNext
+	default:
 		n = s.next[c]
 	}
 	switch n {
@@ -190,6 +200,24 @@ func (g *grammar) step(s *gset, c rune) *gset {
 	}
 	return n
 }
+
+// wideUniform reports whether every top of s takes all characters past
+// ASCII or none, so that they all step s alike.
+func (g *grammar) wideUniform(s *gset) bool {
+	if s.wide == 0 {
+		s.wide = 1
+		for _, f := range s.tops {
+			if e := &g.elems[f.pos]; e.overlaps(0x80, maxRune) && !e.takesAll(0x80, maxRune) {
+				s.wide = -1
+				break
+			}
+		}
+	}
+	return s.wide > 0
+}
+
+// maxRune is the largest character a grammar steps through.
+const maxRune = 0x10FFFF
 
 // stepNew computes and memoizes step(s, c).
 func (g *grammar) stepNew(s *gset, c rune) *gset {
@@ -209,9 +237,12 @@ func (g *grammar) stepNew(s *gset, c rune) *gset {
 	if n == nil {
 		memo = deadSet
 	}
-	if c < 128 {
+	switch {
+	case c < 128:
 		s.ascii[c] = memo
-	} else {
+	case g.wideUniform(s):
+		s.wideNext = memo
+	default:
 		s.next[c] = memo
 	}
 	return n
@@ -277,7 +308,35 @@ func (m *grammarMatch) mask(v *Vocab, allowed []bool) {
 	}
 }
 
+// loopsOf is the set of ASCII bytes that lead from s back to s, the
+// characters a repetition such as a string's body takes without end.
+func (g *grammar) loopsOf(s *gset) [2]uint64 {
+	if !s.looped {
+		for b := range rune(128) {
+			if g.step(s, b) == s {
+				s.loops[b/64] |= 1 << (b % 64)
+			}
+		}
+		s.looped = true
+	}
+	return s.loops
+}
+
+// search marks the tokens below node that st takes. A subtree whose
+// bytes are all ASCII ones that lead from st's set back to it is taken
+// whole, without stepping through it: inside a string that is most of
+// the vocabulary.
 func (g *grammar) search(v *Vocab, allowed []bool, node int32, st grammarState) {
+	if st.dec.cont == 0 {
+		sub := v.subtrees()
+		loops := g.loopsOf(st.set)
+		if below := sub.below[node]; !sub.wide[node] && below[0]&^loops[0] == 0 && below[1]&^loops[1] == 0 {
+			for _, id := range sub.order[sub.first[node]:sub.end[node]] {
+				allowed[id] = true
+			}
+			return
+		}
+	}
 	for id := v.tokHead[node]; id >= 0; id = v.tokNext[id] {
 		allowed[id] = true
 	}

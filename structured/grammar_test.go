@@ -57,6 +57,13 @@ var regularGrammars = []struct{ grammar, regex string }{
 	{`root ::= "" | "a" root`, `a*`},
 	{`root ::= [\]\-\\^] "\x41\u00e9\"\n"`, `[\]\-\\^]Aé"\n`},
 	{`root ::= ("ab"){1,3} [^\n]`, `(ab){1,3}[^\n]`},
+	// Characters past ASCII taken all alike (a string's body) or not;
+	// each ends on a character randomWalk closes with.
+	{`root ::= [^"]* "\""`, `[^"]*"`},
+	{`root ::= [^"é]* "\""`, `[^"é]*"`},
+	{`root ::= [\u0080-\U0010FFFF]+ "}"`, `[\x{80}-\x{10FFFF}]+\}`},
+	{`root ::= ([^"] | "日" "x")* "\""`, `([^"]|日x)*"`},
+	{`root ::= [^a]* "\"" | [\u0080-\U0010FFFF]* "}"`, `[^a]*"|[\x{80}-\x{10FFFF}]*\}`},
 }
 
 // derives is a recognizer independent of grammarMatch over the compiled

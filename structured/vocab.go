@@ -40,6 +40,67 @@ type Vocab struct {
 		once sync.Once
 		ids  []int32
 	}
+	sub subtrees // built on first use (subtrees)
+}
+
+// subtrees describe what lies below each trie node, for searches that
+// can take a whole subtree at once: order holds the token ids in
+// depth-first order, so node i's subtree's tokens are
+// order[first[i]:end[i]]; below[i] has bit b set when byte b < 128 labels
+// an edge below node i, and wide[i] when a byte ≥ 128 does.
+type subtrees struct {
+	once       sync.Once
+	order      []int32
+	first, end []int32
+	below      [][2]uint64
+	wide       []bool
+}
+
+// subtrees builds v.sub on first use.
+func (v *Vocab) subtrees() *subtrees {
+	t := &v.sub
+	t.once.Do(func() {
+		n := len(v.label)
+		t.first, t.end, t.below, t.wide = make([]int32, n), make([]int32, n), make([][2]uint64, n), make([]bool, n)
+		t.order = make([]int32, 0, v.size)
+		// Children have higher indices than their parents (NewVocab adds a
+		// node after its parent), so a pass from the last node up meets
+		// every child before its parent.
+		for i := n - 1; i >= 0; i-- {
+			for c := v.child[i]; c >= 0; c = v.sibling[c] {
+				if b := v.label[c]; b < 128 {
+					t.below[i][b/64] |= 1 << (b % 64)
+				} else {
+					t.wide[i] = true
+				}
+				t.below[i][0] |= t.below[c][0]
+				t.below[i][1] |= t.below[c][1]
+				t.wide[i] = t.wide[i] || t.wide[c]
+			}
+		}
+		type frame struct{ node, next int32 } // next: the child to visit next
+		stack := []frame{{0, v.child[0]}}
+		t.first[0] = 0
+		for id := v.tokHead[0]; id >= 0; id = v.tokNext[id] {
+			t.order = append(t.order, id)
+		}
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			c := top.next
+			if c < 0 {
+				t.end[top.node] = int32(len(t.order))
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			top.next = v.sibling[c]
+			t.first[c] = int32(len(t.order))
+			for id := v.tokHead[c]; id >= 0; id = v.tokNext[id] {
+				t.order = append(t.order, id)
+			}
+			stack = append(stack, frame{c, v.child[c]})
+		}
+	})
+	return t
 }
 
 // NewVocab arranges a vocabulary: pieces[id] is the text token id adds

@@ -84,7 +84,7 @@ func TestMatcherWalks(t *testing.T) {
 // It returns the text.
 func randomWalk(t *testing.T, v *Vocab, pieces []string, f *Format, r *rand.Rand, free int) string {
 	t.Helper()
-	closing := []string{"</s>", `"`, "}", "]", ":", ",", "0"}
+	closing := []string{"</s>", `"`, "}", "]", ":", ",", "0", ")"}
 	m := v.Matcher(f)
 	var text strings.Builder
 	for step := 0; ; step++ {
