@@ -20,8 +20,10 @@ import (
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/cpuexec"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/model/builtin"
+	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/slo"
@@ -48,6 +50,18 @@ type serverOpts struct {
 	store      int // ResponsesStore
 	tiers      *slo.Set
 	health     func() error
+	stepDelay  time.Duration // added to every step, to keep a request running
+}
+
+// slowExec is the CPU executor with every step taking delay longer.
+type slowExec struct {
+	*cpuexec.Executor
+	delay time.Duration
+}
+
+func (x slowExec) Step(ctx context.Context, b *forward.Batch, p parallel.Placement) ([]float32, error) {
+	time.Sleep(x.delay)
+	return x.Executor.Step(ctx, b, p)
 }
 
 // newTestServer serves the built-in model on a loopback httptest server.
@@ -70,7 +84,11 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		o.sched.MaxNumBatchedTokens = 512
 	}
 	o.sched.EnablePrefixCaching = true
-	eng, err := engine.NewEngine(engine.Options{Exec: exec, Tokenizer: m.Tokenizer, EOS: m.EOS(), Observer: metrics, Sched: o.sched})
+	var runner engine.Runner = exec
+	if o.stepDelay > 0 {
+		runner = slowExec{exec, o.stepDelay}
+	}
+	eng, err := engine.NewEngine(engine.Options{Exec: runner, Tokenizer: m.Tokenizer, EOS: m.EOS(), Observer: metrics, Sched: o.sched})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -864,7 +882,9 @@ func TestDrain(t *testing.T) {
 // the KV cache's geometry; while a streaming request runs it counts as
 // running and holds KV blocks under both names.
 func TestGatewayMetrics(t *testing.T) {
-	ts := newTestServer(t, serverOpts{blocks: 64})
+	// Steps of 5 ms keep the 400-token request below running while the
+	// metrics are scraped (at full speed it could end first).
+	ts := newTestServer(t, serverOpts{blocks: 64, stepDelay: 5 * time.Millisecond})
 	check := func(wantRunning float64) map[string]float64 {
 		t.Helper()
 		m := scrapeMetrics(t, ts.URL)
