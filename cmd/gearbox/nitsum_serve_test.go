@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -200,5 +201,58 @@ func TestNitsumMetrics(t *testing.T) {
 	}
 	if p := got["gearbox:nitsum_migration_pause_seconds_total"]; p <= 0 || p != cl.Stats().Pause.Seconds() {
 		t.Errorf("pause %v s, the runtime's %v", p, cl.Stats().Pause)
+	}
+}
+
+// TestServeNitsumEmbeddings: under --policy nitsum, with prefill
+// instances handing requests to decode instances and colocated, an
+// embedding request ends on the
+// instance that computed its prompt (nothing to hand to a decode
+// instance) with the vector one engine gives, and generations around it
+// still get the model's text.
+func TestServeNitsumEmbeddings(t *testing.T) {
+	embed := func(url string) []float64 {
+		t.Helper()
+		resp, err := http.Post(url+"/v1/embeddings", "application/json", strings.NewReader(`{"model":"stories260K","input":["Once upon a time","The cat sat"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Data []struct{ Embedding []float64 }
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Data) != 2 {
+			t.Fatalf("embeddings: status %d, %v, %+v", resp.StatusCode, err, out)
+		}
+		return append(out.Data[0].Embedding, out.Data[1].Embedding...)
+	}
+	want := embed(startInProcess(t))
+	tiers := filepath.Join(t.TempDir(), "tiers.json")
+	if err := os.WriteFile(tiers, []byte(`[{"name": "strict", "ttft_ms": 2000, "tpot_ms": 500, "default": true}, {"name": "loose", "ttft_ms": 5000, "tpot_ms": 1000}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, colocate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("colocate=%v", colocate), func(t *testing.T) {
+			url := startInProcess(t, "--plan", "tp=4", "--policy", "nitsum", "--slo-tiers", tiers, fmt.Sprintf("--nitsum-colocate=%v", colocate), "--nitsum-window", "20ms")
+			for round := range 3 {
+				got := embed(url)
+				for i := range want {
+					if math.Abs(got[i]-want[i]) > 1e-5 {
+						t.Fatalf("round %d: value %d is %g, one engine %g", round, i, got[i], want[i])
+					}
+				}
+				resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out struct{ Choices []struct{ Text string } }
+				err = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if err != nil || len(out.Choices) != 1 || out.Choices[0].Text != ", there was a little girl named Lily. She loved to play" {
+					t.Fatalf("round %d: completion %+v, %v", round, out, err)
+				}
+			}
+			t.Logf("hand-offs %v", scrape(t, url, "gearbox:nitsum_handoffs_total"))
+		})
 	}
 }

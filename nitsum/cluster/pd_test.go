@@ -1,10 +1,18 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/nitsum"
+	"github.com/gearboxlm/gearbox/parallel"
 )
 
 // pdLayout is prefill instances of the degrees pre then decode instances
@@ -62,5 +70,71 @@ func TestPrefillDecode(t *testing.T) {
 			}
 			t.Logf("%d handed off, %d KV bytes", st.HandedOff, st.HandoffBytes)
 		})
+	}
+}
+
+// TestPrefillDecodeEmbeddings: an embedding request on a prefill instance
+// ends there with its prompt's last hidden row (one rank's), never handed
+// to a decode instance, while the generations beside it are handed off
+// and keep their single-rank tokens; the dispatcher holds nothing after.
+func TestPrefillDecodeEmbeddings(t *testing.T) {
+	m := loadTiny(t)
+	reqs := requests(4, 6, m.cfg.Vocab)
+	want := reference(t, reqs)
+	prompt := fixture.Tokens(900, 9, m.cfg.Vocab)
+	x, err := cpuexec.NewExecutor(m.cfg, m.w, cpuexec.Options{BlockSize: 4, NumBlocks: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &forward.Batch{Seqs: []forward.SeqBatch{{Tokens: prompt, Blocks: []int{0, 1, 2}, NumLogits: 1}}, Hidden: true}
+	if _, err := x.Step(context.Background(), b, parallel.Standard(parallel.Single)); err != nil {
+		t.Fatal(err)
+	}
+	wantHidden := slices.Clone(x.Hidden())
+
+	c := newCluster(t, 4, pdLayout([]int{2}, []int{1, 1}), true, nil)
+	d := &driven{c: c}
+	st, err := c.Submit(engine.Request{ID: "embed", Prompt: prompt, Embed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reqs {
+		d.submit(t, r)
+	}
+	var got []float32
+	finals := 0
+	for range 200 {
+		if _, err := c.Iterate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		d.drain(t)
+		for {
+			ev, ok := st.TryRecv()
+			if !ok {
+				break
+			}
+			if ev.Finish != "" {
+				finals++
+				if ev.Finish != engine.FinishStop {
+					t.Fatalf("embedding request finished %s: %v", ev.Finish, ev.Err)
+				}
+				got = ev.Embedding
+			}
+		}
+		if finals > 0 && !slices.Contains(d.finals, 0) {
+			break
+		}
+	}
+	if finals != 1 || len(got) != len(wantHidden) {
+		t.Fatalf("embedding request: %d final events, %d values (want 1, %d)", finals, len(got), len(wantHidden))
+	}
+	for i := range got {
+		if diff := math.Abs(float64(got[i] - wantHidden[i])); diff > 1e-4*math.Max(1, math.Abs(float64(wantHidden[i]))) {
+			t.Fatalf("value %d is %g, one rank %g", i, got[i], wantHidden[i])
+		}
+	}
+	d.check(t, want)
+	if st := c.Stats(); st.HandedOff != int64(len(reqs)) {
+		t.Errorf("%d handed off, want the %d generations", st.HandedOff, len(reqs))
 	}
 }
