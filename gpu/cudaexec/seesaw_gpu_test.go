@@ -4,8 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 )
@@ -135,10 +137,11 @@ func BenchmarkSeesawTransition(b *testing.B) {
 // BenchmarkSeesawSwapInBesideDecode measures Seesaw's prefetch overlap on
 // the device: decode steps of 8 sequences with 512 tokens of context
 // under tp=2 (prefilled under pp=2, then a transition), launched one
-// kernel at a time (eager) and replayed from CUDA graphs (graphs), alone
-// and while swap-ins of 256 other blocks (4096 tokens) run back to back
-// beside them on the side stream. It reports ms/step and, beside, the
-// swap-in GB/s reached meanwhile.
+// kernel at a time (eager) and replayed from CUDA graphs (graphs), alone,
+// while swap-ins of 256 other blocks (4096 tokens) run back to back
+// beside them on the side stream, and while only the swaps' host-to-
+// device copies do. It reports ms/step and, beside, the host-to-device
+// GB/s reached meanwhile.
 func BenchmarkSeesawSwapInBesideDecode(b *testing.B) {
 	for _, eager := range []bool{true, false} {
 		b.Run(map[bool]string{true: "eager", false: "graphs"}[eager], func(b *testing.B) {
@@ -168,10 +171,30 @@ func besideDecode(b *testing.B, x *Executor, pl []parallel.Placement) {
 	for range 3 {
 		step(b)
 	}
-	for _, beside := range []bool{false, true} {
-		b.Run(map[bool]string{false: "alone", true: "beside-swap-in"}[beside], func(b *testing.B) {
+	// Beside the steps: nothing, whole swap-ins, or only their host-to-
+	// device copies (the stage's 4 MiB pieces on the side stream, no
+	// packing, no device copies): where the copies alone slow the steps
+	// as much, the copy engine or the link is what they share.
+	h2d := func() (int64, error) {
+		if err := x.do(func() error {
+			if err := x.allocSwapStage(); err != nil {
+				return err
+			}
+			for off := int64(0); off < x.stageBytes; off += sideCopyBytes {
+				if err := x.ops.sideToDevice(x.stageDev+cuda.DevicePtr(off), unsafe.Pointer(&x.stageHost.buf[off]), min(sideCopyBytes, x.stageBytes-off)); err != nil {
+					return err
+				}
+			}
+			return x.ops.sideMark()
+		}); err != nil {
+			return 0, err
+		}
+		return x.stageBytes, x.sideWait()
+	}
+	for _, mode := range []string{"alone", "beside-swap-in", "beside-copies"} {
+		b.Run(mode, func(b *testing.B) {
 			stop, done := make(chan struct{}), make(chan int64, 1)
-			if beside {
+			if mode != "alone" {
 				go func() {
 					var n int64
 					defer func() { done <- n }()
@@ -181,7 +204,13 @@ func besideDecode(b *testing.B, x *Executor, pl []parallel.Placement) {
 							return
 						default:
 						}
-						m, err := x.SwapIn(ctx, swaps)
+						var m int64
+						var err error
+						if mode == "beside-swap-in" {
+							m, err = x.SwapIn(ctx, swaps)
+						} else {
+							m, err = h2d()
+						}
 						if err != nil {
 							b.Error(err)
 							return
@@ -196,10 +225,10 @@ func besideDecode(b *testing.B, x *Executor, pl []parallel.Placement) {
 			}
 			elapsed := time.Since(start)
 			b.ReportMetric(float64(elapsed.Microseconds())/1e3/float64(b.N), "ms/step")
-			if beside {
+			if mode != "alone" {
 				close(stop)
-				n := <-done // the swap-in in flight ends first
-				b.ReportMetric(float64(n)/time.Since(start).Seconds()/1e9, "swap-in-GB/s")
+				n := <-done // the copies in flight end first
+				b.ReportMetric(float64(n)/time.Since(start).Seconds()/1e9, "host-to-device-GB/s")
 			}
 		})
 	}
