@@ -94,14 +94,14 @@ func (s *Server) score(w http.ResponseWriter, r *http.Request, body []byte) {
 // rerankRequest is the rerank request of Jina's and Cohere's APIs as vLLM
 // serves it (POST /rerank, /v1/rerank, /v2/rerank).
 type rerankRequest struct {
-	Model           string          `json:"model"`
-	Query           json.RawMessage `json:"query"`
-	Documents       []string        `json:"documents"`
-	TopN            int             `json:"top_n"`
-	ReturnDocuments *bool           `json:"return_documents"`
-	Truncate        *int            `json:"truncate_prompt_tokens"`
-	User            string          `json:"user"`
-	Priority        int             `json:"priority"`
+	Model           string            `json:"model"`
+	Query           json.RawMessage   `json:"query"`
+	Documents       []json.RawMessage `json:"documents"` // strings, or Jina's {"text": ...}
+	TopN            int               `json:"top_n"`
+	ReturnDocuments *bool             `json:"return_documents"`
+	Truncate        *int              `json:"truncate_prompt_tokens"`
+	User            string            `json:"user"`
+	Priority        int               `json:"priority"`
 }
 
 var rerankFields = knownFields("model", "query", "documents", "top_n", "return_documents", "truncate_prompt_tokens", "user", "priority")
@@ -159,12 +159,23 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	prompts := [][]int{s.opts.Tokenizer.Encode(query, true)}
-	for i, d := range req.Documents {
-		if d == "" {
+	docs := make([]string, len(req.Documents))
+	for i, raw := range req.Documents {
+		var obj struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(raw, &docs[i]) != nil && (json.Unmarshal(raw, &obj) != nil || obj.Text == nil) {
+			writeError(w, invalid("documents", `document %d must be a string or {"text": "..."}`, i))
+			return
+		}
+		if obj.Text != nil {
+			docs[i] = *obj.Text
+		}
+		if docs[i] == "" {
 			writeError(w, invalid("documents", "document %d is empty", i))
 			return
 		}
-		prompts = append(prompts, s.opts.Tokenizer.Encode(d, true))
+		prompts = append(prompts, s.opts.Tokenizer.Encode(docs[i], true))
 	}
 	field := func(i int) (string, int) {
 		if i == 0 {
@@ -178,7 +189,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	resp := rerankResponse{ID: s.newID("rerank"), Model: req.Model, Usage: rerankUsage{TotalTokens: u.TotalTokens}}
-	for i, d := range req.Documents {
+	for i, d := range docs {
 		res := rerankResult{Index: i, RelevanceScore: cosine(vecs[0], vecs[1+i])}
 		if req.ReturnDocuments == nil || *req.ReturnDocuments {
 			res.Document = &rerankDocument{Text: d}

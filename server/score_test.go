@@ -128,8 +128,13 @@ func TestRerank(t *testing.T) {
 			t.Fatalf("%s: the query's own text is not first with score 1: %+v", path, resp.Results[0])
 		}
 	}
+	// Jina's document objects score as their text.
+	status, resp, data := post("/v1/rerank", `{"model":"stories260K","query":"Once upon a time","documents":[{"text":"The dog ran."},"Once upon a time"]}`)
+	if status != 200 || len(resp.Results) != 2 || resp.Results[0].Index != 1 || resp.Results[1].Document.Text != "The dog ran." || math.Abs(resp.Results[1].RelevanceScore-want[3]) > 1e-6 {
+		t.Fatalf("document objects: %d %s", status, data)
+	}
 	body, _ = json.Marshal(map[string]any{"model": "stories260K", "query": query, "documents": docs, "top_n": 2, "return_documents": false})
-	status, resp, data := post("/v1/rerank", string(body))
+	status, resp, data = post("/v1/rerank", string(body))
 	if status != 200 || len(resp.Results) != 2 || resp.Results[0].Document != nil {
 		t.Fatalf("top_n 2 without documents: %d %s", status, data)
 	}
