@@ -206,7 +206,7 @@ func (e *Executor) check(p parallel.Placement) error {
 func (e *Executor) hold(p parallel.Placement) {
 	ep := &execPlacement{placement: p}
 	for r := range p.Coords {
-		ep.shards = append(ep.shards, parallel.NewShard(e.cfg, e.w, p, r))
+		ep.shards = append(ep.shards, parallel.NewShard(e.pool, e.cfg, e.w, p, r))
 	}
 	e.held[p.Name] = ep
 	e.order = append(e.order, p.Name)

@@ -361,7 +361,7 @@ func TestLowPrecisionUnalignedTP(t *testing.T) {
 	if !slices.Equal(one, two) {
 		t.Fatalf("tp=2 greedy %v, one rank %v", two, one)
 	}
-	sh := parallel.NewShard(m.Config, m.Weights, parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2}), 1)
+	sh := parallel.NewShard(nil, m.Config, m.Weights, parallel.Standard(parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2}), 1)
 	if n, k := sh.Layers[0].WDown.Shape(); n != 64 || k != 86 || sh.Layers[0].WDown.DType() != tensor.Q8_0 {
 		t.Fatalf("rank 1's down_proj is %d×%d %v", n, k, sh.Layers[0].WDown.DType())
 	}
@@ -411,7 +411,7 @@ func TestLowPrecisionTransitions(t *testing.T) {
 				}
 				assertKVEqual(t, "pp=2 → tp=2", globalKV(e), before)
 				for r := range tp.Coords {
-					want := parallel.NewShard(cfg, m.Weights, tp, r)
+					want := parallel.NewShard(nil, cfg, m.Weights, tp, r)
 					got := e.held[tp.Name].shards[r]
 					for _, p := range tp.Pieces(cfg, r) {
 						if p.Tensor == parallel.TKV {

@@ -128,7 +128,7 @@ func TestTransitionPPToTP(t *testing.T) {
 	}
 	assertKVEqual(t, "pp=2 → tp=2", globalKV(e), before)
 	for r := range tp.Coords {
-		want := parallel.NewShard(cfg, l.m.Weights, tp, r)
+		want := parallel.NewShard(nil, cfg, l.m.Weights, tp, r)
 		got := e.held[tp.Name].shards[r]
 		for _, p := range tp.Pieces(cfg, r) {
 			if p.Tensor == parallel.TKV {

@@ -91,7 +91,7 @@ func (e *Executor) transition(ctx context.Context, to parallel.Placement, moveKV
 		}
 		for r := range to.Coords {
 			if cut {
-				dst.shards = append(dst.shards, parallel.NewShard(e.cfg, e.w, to, r))
+				dst.shards = append(dst.shards, parallel.NewShard(e.pool, e.cfg, e.w, to, r))
 			} else {
 				dst.shards = append(dst.shards, parallel.NewEmptyShard(e.cfg, e.w, to, r))
 			}

@@ -50,20 +50,21 @@ type LayerShard struct {
 // NewShard cuts global rank r's weights out of w under placement l: each
 // of its pieces (Placement.Pieces) is a view of w where it takes whole
 // rows, a copy where it takes some columns (o and down under TP), in w's
-// formats (see tensor.Weights.Cols for Q8_0 columns).
-func NewShard(cfg *model.Config, w *model.Weights, l Placement, r int) *Shard {
+// formats (see tensor.Weights.Cols for Q8_0 columns). The pool p (nil:
+// inline) splits the copies' rows.
+func NewShard(p *tensor.Pool, cfg *model.Config, w *model.Weights, l Placement, r int) *Shard {
 	s := newShardSpans(cfg, l, r)
-	for _, p := range l.Pieces(cfg, r) {
-		if p.Tensor == TKV {
+	for _, pc := range l.Pieces(cfg, r) {
+		if pc.Tensor == TKV {
 			continue
 		}
-		s.eachLayer(p, func(layer int) {
-			if p.Tensor.Matrix() {
-				m := HostMatrix(w, p.Tensor, layer)
-				*s.MatSlot(p.Tensor, layer) = m.Rows(p.Rows.Lo, p.Rows.Hi).Cols(nil, p.Cols.Lo, p.Cols.Hi)
+		s.eachLayer(pc, func(layer int) {
+			if pc.Tensor.Matrix() {
+				m := HostMatrix(w, pc.Tensor, layer)
+				*s.MatSlot(pc.Tensor, layer) = m.Rows(pc.Rows.Lo, pc.Rows.Hi).Cols(p, pc.Cols.Lo, pc.Cols.Hi)
 				return
 			}
-			*s.Slot(p.Tensor, layer) = HostVector(w, p.Tensor, layer)[p.Rows.Lo:p.Rows.Hi]
+			*s.Slot(pc.Tensor, layer) = HostVector(w, pc.Tensor, layer)[pc.Rows.Lo:pc.Rows.Hi]
 		})
 	}
 	s.tieLMHead(cfg)

@@ -191,7 +191,7 @@ func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for r := range base.Coords {
 		rb := rankBytes{Rank: r, Coord: base.Coords[r], HeadChunk: base.Chunk(r),
-			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(cfg, w, base, r).Bytes(),
+			WeightBytes: 4 * base.WeightElems(cfg, r), ResidentBytes: parallel.NewShard(nil, cfg, w, base, r).Bytes(),
 			KVBytesPerToken: elem * base.KVElemsPerToken(cfg, r)}
 		if pooled {
 			slots := par.sidpSlotsFor(pol)

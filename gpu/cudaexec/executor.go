@@ -390,7 +390,7 @@ func (e *Executor) loadShards(w *model.Weights, put func(parts ...*tensor.Weight
 		}
 		dl := &devLayout{layout: l}
 		for r := range l.Coords {
-			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(cfg, w, l, r), cfg.HeadDim, put))
+			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(e.pool, cfg, w, l, r), cfg.HeadDim, put))
 		}
 		e.layouts[l.Name] = dl
 	}

@@ -157,7 +157,7 @@ func TestHeadsAllToAll(t *testing.T) {
 			dl := &devLayout{layout: l}
 			const nl, d = 3, 4
 			for r := range l.Coords {
-				sh := parallel.NewShard(cfg, w, l, r)
+				sh := parallel.NewShard(nil, cfg, w, l, r)
 				ds := &devShard{spans: sh}
 				ds.qs, ds.ks = (sh.Slice.QHi-sh.Slice.QLo)*d, (sh.Slice.KVHi-sh.Slice.KVLo)*d
 				ds.qc, ds.kc = (sh.Chunk.QHi-sh.Chunk.QLo)*d, (sh.Chunk.KVHi-sh.Chunk.KVLo)*d

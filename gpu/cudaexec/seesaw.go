@@ -255,7 +255,7 @@ func (e *Executor) transition(from, to parallel.Placement, moves []parallel.Move
 		}
 		dl := &devLayout{layout: p}
 		for r := range p.Coords {
-			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(e.cfg, e.w, p, r), e.cfg.HeadDim, up.put))
+			dl.shards = append(dl.shards, newDevShard(parallel.NewShard(e.pool, e.cfg, e.w, p, r), e.cfg.HeadDim, up.put))
 		}
 		e.layouts[p.Name] = dl
 	}

@@ -45,7 +45,7 @@ func WeightRule(cfg *model.Config, w *model.Weights, tps []int) (Rule, error) {
 	if len(tps) == 0 {
 		return Rule{}, errors.New("cluster: the profile lists no TP degree")
 	}
-	full := parallel.NewShard(cfg, w, parallel.Standard(parallel.Single), 0).Bytes()
+	full := parallel.NewShard(nil, cfg, w, parallel.Standard(parallel.Single), 0).Bytes()
 	var cols int64
 	for l := range cfg.Layers {
 		cols += int64(parallel.HostMatrix(w, parallel.TWO, l).Bytes()) + int64(parallel.HostMatrix(w, parallel.TWDown, l).Bytes())
