@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -146,18 +145,7 @@ func TestServeHalfKVSeesaw(t *testing.T) {
 		bytes float64
 	}{{"float32", 16 * 1280}, {"bfloat16", 16 * 640}} {
 		url := startInProcess(t, "--kv-cache-dtype", c.kv, "--policy", "seesaw", "--prefill-plan", "pp=2", "--decode-plan", "tp=2")
-		resp, err := http.Post(url+"/v1/completions", "application/json",
-			strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out struct{ Choices []struct{ Text string } }
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		resp.Body.Close()
-		if err != nil || len(out.Choices) != 1 {
-			t.Fatalf("%s: %v, %+v", c.kv, err, out)
-		}
-		if got := out.Choices[0].Text; got != ", there was a little girl named Lily. She loved to play" {
+		if got := greedyText(t, url); got != storiesText {
 			t.Errorf("%s KV: %q", c.kv, got)
 		}
 		if o, i := scrape(t, url, "gearbox:kv_swap_out_bytes_total"), scrape(t, url, "gearbox:kv_swap_in_bytes_total"); o != c.bytes || i != c.bytes {

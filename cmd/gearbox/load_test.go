@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"log/slog"
@@ -52,6 +53,28 @@ func startInProcess(t *testing.T, args ...string) string {
 		cleanup()
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// storiesText is the built-in model's greedy continuation of "Once upon a
+// time" in 16 tokens.
+const storiesText = ", there was a little girl named Lily. She loved to play"
+
+// greedyText is the text of a 16-token greedy completion of "Once upon a
+// time" from the server at url (storiesText from a server that serves the
+// built-in model right).
+func greedyText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Choices []struct{ Text string } }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
+		t.Fatalf("completion: status %d, %v, %+v", resp.StatusCode, err, out)
+	}
+	return out.Choices[0].Text
 }
 
 // scrape returns the sum of every sample of a metric family.

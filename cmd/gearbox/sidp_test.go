@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -90,16 +89,8 @@ func TestInspectSiDP(t *testing.T) {
 // gearbox:plan_switches_total), the bytes fetched and the fused rows.
 func TestServeSiDP(t *testing.T) {
 	url := startInProcess(t, "--plan", "dp=2", "--policy", "sidp")
-	resp, err := http.Post(url+"/v1/completions", "application/json",
-		strings.NewReader(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":0}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct{ Choices []struct{ Text string } }
-	err = json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if err != nil || len(out.Choices) != 1 || out.Choices[0].Text != ", there was a little girl named Lily. She loved to play" {
-		t.Fatalf("%v, %+v", err, out)
+	if got := greedyText(t, url); got != storiesText {
+		t.Fatalf("%q", got)
 	}
 	// One 5-token prefill and 15 decodes, all below the default threshold
 	// of 64: the 16th step (the window) is the first under CaS.
