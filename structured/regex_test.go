@@ -3,6 +3,7 @@ package structured
 import (
 	"math/rand/v2"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"testing"
@@ -137,9 +138,16 @@ func FuzzRegex(f *testing.F) {
 		if err != nil || !utf8.ValidString(text) {
 			return
 		}
-		oracle, err := regexp.Compile(`^(?:` + pattern + `)$`)
+		// Anchored on the parsed pattern, not its text: a \Q without \E
+		// quotes everything after it, an appended ")$" too.
+		re, err := syntax.Parse(pattern, syntax.Perl)
 		if err != nil {
 			t.Fatalf("%q compiled here, not in regexp: %v", pattern, err)
+		}
+		anchored := &syntax.Regexp{Op: syntax.OpConcat, Sub: []*syntax.Regexp{{Op: syntax.OpBeginText}, re, {Op: syntax.OpEndText}}}
+		oracle, err := regexp.Compile(anchored.String())
+		if err != nil {
+			t.Fatalf("%q: the anchored pattern %q does not compile: %v", pattern, anchored, err)
 		}
 		if got, want := dfaMatch(r, text), oracle.MatchString(text); got != want {
 			t.Fatalf("%q on %q: DFA %v, regexp %v", pattern, text, got, want)
