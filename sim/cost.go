@@ -48,8 +48,11 @@ func NewCostModel(node Node, p Precision) (*CostModel, error) {
 	if node.Count > 1 && !(node.Link.BytesPerS > 0 && node.Link.Efficiency > 0) {
 		return nil, fmt.Errorf("sim: node %s has no link bandwidth", node)
 	}
-	if p.Activations == FP8 {
-		return nil, fmt.Errorf("sim: activations must be bf16, fp16 or fp32, got fp8")
+	if p.Activations == FP8 || p.Activations == Q8 {
+		return nil, fmt.Errorf("sim: activations must be bf16, fp16 or fp32, got %s", p.Activations)
+	}
+	if p.KV == Q8 {
+		return nil, fmt.Errorf("sim: the KV cache is bf16, fp16, fp32 or fp8, not q8_0")
 	}
 	c := &CostModel{
 		Node: node, Precision: p, eff: g.Eff, bw: g.HBMBytesPerS,
@@ -104,7 +107,7 @@ func (c *CostModel) gemm(m, n, k int, w DType) kernel {
 	if cv, ok := c.Node.GPU.WeightGEMM[w]; ok {
 		rate = c.eff.Matmul * cv.Peak * shapeFactor(fm, fn, fk, cv.Half)
 	}
-	wb := fn * fk * float64(w.Bytes())
+	wb := fn * fk * w.Size()
 	ab := (fm*fk + fm*fn) * float64(c.actBytes)
 	return kernel{
 		compute: 2 * fm * fn * fk / rate,
@@ -156,7 +159,7 @@ func (c *CostModel) GEMMEfficiency(m, n, k int, w DType) (compute, memory float6
 		peak = c.fp8Peak
 	}
 	fm, fn, fk := float64(m), float64(n), float64(k)
-	bytes := fn*fk*float64(w.Bytes()) + (fm*fk+fm*fn)*float64(c.actBytes)
+	bytes := fn*fk*w.Size() + (fm*fk+fm*fn)*float64(c.actBytes)
 	return 2 * fm * fn * fk / t / peak, bytes / t / c.bw
 }
 

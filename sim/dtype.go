@@ -15,18 +15,31 @@ const (
 	FP16              // IEEE half, 2 bytes
 	FP8               // e4m3 (or e5m2 for the KV cache), 1 byte
 	FP32              // float32, 4 bytes: the CPU engine's weights and activations
+	// Q8 is the CPU engine's --quantization int8 weights (Q8_0): 8-bit
+	// values in blocks of 32 that share a float16 scale, 34 bytes per 32
+	// weights. Weights only.
+	Q8
 )
 
-// Bytes is the size of one element.
+// Bytes is the size of one element, rounded down to whole bytes for Q8
+// (Size has the exact figure).
 func (d DType) Bytes() int {
 	switch d {
-	case FP8:
+	case FP8, Q8:
 		return 1
 	case FP32:
 		return 4
 	default:
 		return 2
 	}
+}
+
+// Size is the bytes of one element: Bytes, or 34/32 for Q8's blocks.
+func (d DType) Size() float64 {
+	if d == Q8 {
+		return 34.0 / 32
+	}
+	return float64(d.Bytes())
 }
 
 // String is the short name ParseDType accepts.
@@ -40,6 +53,8 @@ func (d DType) String() string {
 		return "fp8"
 	case FP32:
 		return "fp32"
+	case Q8:
+		return "q8_0"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -62,7 +77,7 @@ func (d DType) Name() string {
 
 // ParseDType reads a dtype under its short name or its torch_dtype /
 // vLLM spelling: bf16, bfloat16, fp16, float16, half, fp8, fp8_e4m3,
-// fp8_e5m2, fp32, float32, float.
+// fp8_e5m2, fp32, float32, float; and q8_0 (the CPU engine's int8).
 func ParseDType(s string) (DType, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "bf16", "bfloat16":
@@ -73,8 +88,10 @@ func ParseDType(s string) (DType, error) {
 		return FP8, nil
 	case "fp32", "float32", "float":
 		return FP32, nil
+	case "q8_0":
+		return Q8, nil
 	}
-	return 0, fmt.Errorf("sim: unknown dtype %q (known: bf16, fp16, fp8, fp32)", s)
+	return 0, fmt.Errorf("sim: unknown dtype %q (known: bf16, fp16, fp8, fp32, q8_0)", s)
 }
 
 // Precision is what a deployment stores and computes in.
@@ -140,7 +157,7 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 		if err != nil {
 			return p, err
 		}
-		if a == FP8 {
+		if a == FP8 || a == Q8 {
 			return p, fmt.Errorf("sim: --dtype %s: activations must be bf16, fp16 or fp32 (use --quantization fp8 for FP8 weights)", dtype)
 		}
 		p.Activations = a
@@ -158,7 +175,7 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 		p.KV = p.Activations
 	default:
 		d, err := ParseDType(k)
-		if err != nil {
+		if err != nil || d == Q8 {
 			return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q (supported: auto, bfloat16, float16, float32, fp8, fp8_e4m3, fp8_e5m2)", kvCacheDType)
 		}
 		p.KV = d
@@ -175,23 +192,36 @@ func VLLMPrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) 
 //     Activations are float32 whatever it says, and the inputs of bfloat16
 //     products are rounded to bfloat16 (the GEMM curve the profile
 //     measured for that format);
+//   - quantization ("", "none" or "int8"): int8 holds every matrix in
+//     Q8_0 instead (serve's --quantization int8, which needs dtype auto or
+//     float32, the values it quantizes);
 //   - kvCacheDType ("auto" or float32, bfloat16, float16): the KV cache;
 //     "auto" is float32. FP8 is refused: the CPU engine does not store it.
-func CPUEnginePrecision(cfg *model.Config, dtype, kvCacheDType string) (Precision, error) {
+func CPUEnginePrecision(cfg *model.Config, dtype, quantization, kvCacheDType string) (Precision, error) {
 	p := CPUPrecision
 	d := strings.ToLower(strings.TrimSpace(dtype))
 	from := fmt.Sprintf("--dtype %q on the CPU", dtype)
-	if d == "" || d == "auto" {
-		if d = cfg.TorchDtype; d == "" {
-			d = "float32"
+	switch q := strings.ToLower(strings.TrimSpace(quantization)); q {
+	case "", "none":
+		if d == "" || d == "auto" {
+			if d = cfg.TorchDtype; d == "" {
+				d = "float32"
+			}
+			from = fmt.Sprintf("the checkpoint's torch_dtype %q (set --dtype)", d)
 		}
-		from = fmt.Sprintf("the checkpoint's torch_dtype %q (set --dtype)", d)
+		w, err := ParseDType(d)
+		if err != nil || w == FP8 || w == Q8 {
+			return p, fmt.Errorf("sim: %s: the CPU engine holds matrices in float32, bfloat16 or float16 (Q8_0 under --quantization int8)", from)
+		}
+		p.Weights = w
+	case "int8":
+		if d != "" && d != "auto" && d != "float32" && d != "fp32" {
+			return p, fmt.Errorf("sim: --quantization int8 with --dtype %s: the CPU engine quantizes float32 values; use --dtype auto or float32", dtype)
+		}
+		p.Weights = Q8
+	default:
+		return p, fmt.Errorf("sim: unsupported --quantization %q on the CPU (supported: int8)", quantization)
 	}
-	w, err := ParseDType(d)
-	if err != nil || w == FP8 {
-		return p, fmt.Errorf("sim: %s: the CPU engine holds matrices in float32, bfloat16 or float16", from)
-	}
-	p.Weights = w
 	k := strings.ToLower(strings.TrimSpace(kvCacheDType))
 	if k == "" || k == "auto" {
 		return p, nil
@@ -200,8 +230,8 @@ func CPUEnginePrecision(cfg *model.Config, dtype, kvCacheDType string) (Precisio
 	if err != nil {
 		return p, fmt.Errorf("sim: unsupported --kv-cache-dtype %q on the CPU (supported: auto, float32, bfloat16, float16)", kvCacheDType)
 	}
-	if kv == FP8 {
-		return p, fmt.Errorf("sim: --kv-cache-dtype %s on the CPU: the CPU engine stores its KV cache in float32, bfloat16 or float16, not fp8", kvCacheDType)
+	if kv == FP8 || kv == Q8 {
+		return p, fmt.Errorf("sim: --kv-cache-dtype %s on the CPU: the CPU engine stores its KV cache in float32, bfloat16 or float16, not %s", kvCacheDType, kv)
 	}
 	p.KV = kv
 	return p, nil

@@ -14,11 +14,14 @@ func TestDType(t *testing.T) {
 		bytes int
 	}{
 		{"bf16", BF16, 2}, {"bfloat16", BF16, 2}, {"float16", FP16, 2}, {"half", FP16, 2},
-		{"fp8", FP8, 1}, {"fp8_e5m2", FP8, 1}, {"FP32", FP32, 4}, {"float32", FP32, 4},
+		{"fp8", FP8, 1}, {"fp8_e5m2", FP8, 1}, {"FP32", FP32, 4}, {"float32", FP32, 4}, {"q8_0", Q8, 1},
 	} {
 		d, err := ParseDType(c.in)
 		if err != nil || d != c.want || d.Bytes() != c.bytes {
 			t.Errorf("ParseDType(%q) = %v (%d bytes), %v", c.in, d, d.Bytes(), err)
+		}
+		if size := d.Size(); d != Q8 && size != float64(c.bytes) || d == Q8 && size != 34.0/32 {
+			t.Errorf("%v: Size %g", d, size)
 		}
 		if back, err := ParseDType(d.String()); err != nil || back != d {
 			t.Errorf("%v does not round-trip", d)
@@ -29,6 +32,26 @@ func TestDType(t *testing.T) {
 	}
 	if _, err := ParseDType("int4"); err == nil || !strings.Contains(err.Error(), "known: bf16") {
 		t.Errorf("int4: %v", err)
+	}
+	// Q8 is the CPU engine's weights only: no activations or KV of it.
+	llama3, err := LookupModel("meta-llama/Llama-3.3-70B-Instruct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VLLMPrecision(llama3, "q8_0", "", "auto"); err == nil {
+		t.Error("q8_0 activations accepted")
+	}
+	if _, err := VLLMPrecision(llama3, "auto", "", "q8_0"); err == nil {
+		t.Error("a q8_0 KV cache accepted")
+	}
+	node, err := ParseNode("1xH100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Precision{{Weights: Q8, Activations: Q8, KV: FP32}, {Weights: Q8, Activations: FP32, KV: Q8}} {
+		if _, err := NewCostModel(node, p); err == nil {
+			t.Errorf("NewCostModel(%v) accepted", p)
+		}
 	}
 }
 
@@ -93,40 +116,48 @@ func TestCPUEnginePrecision(t *testing.T) {
 		return Precision{Weights: w, Activations: FP32, KV: kv, HeadInWeights: true}
 	}
 	for _, c := range []struct {
-		name      string
-		cfg       *model.Config
-		dtype, kv string
-		want      Precision
+		name             string
+		cfg              *model.Config
+		dtype, quant, kv string
+		want             Precision
 	}{
-		{"bf16 checkpoint", llama3, "auto", "auto", cpu(BF16, FP32)},
-		{"fp16 checkpoint", llama2, "", "", cpu(FP16, FP32)},
-		{"no torch_dtype", &untyped, "auto", "auto", cpu(FP32, FP32)},
-		{"--dtype float32", llama3, "float32", "auto", CPUPrecision},
-		{"--dtype bfloat16", llama2, "bfloat16", "bf16", cpu(BF16, BF16)},
-		{"float16 KV", llama3, "auto", "float16", cpu(BF16, FP16)},
-		{"float32 KV", llama3, "auto", "float32", cpu(BF16, FP32)},
+		{"bf16 checkpoint", llama3, "auto", "", "auto", cpu(BF16, FP32)},
+		{"fp16 checkpoint", llama2, "", "none", "", cpu(FP16, FP32)},
+		{"no torch_dtype", &untyped, "auto", "", "auto", cpu(FP32, FP32)},
+		{"--dtype float32", llama3, "float32", "", "auto", CPUPrecision},
+		{"--dtype bfloat16", llama2, "bfloat16", "", "bf16", cpu(BF16, BF16)},
+		{"float16 KV", llama3, "auto", "", "float16", cpu(BF16, FP16)},
+		{"float32 KV", llama3, "auto", "", "float32", cpu(BF16, FP32)},
+		{"--quantization int8", llama3, "auto", "int8", "auto", cpu(Q8, FP32)},
+		{"int8 from float32, bfloat16 KV", llama2, "float32", "int8", "bfloat16", cpu(Q8, BF16)},
 	} {
-		p, err := CPUEnginePrecision(c.cfg, c.dtype, c.kv)
+		p, err := CPUEnginePrecision(c.cfg, c.dtype, c.quant, c.kv)
 		if err != nil || p != c.want {
-			t.Errorf("%s: CPUEnginePrecision(%q, %q) = %v, %v; want %v", c.name, c.dtype, c.kv, p, err, c.want)
+			t.Errorf("%s: CPUEnginePrecision(%q, %q, %q) = %v, %v; want %v", c.name, c.dtype, c.quant, c.kv, p, err, c.want)
 		}
 	}
-	for _, bad := range []string{"fp8", "fp8_e5m2"} {
-		if _, err := CPUEnginePrecision(llama3, "auto", bad); err == nil || !strings.Contains(err.Error(), "not fp8") {
+	for _, bad := range []string{"fp8", "fp8_e5m2", "q8_0"} {
+		if _, err := CPUEnginePrecision(llama3, "auto", "", bad); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 or float16, not") {
 			t.Errorf("--kv-cache-dtype %q: %v", bad, err)
 		}
 	}
-	if _, err := CPUEnginePrecision(llama3, "auto", "int8"); err == nil || !strings.Contains(err.Error(), "supported: auto, float32, bfloat16, float16") {
+	if _, err := CPUEnginePrecision(llama3, "auto", "", "int8"); err == nil || !strings.Contains(err.Error(), "supported: auto, float32, bfloat16, float16") {
 		t.Errorf("--kv-cache-dtype int8: %v", err)
 	}
-	for _, bad := range []string{"fp8", "int8"} {
-		if _, err := CPUEnginePrecision(llama3, bad, "auto"); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 or float16") {
+	for _, bad := range []string{"fp8", "int8", "q8_0"} {
+		if _, err := CPUEnginePrecision(llama3, bad, "", "auto"); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 or float16") {
 			t.Errorf("--dtype %q: %v", bad, err)
 		}
 	}
+	if _, err := CPUEnginePrecision(llama3, "bfloat16", "int8", "auto"); err == nil || !strings.Contains(err.Error(), "use --dtype auto or float32") {
+		t.Errorf("int8 from bfloat16: %v", err)
+	}
+	if _, err := CPUEnginePrecision(llama3, "auto", "fp8", "auto"); err == nil || !strings.Contains(err.Error(), "supported: int8") {
+		t.Errorf("--quantization fp8 on the CPU: %v", err)
+	}
 	f64 := *llama3
 	f64.TorchDtype = "float64"
-	if _, err := CPUEnginePrecision(&f64, "auto", "auto"); err == nil || !strings.Contains(err.Error(), `torch_dtype "float64"`) {
+	if _, err := CPUEnginePrecision(&f64, "auto", "", "auto"); err == nil || !strings.Contains(err.Error(), `torch_dtype "float64"`) {
 		t.Errorf("torch_dtype float64: %v", err)
 	}
 }

@@ -81,7 +81,7 @@ func (c *CostModel) weightBytes(cfg *model.Config, l parallel.Placement, r int) 
 			linear += vocab * h
 		}
 	}
-	return linear*c.wgtBytes + (l.WeightElems(cfg, r)-linear)*c.actBytes
+	return int64(float64(linear)*c.wgtDType.Size()) + (l.WeightElems(cfg, r)-linear)*c.actBytes
 }
 
 // Memory returns global rank r's memory budget when the model runs under

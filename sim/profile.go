@@ -134,8 +134,8 @@ func (p *Profile) Validate() error {
 		return errors.New("sim: GPU profile has gemm_weights; they describe the CPU engine's weight formats")
 	}
 	for name, points := range p.GEMMWeights {
-		if d, err := ParseDType(name); err != nil || (d != BF16 && d != FP16) || name != d.Name() {
-			return fmt.Errorf("sim: profile gemm_weights %q: want bfloat16 or float16", name)
+		if d, err := ParseDType(name); err != nil || (d != BF16 && d != FP16 && d != Q8) || name != d.Name() {
+			return fmt.Errorf("sim: profile gemm_weights %q: want bfloat16, float16 or q8_0", name)
 		}
 		if len(points) == 0 {
 			return fmt.Errorf("sim: profile gemm_weights %q has no measurements", name)

@@ -20,14 +20,15 @@ import (
 const gpuShapes = "llama-3.2-1b,llama-3.1-8b"
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("calibrate", "calibrate [--device cpu|cuda|cuda:N] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE] [--shapes LIST] [--dtype D]]", stderr)
-	device := fs.String("device", "cpu", "device to measure: cpu (the CPU engine: float32, bfloat16 and float16 weights), or cuda or cuda:N (a GPU under the CUDA executor, bfloat16)")
+	fs := newFlagSet("calibrate", "calibrate [--device cpu|cuda|cuda:N] [--threads N] [--out FILE] [--quick] [--validate [--profile FILE] [--shapes LIST] [--dtype D] [--quantization int8]]", stderr)
+	device := fs.String("device", "cpu", "device to measure: cpu (the CPU engine: float32, bfloat16, float16 and Q8_0 weights), or cuda or cuda:N (a GPU under the CUDA executor, bfloat16)")
 	threads := fs.Int("threads", 0, "CPU threads for the kernels, as gearbox serve's --threads (default: all cores); --device cpu only")
 	out := fs.String("out", "", "write the profile here (default cpu-profile.json, or gpu-profile.json for a GPU)")
 	quick := fs.Bool("quick", false, "measure a smaller grid with fewer repetitions (a few seconds instead of about 35 on the CPU)")
 	validate := fs.Bool("validate", false, "then check the simulator against the engine with the profile: a step-time sweep and a 200-request serving run; prints Markdown tables")
 	profile := fs.String("profile", "", "with --validate: validate this profile instead of measuring a new one")
 	dtype := fs.String("dtype", "float32", "with --validate on the CPU: the format the engine holds the weight matrices in, float32, bfloat16 or float16, priced with the profile's GEMM curve for it")
+	quant := fs.String("quantization", "", "with --validate on the CPU: int8 holds the matrices in Q8_0 instead (serve's --quantization int8), priced with the profile's Q8_0 GEMM curve")
 	shapes := fs.String("shapes", "", "with --validate: comma-separated model shapes to run ("+strings.Join(calibrate.ModelShapes(), ", ")+
 		"; default calibrate.ValidationShape on the CPU, "+gpuShapes+" on a GPU)")
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +48,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *shapes != "" && !*validate {
 		return errors.New("calibrate: --shapes picks the models to validate on; add --validate")
 	}
-	weights, err := validationFormat(*dtype, *validate, onGPU)
+	weights, err := validationFormat(*dtype, *quant, *validate, onGPU)
 	if err != nil {
 		return err
 	}
@@ -117,10 +118,23 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // validationFormat resolves --dtype: the format of the CPU engine's
 // matrices in a validation. Anything but float32 needs --validate and
 // the CPU (a GPU is validated in its profile's bfloat16).
-func validationFormat(dtype string, validate, onGPU bool) (tensor.DType, error) {
+func validationFormat(dtype, quantization string, validate, onGPU bool) (tensor.DType, error) {
 	d, err := model.ParseDType(dtype)
 	if err != nil || d == model.DTypeAuto {
 		return 0, fmt.Errorf("calibrate: --dtype %q: want float32, bfloat16 or float16", dtype)
+	}
+	q, err := model.ParseQuantization(quantization)
+	if err != nil {
+		return 0, fmt.Errorf("calibrate: %w", err)
+	}
+	if q == model.Int8 {
+		if d != model.Float32 {
+			return 0, fmt.Errorf("calibrate: --quantization int8 with --dtype %s: the engine quantizes float32 values", dtype)
+		}
+		if !validate || onGPU {
+			return 0, errors.New("calibrate: --quantization int8 picks the CPU engine's weight format of a validation; add --validate, on --device cpu")
+		}
+		return tensor.Q8_0, nil
 	}
 	if d == model.Float32 {
 		return tensor.F32, nil

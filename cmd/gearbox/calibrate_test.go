@@ -43,6 +43,9 @@ func TestCalibrateDevices(t *testing.T) {
 		{[]string{"--validate", "--dtype", "int8"}, "want float32, bfloat16 or float16"},
 		{[]string{"--validate", "--dtype", "auto"}, "want float32, bfloat16 or float16"},
 		{[]string{"--device", "cuda", "--validate", "--dtype", "float16"}, "its profile's bfloat16"},
+		{[]string{"--quantization", "int8"}, "add --validate, on --device cpu"},
+		{[]string{"--validate", "--quantization", "int8", "--dtype", "bfloat16"}, "quantizes float32 values"},
+		{[]string{"--validate", "--quantization", "int4"}, "want int8"},
 	} {
 		if _, _, err := runCalibrateCLI(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want an error containing %q", c.args, err, c.want)

@@ -113,7 +113,7 @@ func cspsPredictor(cfg *model.Config, dtype, quant, path string, ranks, micro in
 	if q, _ := model.ParseQuantization(quant); q != model.NoQuantization {
 		return nil, fmt.Errorf("--csps-profile: the predictor prices float32, bfloat16 and float16 matrices, not --quantization %s", quant)
 	}
-	prec, err := sim.CPUEnginePrecision(cfg, dtype, "float32")
+	prec, err := sim.CPUEnginePrecision(cfg, dtype, "", "float32")
 	if err != nil {
 		return nil, err
 	}

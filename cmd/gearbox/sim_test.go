@@ -187,8 +187,17 @@ func TestSimulateOnCPUProfile(t *testing.T) {
 	if a, w := capacity(auto), capacity(wide); a <= w {
 		t.Errorf("KV capacity %d tokens with the checkpoint's bfloat16 matrices, %d with float32", a, w)
 	}
-	if _, err := simulateBF16(prof, "--quantization", "fp8"); err == nil || !strings.Contains(err.Error(), "not quantized ones") {
+	if _, err := simulateBF16(prof, "--quantization", "fp8"); err == nil || !strings.Contains(err.Error(), "supported: int8") {
 		t.Errorf("fp8 weights on the CPU: %v", err)
+	}
+	// --quantization int8: Q8_0 matrices, priced by the profile's Q8_0
+	// curve, leave more memory to the KV cache than bfloat16's.
+	q8, err := simulateBF16(prof, "--quantization", "int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, a := capacity(q8), capacity(auto); q <= a {
+		t.Errorf("KV capacity %d tokens with Q8_0 matrices, %d with bfloat16", q, a)
 	}
 	// A profile written before the weight formats were measured prices
 	// float32 only.

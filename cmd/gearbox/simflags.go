@@ -54,7 +54,7 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 	fs.IntVar(&f.maxSeqs, "max-num-seqs", 256, "requests running at once per engine")
 	fs.BoolVar(&f.prefix, "enable-prefix-caching", true, "reuse the KV of shared prompt prefixes")
 	fs.StringVar(&f.dtype, "dtype", "auto", "activation and weight dtype: auto (the model's), bfloat16, float16; with --hardware cpu the CPU engine's --dtype: the matrices' format (auto: the checkpoint's, or float32), activations in float32")
-	fs.StringVar(&f.quant, "quantization", "", "weight quantization: fp8, or none")
+	fs.StringVar(&f.quant, "quantization", "", "weight quantization: fp8 (GPUs), int8 (--hardware cpu: the CPU engine's Q8_0), or none")
 	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (the activation dtype; float32 with --hardware cpu), bfloat16, float16, float32, or fp8 (GPUs only)")
 	fs.Float64Var(&f.sloTTFT, "slo-ttft-ms", 0, "TTFT objective for goodput, ms")
 	fs.Float64Var(&f.sloTPOT, "slo-tpot-ms", 0, "TPOT objective for goodput, ms")
@@ -122,8 +122,9 @@ func (f *simFlags) setup() (*simSetup, error) {
 
 // node resolves --hardware: a catalog node, or ranks of this CPU from a
 // calibration profile, in the CPU engine's precision: every matrix in
-// --dtype (auto: the checkpoint's), float32 activations, and the KV cache
-// in --kv-cache-dtype (float32 for auto).
+// --dtype (auto: the checkpoint's) or, under --quantization int8, Q8_0,
+// float32 activations, and the KV cache in --kv-cache-dtype (float32 for
+// auto).
 func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	count, name := 1, f.hardware
 	if i := strings.IndexAny(name, "xX"); i > 0 {
@@ -152,10 +153,7 @@ func (f *simFlags) node(cfg *model.Config) (sim.Node, sim.Precision, error) {
 	if p.IsGPU() {
 		return sim.Node{}, sim.Precision{}, fmt.Errorf("--profile %s describes a GPU (%s), not this CPU; --hardware cpu takes a profile from gearbox calibrate --device cpu", f.profile, p.Name)
 	}
-	if q := strings.ToLower(strings.TrimSpace(f.quant)); q != "" && q != "none" {
-		return sim.Node{}, sim.Precision{}, fmt.Errorf("--quantization %s: the simulator prices the CPU engine's float32, bfloat16 and float16 matrices, not quantized ones", f.quant)
-	}
-	prec, err := sim.CPUEnginePrecision(cfg, f.dtype, f.kvDType)
+	prec, err := sim.CPUEnginePrecision(cfg, f.dtype, f.quant, f.kvDType)
 	if err != nil {
 		return sim.Node{}, sim.Precision{}, err
 	}

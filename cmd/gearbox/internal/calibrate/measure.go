@@ -214,15 +214,17 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float
 // machine): measuring again may succeed.
 var ErrNoisy = errors.New("the machine is too noisy to measure it")
 
-var weightFormats = []tensor.DType{tensor.BF16, tensor.F16}
+var weightFormats = []tensor.DType{tensor.BF16, tensor.F16, tensor.Q8_0}
 
-// simDType is the simulator's dtype of a float weight format.
+// simDType is the simulator's dtype of a weight format.
 func simDType(d tensor.DType) sim.DType {
 	switch d {
 	case tensor.BF16:
 		return sim.BF16
 	case tensor.F16:
 		return sim.FP16
+	case tensor.Q8_0:
+		return sim.Q8
 	}
 	return sim.FP32
 }
@@ -233,7 +235,18 @@ func simDType(d tensor.DType) sim.DType {
 // as in a step of a model larger than the cache.
 func measureGEMM(ctx context.Context, pool *tensor.Pool, cold []float32, d tensor.DType, g grid, logf func(string, ...any)) ([]sim.GEMMPoint, error) {
 	weights := func(off, n, k int) *tensor.Weights { return tensor.NewWeightsF32(cold[off:off+n*k], n, k) }
-	if d != tensor.F32 {
+	switch d {
+	case tensor.Q8_0:
+		// Q8_0 rows are blocks of their own: cold is quantized once per
+		// row length K as rows of K, and a weight is N of those rows.
+		byK := map[int]*tensor.Weights{}
+		for _, nk := range g.nks {
+			if k := nk[1]; byK[k] == nil {
+				byK[k] = tensor.QuantizeQ8_0(pool, tensor.NewWeightsF32(cold[:len(cold)/k*k], len(cold)/k, k))
+			}
+		}
+		weights = func(off, n, k int) *tensor.Weights { return byK[k].Rows(off/k, off/k+n) }
+	case tensor.BF16, tensor.F16:
 		half := make([]uint16, len(cold))
 		encode, wrap := tensor.EncodeBF16, tensor.NewWeightsBF16
 		if d == tensor.F16 {

@@ -41,8 +41,8 @@ func TestMeasureQuick(t *testing.T) {
 	if len(p.GEMM) != len(q.ms)*len(q.nks) {
 		t.Errorf("%d GEMM points, want %d", len(p.GEMM), len(q.ms)*len(q.nks))
 	}
-	for _, name := range []string{"bfloat16", "float16"} {
-		if got := len(p.GEMMWeights[name]); got != len(q.ms)*len(q.nks) || len(p.GEMMWeights) != 2 {
+	for _, name := range []string{"bfloat16", "float16", "q8_0"} {
+		if got := len(p.GEMMWeights[name]); got != len(q.ms)*len(q.nks) || len(p.GEMMWeights) != 3 {
 			t.Errorf("%d %s GEMM points (formats %d), want %d", got, name, len(p.GEMMWeights), len(q.ms)*len(q.nks))
 		}
 	}

@@ -277,8 +277,8 @@ func enginePrecision(p *sim.Profile, format tensor.DType) (sim.Precision, error)
 		}
 		return p.Precision(), nil
 	}
-	if format != tensor.F32 && format != tensor.BF16 && format != tensor.F16 {
-		return sim.Precision{}, fmt.Errorf("calibrate: %s weights: the simulator prices float32, bfloat16 and float16 matrices", format)
+	if format != tensor.F32 && format != tensor.BF16 && format != tensor.F16 && format != tensor.Q8_0 {
+		return sim.Precision{}, fmt.Errorf("calibrate: %s weights: the simulator prices float32, bfloat16, float16 and Q8_0 matrices", format)
 	}
 	prec := sim.CPUPrecision
 	prec.Weights = simDType(format)

@@ -82,10 +82,11 @@ func TestValidateStepsSmall(t *testing.T) {
 }
 
 // TestValidateStepsWeightFormats runs a step sweep with the matrices in
-// bfloat16 and float16: the engine runs them (the executor takes the
-// formats it loads checkpoints in) and the cost model prices each with
-// the profile's curve for it and two-byte weights, so its predictions
-// move away from float32's. A profile without the format, and a GPU
+// bfloat16, float16 and Q8_0: the engine runs them (the executor takes the
+// formats it loads checkpoints in, and --quantization int8's) and the cost
+// model prices each with the profile's curve for it and its weight bytes
+// (two, or 34 per 32 for Q8_0), so its predictions move away from
+// float32's. A profile without the format, an unknown format, and a GPU
 // profile, are refused before anything runs.
 func TestValidateStepsWeightFormats(t *testing.T) {
 	p := testProfile(t)
@@ -94,7 +95,7 @@ func TestValidateStepsWeightFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, format := range []tensor.DType{tensor.BF16, tensor.F16} {
+	for _, format := range []tensor.DType{tensor.BF16, tensor.F16, tensor.Q8_0} {
 		opts.Weights = format
 		res, err := ValidateSteps(context.Background(), p, opts)
 		if err != nil {
@@ -113,8 +114,12 @@ func TestValidateStepsWeightFormats(t *testing.T) {
 		t.Errorf("a profile without bfloat16 measurements: %v", err)
 	}
 	opts.Weights = tensor.Q8_0
-	if _, err := ValidateSteps(context.Background(), p, opts); err == nil || !strings.Contains(err.Error(), "float32, bfloat16 and float16") {
-		t.Errorf("q8_0 weights: %v", err)
+	if _, err := ValidateSteps(context.Background(), &old, opts); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
+		t.Errorf("a profile without Q8_0 measurements: %v", err)
+	}
+	opts.Weights = tensor.DType(99)
+	if _, err := ValidateSteps(context.Background(), p, opts); err == nil || !strings.Contains(err.Error(), "float32, bfloat16, float16 and Q8_0") {
+		t.Errorf("an unknown weight format: %v", err)
 	}
 	if _, err := ValidateServe(context.Background(), &old, ServeOptions{Shape: smallShape, Weights: tensor.F16}); err == nil || !strings.Contains(err.Error(), "re-run gearbox calibrate") {
 		t.Errorf("serving float16 on a profile without it: %v", err)
