@@ -208,12 +208,12 @@ func measureKernelLatency(ctx context.Context, pool *tensor.Pool, g grid) (float
 	return t[0], nil
 }
 
-// weightFormats are the CPU engine's weight formats besides float32 whose
-// GEMMs Measure times (sim.Profile.GEMMWeights), each with its own kernels.
 // ErrNoisy marks a measurement that scheduling noise swamped (a loaded
 // machine): measuring again may succeed.
 var ErrNoisy = errors.New("the machine is too noisy to measure it")
 
+// weightFormats are the CPU engine's weight formats besides float32 whose
+// GEMMs Measure times (sim.Profile.GEMMWeights), each with its own kernels.
 var weightFormats = []tensor.DType{tensor.BF16, tensor.F16, tensor.Q8_0}
 
 // simDType is the simulator's dtype of a weight format.
