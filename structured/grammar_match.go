@@ -46,7 +46,7 @@ type gset struct {
 	looped bool      // loops is known
 	// Where every top takes all characters past ASCII or none (a
 	// string's body does), they all lead to one state: wideNext, once
-	// stepped (wideOnce).
+	// one of them has been stepped (wideUniform).
 	wide     int8 // 0 unknown, 1 uniform, -1 not
 	wideNext *gset
 }
