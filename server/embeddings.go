@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 
@@ -144,8 +143,8 @@ func (s *Server) embeddingModel(model string) *apiError {
 	if model == "" {
 		return invalid("model", "model is required")
 	}
-	if model != s.opts.ModelName {
-		return modelNotFound(model)
+	if e := s.checkModel(model); e != nil {
+		return e
 	}
 	if s.opts.Tokenizer == nil {
 		return invalid("model", "%s: embeddings need the model's tokenizer", model)
@@ -176,9 +175,6 @@ func (s *Server) embed(ctx context.Context, field func(i int) (string, int), pro
 		}
 		id := s.newID("embd")
 		st, err := s.opts.Engine.Submit(engine.Request{ID: id, Prompt: ids, Embed: true, Priority: priority})
-		if errors.Is(err, engine.ErrNoEmbeddings) {
-			return fail(invalid("model", "%s: this deployment serves no embeddings (%v)", s.opts.ModelName, err))
-		}
 		if err != nil {
 			return fail(submitError(err, param))
 		}

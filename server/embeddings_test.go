@@ -6,11 +6,16 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/gearboxlm/gearbox/cpuexec"
+	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/model/builtin"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -171,5 +176,37 @@ func referenceHidden(t *testing.T, ts *testServer) (*cpuexec.Executor, func(ids 
 			t.Fatal(err)
 		}
 		return append([]float32(nil), ref.Hidden()...)
+	}
+}
+
+// noEmbeddings is a backend whose runner gives no hidden states.
+type noEmbeddings struct{ fullBackend }
+
+func (noEmbeddings) Submit(engine.Request) (*engine.Stream, error) {
+	return nil, engine.ErrNoEmbeddings
+}
+
+// TestEmbeddingsRefused: a deployment whose runner gives no hidden states
+// (CSPS, ranks in other processes) answers embeddings, score and rerank
+// with a 400 naming model.
+func TestEmbeddingsRefused(t *testing.T) {
+	m, err := model.LoadFS(builtin.FS(), builtin.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Options{Engine: noEmbeddings{}, Tokenizer: m.Tokenizer, ModelName: builtin.Name}).Handler()
+	for path, body := range map[string]string{
+		"/v1/embeddings": `{"model":"stories260K","input":"hi"}`,
+		"/v1/score":      `{"model":"stories260K","text_1":"hi","text_2":"ho"}`,
+		"/v1/rerank":     `{"model":"stories260K","query":"hi","documents":["ho"]}`,
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		var e struct {
+			Error struct{ Message, Param string }
+		}
+		if json.Unmarshal(w.Body.Bytes(), &e) != nil || w.Code != 400 || e.Error.Param != "model" || !strings.Contains(e.Error.Message, "serves no embeddings") {
+			t.Errorf("%s: %d %s", path, w.Code, w.Body)
+		}
 	}
 }

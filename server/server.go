@@ -332,6 +332,8 @@ func submitError(err error, param string) *apiError {
 		return draining()
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return invalid(param, "%v", err)
+	case errors.Is(err, engine.ErrNoEmbeddings):
+		return invalid("model", "this deployment serves no embeddings (%v)", err)
 	case errors.Is(err, sample.ErrLogitBias):
 		return invalid("logit_bias", "%v", err)
 	case errors.Is(err, sample.ErrAllowedTokenIDs):
