@@ -4,10 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gearboxlm/gearbox/forward"
-	"github.com/gearboxlm/gearbox/gpu/cuda"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 )
@@ -180,10 +178,8 @@ func besideDecode(b *testing.B, x *Executor, pl []parallel.Placement) {
 			if err := x.allocSwapStage(); err != nil {
 				return err
 			}
-			for off := int64(0); off < x.stageBytes; off += sideCopyBytes {
-				if err := x.ops.sideToDevice(x.stageDev+cuda.DevicePtr(off), unsafe.Pointer(&x.stageHost.buf[off]), min(sideCopyBytes, x.stageBytes-off)); err != nil {
-					return err
-				}
+			if err := x.copyStage(x.stageBytes, true); err != nil {
+				return err
 			}
 			return x.ops.sideMark()
 		}); err != nil {

@@ -140,6 +140,25 @@ func (e *Executor) swapParts(swaps []forward.Swap, out bool) ([]swapPart, error)
 // one piece rather than a whole stage.
 const sideCopyBytes = 4 << 20
 
+// copyStage queues, on the side stream, the copy of the stages' first
+// size bytes from the host stage to the device stage (up) or back, in
+// pieces of sideCopyBytes. Call on the device thread.
+func (e *Executor) copyStage(size int64, up bool) error {
+	for off := int64(0); off < size; off += sideCopyBytes {
+		host, dev, n := unsafe.Pointer(&e.stageHost.buf[off]), e.stageDev+cuda.DevicePtr(off), min(sideCopyBytes, size-off)
+		var err error
+		if up {
+			err = e.ops.sideToDevice(dev, host, n)
+		} else {
+			err = e.ops.sideToHost(host, dev, n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // swapStageBytes is the most the swap staging buffers hold, on the
 // device and on the host: one chunk of a rank's part of a swap.
 const swapStageBytes = 64 << 20
@@ -232,10 +251,8 @@ func (e *Executor) swapOutPart(c swapPart) (int64, error) {
 				}
 			}
 		}
-		for off := int64(0); off < size; off += sideCopyBytes {
-			if err := e.ops.sideToHost(unsafe.Pointer(&stage[off]), e.stageDev+cuda.DevicePtr(off), min(sideCopyBytes, size-off)); err != nil {
-				return err
-			}
+		if err := e.copyStage(size, false); err != nil {
+			return err
 		}
 		return e.ops.sideMark()
 	})
@@ -267,10 +284,8 @@ func (e *Executor) swapInPart(c swapPart) (int64, error) {
 	err := e.do(func() error {
 		rk := e.ranks[c.r]
 		cache := [2][]cuda.DevicePtr{rk.kLayers, rk.vLayers}
-		for off := int64(0); off < size; off += sideCopyBytes {
-			if err := e.ops.sideToDevice(e.stageDev+cuda.DevicePtr(off), unsafe.Pointer(&stage[off]), min(sideCopyBytes, size-off)); err != nil {
-				return err
-			}
+		if err := e.copyStage(size, true); err != nil {
+			return err
 		}
 		for kv := range 2 {
 			for li := range layers {

@@ -119,12 +119,11 @@ func packAs(p *tensor.Pool, dst []byte, dt model.DType, w *tensor.Weights, lo, h
 func packRange(dst []byte, dt model.DType, w *tensor.Weights, lo, hi int) {
 	n := hi - lo
 	if w.DType() == dt.Tensor() {
-		src := w.Half()
 		if dt == model.Float32 {
 			copy(dst[:4*n], unsafe.Slice((*byte)(unsafe.Pointer(&w.F32()[lo])), 4*n))
-			return
+		} else {
+			copy(dst[:2*n], unsafe.Slice((*byte)(unsafe.Pointer(&w.Half()[lo])), 2*n))
 		}
-		copy(dst[:2*n], unsafe.Slice((*byte)(unsafe.Pointer(&src[lo])), 2*n))
 		return
 	}
 	_, cols := w.Shape()
