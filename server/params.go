@@ -128,12 +128,7 @@ func (c *commonParams) validate(logprobs int) (generation, *apiError) {
 		}
 		g.promptLogprobs = *c.PromptLogprobs
 	}
-	if c.AllowedTokenIDs != nil {
-		if len(c.AllowedTokenIDs) == 0 {
-			return g, invalid("allowed_token_ids", "allowed_token_ids is empty: no token could be generated")
-		}
-		g.params.AllowedTokenIDs = c.AllowedTokenIDs
-	}
+	g.params.AllowedTokenIDs = c.AllowedTokenIDs // checked by the sampler (sample.ErrAllowedTokenIDs)
 	for _, w := range c.BadWords {
 		if strings.TrimSpace(w) == "" {
 			return g, invalid("bad_words", "a bad word is empty")
