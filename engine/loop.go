@@ -242,6 +242,13 @@ type Options struct {
 	// chosen itself: the tokens and their distribution are those of
 	// plain decoding.
 	Speculative specdecode.Config
+	// DraftRunner runs the draft model of Speculative's "draft_model"
+	// method (and must be set with it, and only with it): a runner of a
+	// model with the target's vocabulary on one data-parallel replica,
+	// whose first placement drafts run under, with a KV cache of its own
+	// that the engine manages. Its Config's context, less what its KV
+	// pool holds, bounds how far into a sequence drafts reach.
+	DraftRunner Runner
 	// Drafter, when set with Speculative, proposes the drafts instead of
 	// Speculative's method (the simulator's, whose runner decides which
 	// are kept); Speculative.NumTokens still bounds them. It must be safe
@@ -281,6 +288,7 @@ type Engine struct {
 	// Speculative decoding: the proposer (nil when off) and the most
 	// drafts a step carries per sequence.
 	drafter   specdecode.Proposer
+	draft     *draftModel // the draft_model method's, instead of drafter
 	maxDrafts int
 
 	// Counters for Stats, written under mu.
@@ -384,15 +392,28 @@ func NewEngine(opts Options) (*Engine, error) {
 		log: opts.Logger, event: opts.OnEvent, maxLen: cfg.MaxModelLen, kvAt: placements[0], sched: s, reqs: map[string]*live{}, wake: make(chan struct{}, 1),
 		idle: make(chan struct{}),
 	}
-	if opts.Speculative.Method != "" {
+	if (opts.DraftRunner != nil) != (opts.Speculative.Method == specdecode.DraftModel) {
+		return nil, fmt.Errorf("engine: a draft model runner goes with speculative method %q, and that method needs one", specdecode.DraftModel)
+	}
+	switch {
+	case opts.Speculative.Method == specdecode.DraftModel:
+		budget := cfg.MaxNumBatchedTokens
+		if budget == 0 {
+			budget = sched.DefaultMaxNumBatchedTokens
+		}
+		d, err := newDraftModel(opts.DraftRunner, opts.Exec, budget)
+		if err != nil {
+			return nil, err
+		}
+		e.draft, e.maxDrafts = d, opts.Speculative.NumTokens
+	case opts.Drafter != nil:
+		e.drafter, e.maxDrafts = opts.Drafter, opts.Speculative.NumTokens
+	case opts.Speculative.Method != "":
 		ngram, err := specdecode.NewNGram(opts.Speculative)
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		e.drafter, e.maxDrafts = ngram, opts.Speculative.NumTokens
-		if opts.Drafter != nil {
-			e.drafter = opts.Drafter
-		}
 	}
 	return e, nil
 }
@@ -647,6 +668,9 @@ func (e *Engine) Iterate(ctx context.Context) (bool, error) {
 	}
 	if err := e.runStep(ctx, step, d); err != nil {
 		return true, err
+	}
+	if e.draft != nil {
+		e.runDrafts(ctx)
 	}
 	if d.Offload {
 		if e.inlineSwaps() {
@@ -1113,7 +1137,10 @@ func promptLogprobs(jobs []promptJob, vocab int) {
 // they are long (the search is linear in a sequence's length). Called
 // with e.mu held, so the scheduler's token slices stay put.
 func (e *Engine) propose(jobs []sampleJob, step *sched.Step) {
-	if e.drafter == nil {
+	if e.draft != nil {
+		e.draft.reset()
+	}
+	if e.drafter == nil && e.draft == nil {
 		return
 	}
 	work := 0
@@ -1130,6 +1157,12 @@ func (e *Engine) propose(jobs []sampleJob, step *sched.Step) {
 			j.known = e.sched.Tokens(l.req.ID)
 			work += len(j.known)
 		}
+		if e.draft != nil && j.k > 0 {
+			e.draft.collect(l.req.ID, j.known, j.k) // drafted after the step, without the lock (runDrafts)
+		}
+	}
+	if e.draft != nil {
+		return
 	}
 	forEach(len(jobs), work, func(i int) {
 		if j := &jobs[i]; j.k > 0 {
@@ -1141,6 +1174,34 @@ func (e *Engine) propose(jobs []sampleJob, step *sched.Step) {
 			e.sched.SetDraft(step.Seqs[j.seq].ID, j.proposed)
 		}
 	}
+}
+
+// runDrafts runs the draft model for the requests the last step
+// collected (propose) and gives the scheduler their drafts. The model runs
+// without the lock: the known tokens it reads only grow, and only this
+// goroutine grows them. A failed draft step costs one step's drafts, not
+// a request: it is logged, and every sequence in it is recomputed the
+// next time.
+func (e *Engine) runDrafts(ctx context.Context) {
+	d := e.draft
+	var err error
+	if len(d.work) > 0 {
+		err = d.propose(ctx)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.log.Warn("draft model step failed; no drafts this step", "err", err)
+	}
+	for _, w := range d.work {
+		switch {
+		case err != nil:
+			d.drop(w.id)
+		case len(w.drafts) > 0:
+			e.sched.SetDraft(w.id, w.drafts)
+		}
+	}
+	d.reset() // and free the blocks of the requests that ended meanwhile
 }
 
 // emit handles one sampled token of a live request: stop tokens, text,
@@ -1268,6 +1329,9 @@ func (e *Engine) drainTerminal() {
 
 func (e *Engine) forget(id string) {
 	delete(e.reqs, id)
+	if e.draft != nil {
+		e.draft.gone = append(e.draft.gone, id)
+	}
 	e.forgotten++
 	if len(e.reqs) == 0 {
 		close(e.idle)

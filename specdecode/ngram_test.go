@@ -86,12 +86,32 @@ func TestParse(t *testing.T) {
 	if c, _ := Parse(`{"method": "[ngram]", "num_speculative_tokens": 2}`); c.LookupMin != 5 || c.LookupMax != 5 || c.Method != "ngram" {
 		t.Errorf("defaults: %+v", c)
 	}
+	for _, in := range []string{
+		`{"model": "/m/draft", "num_speculative_tokens": 5}`, // older vLLM: a model and no method
+		`{"method": "draft_model", "model": "/m/draft", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 1}`,
+	} {
+		c, err := Parse(in)
+		if err != nil || c != (Config{Method: DraftModel, NumTokens: 5, Model: "/m/draft", DraftTP: 1}) {
+			t.Errorf("Parse(%s) = %+v, %v", in, c, err)
+		}
+		if _, err := NewNGram(c); err == nil {
+			t.Errorf("NewNGram(%+v) proposes by n-grams", c)
+		}
+		if back, err := Parse(c.String()); err != nil || back != c {
+			t.Errorf("Parse(String()) = %+v, %v; want %+v", back, err, c)
+		}
+	}
 	for in, want := range map[string]string{
-		`{"num_speculative_tokens": 2}`:                                                                    `"method" is required`,
-		`{"method": "eagle", "num_speculative_tokens": 2}`:                                                 `"eagle" is not supported`,
+		`{"num_speculative_tokens": 2}`:                                                     `"method" is required`,
+		`{"method": "eagle", "num_speculative_tokens": 2}`:                                  `"eagle" is not supported`,
+		`{"method": "draft_model", "num_speculative_tokens": 2}`:                            `needs the draft model's directory`,
+		`{"model": "d", "num_speculative_tokens": 2, "prompt_lookup_max": 3}`:               `options of method "ngram"`,
+		`{"model": "d", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}`:      `only 1 is supported`,
+		`{"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}`: `options of method "draft_model"`,
 		`{"method": "ngram"}`:                                                                              `"num_speculative_tokens" must be in [1, 32], got 0`,
 		`{"method": "ngram", "num_speculative_tokens": 33}`:                                                `got 33`,
-		`{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}`:                                   `unknown field "model"`,
+		`{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}`:                                   `options of method "draft_model"`,
+		`{"method": "ngram", "num_speculative_tokens": 2, "temperature": 1}`:                               `unknown field "temperature"`,
 		`{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4, "prompt_lookup_max": 2}`: `<= "prompt_lookup_max" (2)`,
 		`{"method": "ngram", "num_speculative_tokens": 2} {}`:                                              `trailing data`,
 		`[1]`: `cannot unmarshal array`,

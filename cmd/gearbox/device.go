@@ -167,6 +167,34 @@ type built struct {
 	runner engine.Runner
 	device string // one line for the start-up log
 	close  func()
+	draft  *built // the draft model's, for speculative decoding; nil for none
+}
+
+// with gives b the draft model's runner d (nil for none): closing b
+// closes both.
+func (b *built) with(d *built) *built {
+	if d == nil {
+		return b
+	}
+	c := *b
+	c.draft = d
+	c.close = func() { b.close(); d.close() }
+	return &c
+}
+
+// draftRunner is the draft model's runner, or nil.
+func (b *built) draftRunner() engine.Runner {
+	if b.draft == nil {
+		return nil
+	}
+	return b.draft.runner
+}
+
+// closeIfAny closes b unless it is nil.
+func (b *built) closeIfAny() {
+	if b != nil {
+		b.close()
+	}
 }
 
 // newRunner resolves --device and builds the executor there. On the CPU the

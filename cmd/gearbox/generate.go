@@ -147,16 +147,23 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if s, ok := pol.(*policy.SiDP); ok {
 		s.Log = slog.New(slog.NewTextHandler(stderr, nil)) // its mode switches
 	}
-	run, err := dev.newRunner(m, runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol), csps: cspsPolicy(pol)}, logger)
+	rs := runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol), csps: cspsPolicy(pol)}
+	draft, err := spec.draftRunner(dev, rs, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
+	run, err := dev.newRunner(m, rs, logger)
+	if err != nil {
+		draft.closeIfAny()
+		return fmt.Errorf("generate: %w", err)
+	}
+	run = run.with(draft)
 	defer run.close()
 	if *output == "text" {
 		fmt.Fprintf(stderr, "[device] %s\n", run.device)
 	}
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Speculative: spec.Config,
+		Exec: run.runner, DraftRunner: run.draftRunner(), Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Speculative: spec.Config,
 		Sched: sched.Config{MaxNumBatchedTokens: *chunk, MaxNumSeqs: 1},
 	})
 	if err != nil {

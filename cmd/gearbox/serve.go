@@ -169,9 +169,18 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	maxLen := spec.maxModelLen
-	run, err := c.dev.newRunner(m, spec, logger)
+	draft, err := c.spec.draftRunner(c.dev, spec, logger) // before the target: on a GPU, the target's KV takes what is left
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	run, err := c.dev.newRunner(m, spec, logger)
+	if err != nil {
+		draft.closeIfAny()
+		return nil, nil, nil, err
+	}
+	if draft != nil {
+		run = run.with(draft)
+		logger.Info("draft model", "model", c.spec.Model, "device", draft.device)
 	}
 	if err := c.tr.drive(run, logger); err != nil {
 		run.close()
@@ -183,7 +192,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	metrics := server.NewMetrics(plan.String(), pol.String())
 	eng, err := engine.NewEngine(engine.Options{
-		Exec: run.runner, Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics, Speculative: c.spec.Config,
+		Exec: run.runner, DraftRunner: run.draftRunner(), Policy: pol, Tokenizer: m.Tokenizer, EOS: m.EOS(), Clock: clock.Real{}, Observer: metrics, Speculative: c.spec.Config,
 		Sched: sched.Config{
 			MaxNumBatchedTokens: c.maxBatched, MaxNumSeqs: c.maxSeqs, MaxModelLen: maxLen,
 			EnablePrefixCaching: c.prefixCaching && !c.noPrefixCache, MaxWaiting: c.maxWaiting,

@@ -16,6 +16,7 @@ import (
 	"github.com/gearboxlm/gearbox/policy"
 	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/sim"
+	"github.com/gearboxlm/gearbox/specdecode"
 )
 
 // simFlags are the flags simulate and plan share: the deployment's model,
@@ -171,6 +172,9 @@ func (f *simFlags) speculation() (sim.Speculation, error) {
 			return sim.Speculation{}, fmt.Errorf("--speculative-acceptance needs --speculative-config")
 		}
 		return sim.Speculation{}, nil
+	}
+	if f.spec.Method == specdecode.DraftModel {
+		return sim.Speculation{}, fmt.Errorf("--speculative-config: method %q is not modelled: the cost model prices n-gram drafts, which cost no model steps, not a draft model's own steps", specdecode.DraftModel)
 	}
 	if !(f.acceptance >= 0 && f.acceptance < 1) {
 		return sim.Speculation{}, fmt.Errorf("--speculative-config needs --speculative-acceptance in [0, 1): a cost model has no tokens to verify drafts against, so the workload's acceptance rate is an input")

@@ -8,11 +8,40 @@ import (
 	"testing"
 )
 
-// TestServeSpeculative serves the builtin model with and without n-gram
-// drafts: completions are the same, and /metrics counts the drafts.
+// builtinDir is the builtin model's directory in the repository, a draft
+// model for itself.
+const builtinDir = "../../model/builtin/stories260K"
+
+// specConfigs are a --speculative-config of each method.
+var specConfigs = []string{
+	`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}`,
+	`{"method": "draft_model", "model": "` + builtinDir + `", "num_speculative_tokens": 4}`,
+}
+
+// TestServeSpeculative serves the builtin model with and without drafts,
+// n-gram and from a draft model: completions are the same, and /metrics
+// counts the drafts.
 func TestServeSpeculative(t *testing.T) {
 	plain := startInProcess(t)
-	spec := startInProcess(t, "--speculative-config", `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}`)
+	for _, config := range specConfigs {
+		t.Run(config, func(t *testing.T) { testServeSpeculative(t, plain, startInProcess(t, "--speculative-config", config)) })
+	}
+	for config, want := range map[string]string{
+		`{"method": "eagle3", "num_speculative_tokens": 2}`:                               `method "eagle3" is not supported`,
+		`{"method": "draft_model", "model": "/nonexistent", "num_speculative_tokens": 2}`: `draft model: `,
+	} {
+		_, stderr, err := runCLI(t, "serve", "--speculative-config", config)
+		if err == nil || !strings.Contains(err.Error()+stderr, want) {
+			t.Fatalf("%s: %v %s", config, err, stderr)
+		}
+	}
+	_, stderr, err := runCLI(t, "serve", "--policy", "nitsum", "--plan", "tp=2", "--slo-tiers", "../../examples/slo-tiers/qwen-14b-h100.json", "--speculative-config", specConfigs[1])
+	if err == nil || !strings.Contains(err.Error()+stderr, `"draft_model" is not supported under nitsum`) {
+		t.Fatalf("nitsum with a draft model: %v %s", err, stderr)
+	}
+}
+
+func testServeSpeculative(t *testing.T, plain, spec string) {
 	type result struct {
 		Choices []struct{ Text string }
 		Usage   struct {
@@ -50,34 +79,38 @@ func TestServeSpeculative(t *testing.T) {
 	if scrape(t, plain, "gearbox:spec_decode_num_draft_tokens_total") != 0 {
 		t.Fatal("drafts without --speculative-config")
 	}
-	_, stderr, err := runCLI(t, "serve", "--speculative-config", `{"method": "eagle3", "num_speculative_tokens": 2}`)
-	if err == nil || !strings.Contains(err.Error()+stderr, `method "eagle3" is not supported`) {
-		t.Fatalf("bad config: %v %s", err, stderr)
-	}
 }
 
 // TestGenerateSpeculative: generate with drafts gives the plain tokens and
 // reports the drafts.
 func TestGenerateSpeculative(t *testing.T) {
 	args := []string{"generate", "--prompt", "Lily and Ben went to the park. Lily and Ben", "--max-tokens", "40", "--output", "json"}
-	var plain, spec generateResult
-	for _, r := range []struct {
-		res   *generateResult
-		extra []string
-	}{{&plain, nil}, {&spec, []string{"--speculative-config", `{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}`}}} {
-		out, _, err := runCLI(t, append(args, r.extra...)...)
+	var plain generateResult
+	for _, extra := range append([]string{""}, specConfigs...) {
+		var spec generateResult
+		r := &spec
+		cmd := args
+		if extra == "" {
+			r = &plain
+		} else {
+			cmd = append(slices.Clip(args), "--speculative-config", extra)
+		}
+		out, _, err := runCLI(t, cmd...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal([]byte(out), r.res); err != nil {
+		if err := json.Unmarshal([]byte(out), r); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if !slices.Equal(spec.TokenIDs, plain.TokenIDs) || spec.Text != plain.Text {
-		t.Fatalf("speculative %v, plain %v", spec.TokenIDs, plain.TokenIDs)
-	}
-	if plain.DraftTokens != 0 || spec.DraftTokens == 0 || spec.AcceptedTokens == 0 {
-		t.Fatalf("drafts: plain %d, speculative %d (%d accepted)", plain.DraftTokens, spec.DraftTokens, spec.AcceptedTokens)
+		if extra == "" {
+			continue
+		}
+		if !slices.Equal(spec.TokenIDs, plain.TokenIDs) || spec.Text != plain.Text {
+			t.Fatalf("%s: speculative %v, plain %v", extra, spec.TokenIDs, plain.TokenIDs)
+		}
+		if plain.DraftTokens != 0 || spec.DraftTokens == 0 || spec.AcceptedTokens == 0 {
+			t.Fatalf("%s: drafts: plain %d, speculative %d (%d accepted)", extra, plain.DraftTokens, spec.DraftTokens, spec.AcceptedTokens)
+		}
 	}
 }
 
@@ -103,5 +136,9 @@ func TestSimulateSpeculative(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error()+stderr, want) {
 			t.Errorf("%q: %v, want %q", extra, err, want)
 		}
+	}
+	_, stderr, err = runCLI(t, append(args, "--speculative-acceptance", "0.5", "--speculative-config", specConfigs[1])...)
+	if want := `method "draft_model" is not modelled`; err == nil || !strings.Contains(err.Error()+stderr, want) {
+		t.Errorf("a draft model: %v, want %q", err, want)
 	}
 }

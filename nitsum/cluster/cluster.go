@@ -144,6 +144,9 @@ type instance struct {
 // engines, and starts them and the control loop. It refuses a model whose
 // weights do not fit Options.WeightBudget.
 func New(opts Options) (*Cluster, error) {
+	if opts.Speculative.Method == specdecode.DraftModel {
+		return nil, fmt.Errorf("cluster: speculative method %q is not supported under nitsum (each instance would need a draft model of its own); use \"ngram\"", specdecode.DraftModel)
+	}
 	degrees, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
