@@ -14,6 +14,11 @@ const (
 	ncBlock = 512 // w rows per packed slab; multiple of nr
 )
 
+// RowsExact reports whether RowIndependentMin's promise is bit for bit:
+// it is for the packed GEMM here; OpenBLAS's kernels (-tags openblas) may
+// round a row differently with the rows beside it.
+const RowsExact = true
+
 // gemm splits w's rows over the pool. Each worker walks its rows in slabs
 // of ncBlock, packs a kcBlock-deep slab of w into nr-row panels, then for
 // each mcBlock rows of x packs them into mr-row panels and runs the

@@ -8,6 +8,13 @@ import (
 	"github.com/gearboxlm/gearbox/tensor/internal/openblas"
 )
 
+// RowsExact reports whether RowIndependentMin's promise is bit for bit:
+// not under OpenBLAS, whose kernels may round a row differently with the
+// rows beside it (Debian's 0.3.21 does on an AMD EPYC, while earlier CI
+// machines kept rows exact), so a row is then the same only to float32
+// rounding.
+const RowsExact = false
+
 // gemm hands the product to OpenBLAS's cblas_sgemm (beta 1 when
 // accumulating), with OpenBLAS's own threads set to the pool's size; the
 // pool's workers are not used. Decode-sized products never get here: gemv

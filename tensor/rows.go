@@ -6,5 +6,6 @@ package tensor
 // dot product whatever m and the row's place (edge tiles go through the
 // same micro-kernel), so a row's result is the same bit for bit in a
 // product of any m ≥ RowIndependentMin rows. Below it they run the GEMV,
-// which rounds differently.
+// which rounds differently. Under -tags openblas the promise holds to
+// float32 rounding only (RowsExact).
 const RowIndependentMin = gemvMaxM + 1
