@@ -39,6 +39,10 @@ import (
 //     (128001 here, from L3-Aethora-15B-V2; L3-NA-Aethora-15B has 128009),
 //     which the simulator does not use.
 //
+// meta-llama/Llama-3.2-1B-Instruct, a draft model of the Llama 3.1 presets
+// (their vocabulary) for simulated draft-model speculative decoding, is a
+// verbatim copy of the fields above from its config.json.
+//
 // The CSPS paper's 1M-context models (Zhang & Shen, papers/002 §5.2) are
 // not Llama checkpoints; their presets restate the shapes of their
 // config.json files in Llama's field names, which is all the simulator

@@ -25,6 +25,7 @@ func TestPresets(t *testing.T) {
 	}{
 		{"meta-llama/Llama-3.1-8B-Instruct", 8030261248, 8.03, 4096, 14336, 32, 32, 8, 128256},
 		{"meta-llama/Llama-3.1-8B", 8030261248, 8.03, 4096, 14336, 32, 32, 8, 128256},
+		{"meta-llama/Llama-3.2-1B-Instruct", 1235814400, 1.24, 2048, 8192, 16, 32, 8, 128256},
 		{"meta-llama/Llama-2-7b-hf", 6738415616, 6.74, 4096, 11008, 32, 32, 32, 32000},
 		{"meta-llama/Llama-2-13b-hf", 13015864320, 13.0, 5120, 13824, 40, 40, 40, 32000},
 		{"codellama/CodeLlama-34b-hf", 33743970304, 33.7, 8192, 22016, 48, 64, 8, 32000},
@@ -50,8 +51,12 @@ func TestPresets(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.id, err)
 		}
+		headDim, tied := 128, false
+		if c.id == "meta-llama/Llama-3.2-1B-Instruct" { // Llama 3.2's small models
+			headDim, tied = 64, true
+		}
 		if cfg.Hidden != c.hidden || cfg.Intermediate != c.inter || cfg.Layers != c.layers || cfg.Heads != c.heads ||
-			cfg.KVHeads != c.kvHeads || cfg.Vocab != c.vocab || cfg.HeadDim != 128 || cfg.TieWordEmbeddings {
+			cfg.KVHeads != c.kvHeads || cfg.Vocab != c.vocab || cfg.HeadDim != headDim || cfg.TieWordEmbeddings != tied {
 			t.Errorf("%s: shape %+v", c.id, cfg)
 		}
 		if got := cfg.NumParams(); got != c.params {

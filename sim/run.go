@@ -66,6 +66,14 @@ type RunOptions struct {
 type Speculation struct {
 	Tokens     int
 	Acceptance float64
+	// Draft is the draft model of the draft_model method; nil prices
+	// n-gram drafts, which cost no model step. Each replica runs the
+	// engine's draft model (its catch-up step and one step a draft after,
+	// every drafting sequence batched) on a second cost runner on the
+	// replica's first GPU and clock, so its steps take their time between
+	// the target's; that GPU also holds its weights, activations and as
+	// many KV blocks as the target's pool (draftKV).
+	Draft *model.Config
 }
 
 // validate checks the speculation's ranges.
@@ -107,8 +115,11 @@ type RunResult struct {
 	SimDuration time.Duration // virtual time from the first arrival to the last token
 	KVTokens    int64         // KV capacity of one replica, tokens
 	Preemptions int64
-	// Speculative decoding: drafts verified and kept, over replicas.
+	// Speculative decoding: drafts verified and kept, over replicas, and
+	// the draft model's steps and their seconds (Speculation.Draft).
 	DraftTokens, AcceptedTokens int64
+	DraftSteps                  int
+	DraftSeconds                float64
 	// Placements is what the steps under each of the policy's placements
 	// did, and Host what the host KV tier and the transitions cost,
 	// summed over replicas (Seesaw's per-phase breakdown).
@@ -158,6 +169,7 @@ type replica struct {
 	id     int
 	eng    *engine.Engine
 	runner *CostRunner
+	draft  *CostRunner // the draft model's (Speculation.Draft), or nil
 	clk    *clock.Fake
 	free   time.Duration // virtual time its next step may start
 	active bool          // has requests
@@ -209,6 +221,12 @@ func Run(opts RunOptions) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	draftBlocks := 0
+	if opts.Speculative.Draft != nil && opts.Speculative.Tokens > 0 {
+		if kv, draftBlocks, err = draftKV(opts, base, placements, kv); err != nil {
+			return nil, err
+		}
+	}
 	hostBlocks := 0
 	if opts.HostKVBytes > 0 {
 		perBlock := int64(opts.BlockSize) * int64(opts.Model.KVBytesPerToken(int(opts.Cost.kvBytes)))
@@ -242,8 +260,16 @@ func Run(opts RunOptions) (*RunResult, error) {
 			OnEvent: func(s *engine.Stream) { r.ready = append(r.ready, s) },
 		}
 		if sp := opts.Speculative; sp.Tokens > 0 {
-			eo.Speculative = specdecode.Config{Method: "ngram", NumTokens: sp.Tokens}
+			eo.Speculative = specdecode.Config{Method: specdecode.NGramMethod, NumTokens: sp.Tokens}
 			eo.Drafter = anyDrafter{}
+			if sp.Draft != nil {
+				single := []parallel.Placement{parallel.Standard(parallel.Single)}
+				if r.draft, err = NewCostRunner(opts.Cost, sp.Draft, single, opts.BlockSize, draftBlocks, r.clk); err != nil {
+					return nil, fmt.Errorf("sim: draft model: %w", err)
+				}
+				eo.Speculative = specdecode.Config{Method: specdecode.DraftModel, NumTokens: sp.Tokens, Model: "draft"}
+				eo.Drafter, eo.DraftRunner = nil, r.draft
+			}
 			r.runner.Accept(sp.Acceptance, uint64(i))
 		}
 		// No tokenizer and no EOS: the engine produces no text and
@@ -328,6 +354,11 @@ func Run(opts RunOptions) (*RunResult, error) {
 		res.Preemptions += st.Preemptions
 		res.DraftTokens += st.DraftTokens
 		res.AcceptedTokens += st.AcceptedTokens
+		if r.draft != nil {
+			ds := r.draft.PlacementStats()[0]
+			res.DraftSteps += ds.Steps
+			res.DraftSeconds += ds.Seconds
+		}
 		res.Placements = addPlacementStats(res.Placements, r.runner.PlacementStats())
 		res.Host.add(r.runner.HostStats())
 		if r.span != nil {
@@ -364,6 +395,43 @@ func kvCapacity(opts RunOptions, base parallel.Plan, placements []parallel.Place
 		}
 	}
 	return out, nil
+}
+
+// DraftKVBudget bounds the draft model's KV pool in bytes, as gearbox
+// serve sizes it (the CPU's default pool: --max-num-seqs full contexts,
+// at most 4 GiB; cmd/gearbox's cpuKVBlocks).
+const DraftKVBudget = 4 << 30
+
+// draftKV sizes the draft model's KV pool in blocks (DraftKVBudget) and
+// returns kv, each replica's KV capacity in tokens, less what the draft
+// model takes from the replica's first GPU: its weights, activations and
+// that pool.
+func draftKV(opts RunOptions, base parallel.Plan, placements []parallel.Placement, kv []int64) ([]int64, int, error) {
+	mem := MemoryOptions{Also: placements, MaxBatchedTokens: opts.Sched.MaxNumBatchedTokens, MaxSeqs: opts.Sched.MaxNumSeqs, Utilization: opts.Utilization}
+	t, err := opts.Cost.Memory(opts.Model, base, 0, mem)
+	if err != nil {
+		return nil, 0, err
+	}
+	mem.Also = nil
+	draft := opts.Speculative.Draft
+	d, err := opts.Cost.Memory(draft, parallel.Single, 0, mem)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sim: draft model: %w", err)
+	}
+	maxLen := min(draft.MaxPositions, cmp.Or(opts.Sched.MaxModelLen, opts.Model.MaxPositions))
+	seqs := cmp.Or(opts.Sched.MaxNumSeqs, sched.DefaultMaxNumSeqs)
+	bs := int64(opts.BlockSize)
+	perSeq := (int64(maxLen) + bs - 1) / bs
+	blocks := max(perSeq, min(int64(seqs)*perSeq, DraftKVBudget/max(1, d.KVBytesPerToken*bs)))
+	left := t.KV - d.Weights - d.Activations - blocks*bs*d.KVBytesPerToken
+	if left <= 0 || t.KVBytesPerToken == 0 {
+		return nil, 0, fmt.Errorf("sim: the draft model's weights and KV pool leave no memory for the target's KV cache on the first GPU")
+	}
+	out := slices.Clone(kv)
+	for i := range out {
+		out[i] = min(out[i], left/t.KVBytesPerToken)
+	}
+	return out, int(blocks), nil
 }
 
 // submit hands t to the replica's engine at t's arrival: the clock reads

@@ -173,13 +173,18 @@ func (f *simFlags) speculation() (sim.Speculation, error) {
 		}
 		return sim.Speculation{}, nil
 	}
-	if f.spec.Method == specdecode.DraftModel {
-		return sim.Speculation{}, fmt.Errorf("--speculative-config: method %q is not modelled: the cost model prices n-gram drafts, which cost no model steps, not a draft model's own steps", specdecode.DraftModel)
-	}
 	if !(f.acceptance >= 0 && f.acceptance < 1) {
 		return sim.Speculation{}, fmt.Errorf("--speculative-config needs --speculative-acceptance in [0, 1): a cost model has no tokens to verify drafts against, so the workload's acceptance rate is an input")
 	}
-	return sim.Speculation{Tokens: f.spec.NumTokens, Acceptance: f.acceptance}, nil
+	s := sim.Speculation{Tokens: f.spec.NumTokens, Acceptance: f.acceptance}
+	if f.spec.Method == specdecode.DraftModel {
+		d, err := sim.LookupModel(f.spec.Model)
+		if err != nil {
+			return sim.Speculation{}, fmt.Errorf("--speculative-config: draft model: %w", err)
+		}
+		s.Draft = d
+	}
+	return s, nil
 }
 
 // poisson sets the requests' arrivals to a gamma process at rate.

@@ -62,6 +62,9 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if res.DraftTokens > 0 {
 		fmt.Fprintf(stderr, "speculative decoding: %d of %d draft tokens kept\n", res.AcceptedTokens, res.DraftTokens)
 	}
+	if res.DraftSteps > 0 {
+		fmt.Fprintf(stderr, "draft model: %d steps, %.2f s of the run\n", res.DraftSteps, res.DraftSeconds)
+	}
 	if *resultJSON == "" {
 		return nil
 	}

@@ -137,8 +137,19 @@ func TestSimulateSpeculative(t *testing.T) {
 			t.Errorf("%q: %v, want %q", extra, err, want)
 		}
 	}
-	_, stderr, err = runCLI(t, append(args, "--speculative-acceptance", "0.5", "--speculative-config", specConfigs[1])...)
-	if want := `method "draft_model" is not modelled`; err == nil || !strings.Contains(err.Error()+stderr, want) {
-		t.Errorf("a draft model: %v, want %q", err, want)
+	// A draft model's steps are priced beside the target's.
+	draft := []string{"--speculative-acceptance", "0.7", "--speculative-config", `{"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4}`}
+	_, stderr, err = runCLI(t, append(args, draft...)...)
+	var steps int
+	var seconds float64
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscanf(stderr[strings.Index(stderr, "draft model:"):], "draft model: %d steps, %f s of the run", &steps, &seconds); err != nil || steps == 0 || seconds <= 0 {
+		t.Fatalf("stderr %q: %v", stderr, err)
+	}
+	draft[3] = `{"model": "meta-llama/Llama-2-7b-hf", "num_speculative_tokens": 4}`
+	if _, stderr, err := runCLI(t, append(args, draft...)...); err == nil || !strings.Contains(err.Error()+stderr, "vocabulary") {
+		t.Errorf("a draft of another vocabulary: %v %s", err, stderr)
 	}
 }
