@@ -7,7 +7,7 @@ import (
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
 	"github.com/gearboxlm/gearbox/parallel"
-	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/tensor"
 )
 
 // draftModel proposes drafts with a second, smaller model: speculative
@@ -171,9 +171,6 @@ func (d *draftModel) propose(ctx context.Context) error {
 			if len(w.seq.computed) == len(w.known) {
 				d.blocks.Cache(w.seq.kv, w.known, len(w.known)) // full blocks of known tokens only: never rewritten
 			}
-			if tok < 0 {
-				continue // no finite logit: stop drafting
-			}
 			w.drafts = append(w.drafts, tok)
 			if len(w.drafts) < w.k {
 				w.feed = w.drafts[len(w.drafts)-1:]
@@ -228,7 +225,7 @@ func (d *draftModel) step(ctx context.Context) ([]int, error) {
 	vocab := d.run.Config().Vocab
 	d.tokens = d.tokens[:0]
 	for r := range d.batch.NumLogits() {
-		d.tokens = append(d.tokens, sample.Argmax(logits[r*vocab:(r+1)*vocab]))
+		d.tokens = append(d.tokens, tensor.MaxIndex(logits[r*vocab:(r+1)*vocab]))
 	}
 	return d.tokens, nil
 }

@@ -265,7 +265,7 @@ func greedyContinuation(t *testing.T, m *model.Model, pool *tensor.Pool, known [
 			t.Fatal(err)
 		}
 		pos += len(tokens)
-		out = append(out, sample.Argmax(logits))
+		out = append(out, tensor.MaxIndex(logits))
 		tokens = out[len(out)-1:]
 	}
 	return out

@@ -64,13 +64,6 @@ func expInto(dst, x []float32, m, invT, lo float32) float64 {
 	return even + odd
 }
 
-// Argmax is the lowest index of x's largest value, greedy decoding's
-// token; -1 when no value is above -Inf (all NaN or -Inf).
-func Argmax(x []float32) int {
-	_, at := maxIndex(x)
-	return at
-}
-
 // maxIndex returns the largest value of x and the lowest index holding it.
 // NaN is never the maximum. If no element is greater than -Inf it returns
 // (-Inf, -1).
