@@ -14,6 +14,7 @@ import (
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
@@ -38,12 +39,15 @@ type Executor struct {
 	micro   int       // Options.MicroBatches; 0: each step's placement's PP
 	invFreq []float64 // RoPE inverse frequencies
 	clock   clock.Clock
-	kv      kvcache.Layout // of rank 0; every rank has the same block count
-	out     []float32      // [NumLogits, vocab] of the last step
-	hid     []float32      // [NumLogits, hidden] of the last step, when its batch asked (Batch.Hidden)
-	steps   map[string]int
-	stepsMu sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
-	comm    comm.Stats // counted by worlds that were replaced
+
+	adapters []*lora.Adapter // Options.Adapters
+	maxRank  int             // their largest rank
+	kv       kvcache.Layout  // of rank 0; every rank has the same block count
+	out      []float32       // [NumLogits, vocab] of the last step
+	hid      []float32       // [NumLogits, hidden] of the last step, when its batch asked (Batch.Hidden)
+	steps    map[string]int
+	stepsMu  sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
+	comm     comm.Stats // counted by worlds that were replaced
 	// newWorld makes the ranks' World (Options.World); remote: some ranks
 	// are hosted by other processes
 	newWorld func(ranks int) (*comm.World, error)
@@ -113,6 +117,10 @@ type Options struct {
 	// MPI transport), a step runs only the ranks hosted here; see
 	// procs.go.
 	World func(ranks int) (*comm.World, error)
+	// Adapters are the LoRA adapters a sequence may name
+	// (forward.SeqBatch.Adapter i is Adapters[i−1]); see setAdapters for
+	// the placements that run them.
+	Adapters []*lora.Adapter
 }
 
 // NewExecutor shards w over the placements' ranks and allocates their KV
@@ -160,6 +168,9 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	}
 	if opts.WeightsFromHost {
 		e.held[first.Name].built = true // re-sharded from the host when left and when reached again
+	}
+	if err := e.setAdapters(opts.Adapters, opts); err != nil {
+		return nil, err
 	}
 	for r := range first.Coords {
 		e.ranks = append(e.ranks, &rank{id: r, e: e})
@@ -332,6 +343,9 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	}
 	c := e.cfg
 	if err := b.Validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.kvAt.Plan.DP); err != nil {
+		return nil, err
+	}
+	if err := e.checkAdapters(b); err != nil {
 		return nil, err
 	}
 	m := e.micro
@@ -509,7 +523,7 @@ func (e *Executor) split(b *forward.Batch, parts int) [][]micro {
 				}
 				end = min(end, total)
 				bEnd := min(n, a+end-pos)
-				piece := forward.SeqBatch{Tokens: s.Tokens[a:bEnd], Pos: s.Pos + a, Blocks: s.Blocks, Replica: d}
+				piece := forward.SeqBatch{Tokens: s.Tokens[a:bEnd], Pos: s.Pos + a, Blocks: s.Blocks, Replica: d, Adapter: s.Adapter}
 				lo := max(a, firstLogit)
 				if bEnd > lo {
 					piece.NumLogits = bEnd - lo

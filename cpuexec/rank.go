@@ -9,6 +9,7 @@ import (
 	"github.com/gearboxlm/gearbox/comm"
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/tensor"
 )
@@ -50,10 +51,11 @@ type rankState struct {
 	tokPos []int // [T] position
 	rowOut []int // [T] output logits row, or -1
 
-	total int // T: real tokens in the micro-batch
-	nl    int // tokens per SP rank: ceil(T/SP), padding included
-	first int // global index of this rank's first token: sp·nl
-	real  int // this rank's real (unpadded) tokens
+	total   int  // T: real tokens in the micro-batch
+	adapted bool // a sequence of the micro-batch has a LoRA adapter
+	nl      int  // tokens per SP rank: ceil(T/SP), padding included
+	first   int  // global index of this rank's first token: sp·nl
+	real    int  // this rank's real (unpadded) tokens
 
 	x, xn, tmp []float32 // [nl, hidden]
 	q, k, v    []float32 // [nl, slice dims]
@@ -70,6 +72,7 @@ type rankState struct {
 	outRows    []int     // rows of the step's output this rank wrote
 	counts     []int     // per TP member element counts
 
+	loraT                         []float32 // [real, adapters' largest rank]: LoRA's x·Aᵀ per row
 	casY                          []float32 // SiDP CaS: [nl, hidden] MLP output rows back from the owner
 	casIn, casGate, casUp, casOut []float32 // SiDP CaS owner: staging [M, hidden], [M, inter slice] ×2, [M, hidden]
 }
@@ -168,6 +171,10 @@ func (rk *rank) prepare(mb *micro, sh *parallel.Shard) {
 		}
 	}
 	st.total = len(st.tokens)
+	st.adapted = false
+	for _, s := range mb.seqs {
+		st.adapted = st.adapted || s.Adapter > 0
+	}
 	st.nl = (st.total + sh.SPSize - 1) / sh.SPSize
 	st.first = sh.SP * st.nl
 	st.real = max(0, min(st.nl, st.total-st.first))
@@ -255,11 +262,19 @@ func (rk *rank) MLPNorm(l int) {
 	rmsNormRows(rk.e.pool, rk.st.xn, rk.st.x, rk.layer(l).MLPNorm, rk.st.nl, float32(rk.e.cfg.RMSNormEps))
 }
 
-// QKV projects xn onto the slice's q, k and v heads.
+// QKV projects xn onto the slice's q, k and v heads, with the adapters'
+// updates of the rows whose sequences have one.
 func (rk *rank) QKV(l int) {
 	st, w, pool := &rk.st, rk.layer(l), rk.e.pool
 	tensor.MatMulWs(pool, st.xn, st.nl, tensor.Projection{Y: st.q, W: w.WQ},
 		tensor.Projection{Y: st.k, W: w.WK}, tensor.Projection{Y: st.v, W: w.WV})
+	if st.adapted {
+		h := rk.e.cfg.Hidden
+		qs, ks := rk.widths()
+		rk.lora(l, lora.Q, st.q, qs, st.xn, h)
+		rk.lora(l, lora.K, st.k, ks, st.xn, h)
+		rk.lora(l, lora.V, st.v, ks, st.xn, h)
+	}
 }
 
 // Position adds the q/k/v biases and applies the q/k norms and RoPE to the
@@ -318,18 +333,32 @@ func (rk *rank) Attention(l int) {
 
 // OutProj projects the attention output back to the hidden size.
 func (rk *rank) OutProj(l int) {
-	rk.project(rk.st.attn, rk.layer(l).WO)
+	st := &rk.st
+	y := rk.project(st.attn, rk.layer(l).WO)
+	if st.adapted {
+		qs, _ := rk.widths()
+		rk.lora(l, lora.O, y, rk.e.cfg.Hidden, st.attn, qs)
+	}
 }
 
 // MLPUp computes SiLU(gate)·up over the rank's intermediate slice.
 func (rk *rank) MLPUp(l int) {
 	st, w := &rk.st, rk.layer(l)
-	rk.mlpUp(st.gate, st.up, st.xn, st.nl, w.WGate, w.WUp, w)
+	var adapt func()
+	if st.adapted {
+		adapt = func() {
+			h, is := rk.e.cfg.Hidden, rk.sh.Inter.Len()
+			rk.lora(l, lora.Gate, st.gate, is, st.xn, h)
+			rk.lora(l, lora.Up, st.up, is, st.xn, h)
+		}
+	}
+	rk.mlpUp(st.gate, st.up, st.xn, st.nl, w.WGate, w.WUp, w, adapt)
 }
 
 // mlpUp computes gate = SiLU(in·wgᵀ + b)·(in·wuᵀ + b) for rows rows of in,
-// with the biases of layer w; up is scratch.
-func (rk *rank) mlpUp(gate, up, in []float32, rows int, wg, wu *tensor.Weights, w *parallel.LayerShard) {
+// with the biases of layer w, calling adapt (unless nil) before the
+// activation; up is scratch.
+func (rk *rank) mlpUp(gate, up, in []float32, rows int, wg, wu *tensor.Weights, w *parallel.LayerShard, adapt func()) {
 	pool, h := rk.e.pool, rk.e.cfg.Hidden
 	is, _ := wg.Shape()
 	gate, up, in = gate[:rows*is], up[:rows*is], in[:rows*h]
@@ -338,24 +367,35 @@ func (rk *rank) mlpUp(gate, up, in []float32, rows int, wg, wu *tensor.Weights, 
 		addRows(gate, w.BGate, rows)
 		addRows(up, w.BUp, rows)
 	}
+	if adapt != nil {
+		adapt()
+	}
 	pool.Run(rows, func(lo, hi int) {
 		tensor.SiLUMul(gate[lo*is:hi*is], gate[lo*is:hi*is], up[lo*is:hi*is])
 	})
 }
 
 // MLPDown projects the MLP activation back to the hidden size.
-func (rk *rank) MLPDown(l int) { rk.project(rk.st.gate, rk.layer(l).WDown) }
+func (rk *rank) MLPDown(l int) {
+	st := &rk.st
+	y := rk.project(st.gate, rk.layer(l).WDown)
+	if st.adapted {
+		rk.lora(l, lora.Down, y, rk.e.cfg.Hidden, st.gate, rk.sh.Inter.Len())
+	}
+}
 
 // project computes in[nl, k]·wᵀ: added to the residual directly without
-// TP, into the partial sum tmp for ReduceTP with it.
-func (rk *rank) project(in []float32, w *tensor.Weights) {
+// TP, into the partial sum tmp for ReduceTP with it. It returns the rows
+// it added to or wrote.
+func (rk *rank) project(in []float32, w *tensor.Weights) []float32 {
 	pool, h, nl := rk.e.pool, rk.e.cfg.Hidden, rk.st.nl
 	_, k := w.Shape()
 	if rk.g.tp == nil {
 		tensor.MatMulWAcc(pool, rk.st.x[:nl*h], in[:nl*k], w, nl)
-		return
+		return rk.st.x[:nl*h]
 	}
 	tensor.MatMulW(pool, rk.st.tmp[:nl*h], in[:nl*k], w, nl)
+	return rk.st.tmp[:nl*h]
 }
 
 // Residual adds the reduced partial sum (under TP) and the branch's bias

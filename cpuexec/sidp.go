@@ -306,7 +306,7 @@ func (rk *rank) wasMLP(ctx context.Context, l int) error {
 	sl := &c.slots[s]
 	rk.slotHook(slotInUse, s, l)
 	st := &rk.st
-	rk.mlpUp(st.gate, st.up, st.xn, st.nl, sl.gate, sl.up, rk.layer(l))
+	rk.mlpUp(st.gate, st.up, st.xn, st.nl, sl.gate, sl.up, rk.layer(l), nil)
 	rk.project(st.gate, sl.down)
 	rk.sidp.local.Add(1)
 	rk.slotHook(slotReleased, s, l)
@@ -369,7 +369,7 @@ func (rk *rank) casServe(ctx context.Context, l int) error {
 		off += n
 	}
 	w := rk.layer(l)
-	rk.mlpUp(st.casGate, st.casUp, st.casIn, m, w.WGate, w.WUp, w)
+	rk.mlpUp(st.casGate, st.casUp, st.casIn, m, w.WGate, w.WUp, w, nil)
 	tensor.MatMulW(e.pool, st.casOut, st.casGate, w.WDown, m)
 	rk.sidp.fused.Add(1)
 	rk.sidp.fusedRows.Add(int64(m))

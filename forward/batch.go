@@ -10,6 +10,9 @@ type SeqBatch struct {
 	Blocks    []int // block table; must cover positions [0, Pos+len(Tokens))
 	NumLogits int   // logits wanted for this many trailing tokens (0, 1 = last, len(Tokens) = all)
 	Replica   int   // data-parallel replica holding the sequence's KV (0 without DP)
+	// Adapter is the LoRA adapter the sequence runs with: 0 for the base
+	// model, i for the runner's i-th adapter (package lora).
+	Adapter int
 }
 
 // Batch is one step: the sequences' chunks flattened into one token batch.

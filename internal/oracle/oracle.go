@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gearboxlm/gearbox/model/safetensors"
 )
@@ -329,4 +330,60 @@ func (m *Model) Greedy(prompt []int, n int) []int {
 		seq = append(seq, best)
 	}
 	return out
+}
+
+// MergeLoRA adds the update of the PEFT LoRA adapter in dir to the weights
+// it names, as PEFT's merge_and_unload does: W += s·B·A with s =
+// lora_alpha / r (lora_alpha / √r with use_rslora), r each module's rank.
+func (m *Model) MergeLoRA(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "adapter_config.json"))
+	if err != nil {
+		return err
+	}
+	var c struct {
+		Alpha  float64 `json:"lora_alpha"`
+		RSLoRA bool    `json:"use_rslora"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return err
+	}
+	f, err := safetensors.Open(filepath.Join(dir, "adapter_model.safetensors"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, ta := range f.Tensors() {
+		base, ok := strings.CutSuffix(ta.Name, ".lora_A.weight")
+		if !ok {
+			continue
+		}
+		tb, ok := f.Tensor(base + ".lora_B.weight")
+		if !ok {
+			return fmt.Errorf("oracle: %s has no lora_B", base)
+		}
+		a, err := ta.Float32()
+		if err != nil {
+			return err
+		}
+		b, err := tb.Float32()
+		if err != nil {
+			return err
+		}
+		r, in, out := ta.Shape[0], ta.Shape[1], tb.Shape[0]
+		s := c.Alpha / float64(r)
+		if c.RSLoRA {
+			s = c.Alpha / math.Sqrt(float64(r))
+		}
+		w := m.w(strings.TrimPrefix(base, "base_model.model.") + ".weight")
+		for o := range out {
+			for i := range in {
+				sum := 0.0
+				for j := range r {
+					sum += float64(b[o*r+j]) * float64(a[j*in+i])
+				}
+				w[o*in+i] += s * sum
+			}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,151 @@
+package cpuexec
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/forward"
+	"github.com/gearboxlm/gearbox/internal/fixture"
+	"github.com/gearboxlm/gearbox/internal/oracle"
+	"github.com/gearboxlm/gearbox/lora"
+	"github.com/gearboxlm/gearbox/model"
+	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/tensor"
+)
+
+// loraFixture writes parallelFixture(2)'s model and two adapters: one on
+// every projection of every layer, and one of rank 8 with rsLoRA's scale
+// on q, v and down of layers 0 and 2. It returns the model, the adapters
+// and the oracle of the base and of each adapter merged into it.
+func loraFixture(t *testing.T) (*model.Model, []*lora.Adapter, []*oracle.Model) {
+	t.Helper()
+	spec := parallelFixture(2)
+	dir, err := fixture.Dir(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, model.Options{DType: model.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	base, err := oracle.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := []*oracle.Model{base}
+	var adapters []*lora.Adapter
+	for i, l := range []fixture.LoRA{
+		{Rank: 4, Seed: 1},
+		{Rank: 8, Alpha: 16, RSLoRA: true, Modules: []string{"self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"}, Layers: []int{0, 2}, Seed: 2},
+	} {
+		ad := filepath.Join(t.TempDir(), fmt.Sprint("adapter", i))
+		if err := os.Mkdir(ad, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := fixture.WriteLoRA(ad, spec, l); err != nil {
+			t.Fatal(err)
+		}
+		a, err := lora.Load(fmt.Sprint("a", i), ad, m.Config, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := oracle.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.MergeLoRA(ad); err != nil {
+			t.Fatal(err)
+		}
+		adapters, refs = append(adapters, a), append(refs, ref)
+	}
+	return m, adapters, refs
+}
+
+// TestLoRAMatchesOracle runs a batch of sequences of two adapters and of
+// none (a prefill with every position's logits, then decode steps) under
+// every kind of plan, and checks each sequence's logits against the
+// float64 oracle of its adapter merged into the weights, as PEFT merges
+// it. The adapters change the logits far beyond the tolerance.
+func TestLoRAMatchesOracle(t *testing.T) {
+	m, adapters, refs := loraFixture(t)
+	cfg := m.Config
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	prompt := fixture.Tokens(3, 11, cfg.Vocab)
+	if e := oracleRowError(toF32(refs[1].Logits(prompt)[10]), refs[0].Logits(prompt)[10]); e < 0.05 {
+		t.Fatalf("the adapter moves the logits by %.3g only", e)
+	}
+	for _, ps := range []string{"tp=1", "tp=2", "tp=4", "pp=3", "sp=2", "sp=2,tp=2", "pp=2,tp=2"} {
+		t.Run(ps, func(t *testing.T) {
+			plan, err := parallel.Parse(ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewExecutor(cfg, m.Weights, Options{Plan: plan, BlockSize: 4, NumBlocks: 64, Pool: pool, Adapters: adapters})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Sequence i runs adapter order[i]; two share adapter 1.
+			order := []int{1, 0, 2, 1}
+			seqs := make([]*seqState, len(order))
+			var b forward.Batch
+			for i, a := range order {
+				s := &seqState{tokens: fixture.Tokens(3+i, 5+3*i, cfg.Vocab)}
+				if i == 0 {
+					s.tokens = prompt
+				}
+				for j := range 8 {
+					s.blocks = append(s.blocks, 8*i+j)
+				}
+				seqs[i] = s
+				b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens, Blocks: s.blocks, NumLogits: len(s.tokens), Adapter: a})
+			}
+			logits, err := e.Step(context.Background(), &b, parallel.Standard(plan))
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := 0
+			for i, s := range seqs {
+				want := refs[order[i]].Logits(s.tokens)
+				for p := range s.tokens {
+					assertClose(t, fmt.Sprintf("seq %d (adapter %d) position %d", i, order[i], p), logits[row*cfg.Vocab:(row+1)*cfg.Vocab], want[p])
+					row++
+				}
+				s.done = len(s.tokens)
+			}
+			for step := range 3 {
+				var b forward.Batch
+				for i, s := range seqs {
+					s.tokens = append(s.tokens, (7*step+i)%cfg.Vocab)
+					b.Seqs = append(b.Seqs, forward.SeqBatch{Tokens: s.tokens[s.done:], Pos: s.done, Blocks: s.blocks, NumLogits: 1, Adapter: order[i]})
+					s.done++
+				}
+				logits, err := e.Step(context.Background(), &b, parallel.Standard(plan))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, s := range seqs {
+					want := refs[order[i]].Logits(s.tokens)
+					assertClose(t, fmt.Sprintf("decode %d, seq %d", step, i), logits[i*cfg.Vocab:(i+1)*cfg.Vocab], want[len(want)-1])
+				}
+			}
+			bad := forward.Batch{Seqs: []forward.SeqBatch{{Tokens: []int{1}, Blocks: []int{60}, NumLogits: 1, Adapter: 3}}}
+			if _, err := e.Step(context.Background(), &bad, parallel.Standard(plan)); err == nil || !strings.Contains(err.Error(), "adapter 3") {
+				t.Errorf("a third adapter of two: %v", err)
+			}
+		})
+	}
+}
+
+func toF32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
