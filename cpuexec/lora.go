@@ -41,6 +41,10 @@ func (e *Executor) setAdapters(adapters []*lora.Adapter, opts Options) error {
 	return nil
 }
 
+// NumAdapters is the number of LoRA adapters the executor holds
+// (engine.AdapterRunner).
+func (e *Executor) NumAdapters() int { return len(e.adapters) }
+
 // checkAdapters refuses a batch naming an adapter the executor lacks.
 func (e *Executor) checkAdapters(b *forward.Batch) error {
 	for i, s := range b.Seqs {

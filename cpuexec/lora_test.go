@@ -2,18 +2,24 @@ package cpuexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/forward"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 	"github.com/gearboxlm/gearbox/internal/oracle"
 	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
+	"github.com/gearboxlm/gearbox/sample"
+	"github.com/gearboxlm/gearbox/sched"
 	"github.com/gearboxlm/gearbox/tensor"
 )
 
@@ -148,4 +154,56 @@ func toF32(v []float64) []float32 {
 		out[i] = float32(x)
 	}
 	return out
+}
+
+// TestLoRAEngine serves greedy requests of both adapters and of none at
+// once through the engine under tp=2, twice each with the prefix cache
+// on, and checks every output against the float64 oracle of its adapter:
+// a request of one adapter never starts from blocks another adapter (or
+// the base model) cached, while requests of the same adapter do. A
+// request naming an adapter the runner lacks is refused at Submit.
+func TestLoRAEngine(t *testing.T) {
+	m, adapters, refs := loraFixture(t)
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	x, err := NewExecutor(m.Config, m.Weights, Options{Plan: parallel.Plan{DP: 1, PP: 1, SP: 1, TP: 2}, BlockSize: 4, NumBlocks: 128, Pool: pool, Adapters: adapters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.NewEngine(engine.Options{Exec: x, Sched: sched.Config{MaxNumBatchedTokens: 16, EnablePrefixCaching: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Start()()
+	prompt := fixture.Tokens(42, 17, m.Config.Vocab) // four full blocks to share
+	const n = 12
+	want := make([][]int, len(refs))
+	for a, ref := range refs {
+		want[a] = ref.Greedy(prompt, n)
+	}
+	if slices.Equal(want[0], want[1]) || slices.Equal(want[0], want[2]) {
+		t.Fatalf("the adapters do not change the greedy output: %v", want)
+	}
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for _, a := range []int{1, 0, 2} {
+			wg.Go(func() {
+				out, err := e.Generate(context.Background(), engine.Request{Prompt: prompt, MaxTokens: n, Adapter: a, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !slices.Equal(out.Tokens, want[a]) {
+					t.Errorf("round %d, adapter %d: %v, oracle %v", round, a, out.Tokens, want[a])
+				}
+				if round == 1 && out.Usage.CachedTokens != 16 {
+					t.Errorf("round 1, adapter %d: %d prompt tokens from the cache, want its own 16", a, out.Usage.CachedTokens)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if _, err := e.Submit(engine.Request{Prompt: prompt, MaxTokens: 1, Adapter: 3}); !errors.Is(err, engine.ErrUnknownAdapter) {
+		t.Errorf("adapter 3 of 2: %v", err)
+	}
 }

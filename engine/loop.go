@@ -57,12 +57,23 @@ type Request struct {
 	// output): the sampler masks with it and it follows every token. One
 	// per request; the engine keeps it through preemptions.
 	Constraint sample.Constraint
+	// Adapter is the LoRA adapter the request runs with: 0 for the base
+	// model, i for the runner's i-th (AdapterRunner).
+	Adapter int
 	// Embed makes the request an embedding: its prompt is computed, and
 	// its one event carries the final-norm hidden state of the prompt's
 	// last token (Event.Embedding; last-token pooling, not normalized)
 	// and no tokens. MaxTokens, sampling and stops are ignored. The
 	// runner must be a HiddenRunner (ErrNoEmbeddings otherwise).
 	Embed bool
+}
+
+// AdapterRunner is a Runner that applies LoRA adapters: a batch's
+// sequence with forward.SeqBatch.Adapter i in [1, NumAdapters()] runs
+// with its i-th.
+type AdapterRunner interface {
+	Runner
+	NumAdapters() int
 }
 
 // HiddenRunner is a Runner that also gives the final-norm hidden state
@@ -119,6 +130,9 @@ var (
 	// ErrNoEmbeddings: an embedding request, and a runner that does not
 	// give hidden states (HiddenRunner).
 	ErrNoEmbeddings = errors.New("engine: this runner does not give hidden states, so it serves no embeddings")
+	// ErrUnknownAdapter: a request names a LoRA adapter the runner does
+	// not hold.
+	ErrUnknownAdapter = errors.New("engine: unknown LoRA adapter")
 	// ErrNoTokenizer: a request has stop strings, and the engine has no
 	// tokenizer to find them in the text.
 	ErrNoTokenizer = errors.New("engine: stop strings need a tokenizer, and this engine has none")
@@ -443,6 +457,11 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
 	}
+	if req.Adapter != 0 {
+		if a, ok := e.exec.(AdapterRunner); !ok || req.Adapter < 0 || req.Adapter > a.NumAdapters() {
+			return nil, fmt.Errorf("%w: %d", ErrUnknownAdapter, req.Adapter)
+		}
+	}
 	if req.PromptLogprobs && (req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > e.exec.Config().Vocab) {
 		return nil, fmt.Errorf("engine: prompt top log-probabilities must be in [0, %d], got %d", e.exec.Config().Vocab, req.PromptTopLogprobs)
 	}
@@ -489,7 +508,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if _, dup := e.reqs[req.ID]; dup {
 		return nil, fmt.Errorf("engine: request id %q is already live", req.ID)
 	}
-	sr := sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival}
+	sr := sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival, Adapter: req.Adapter}
 	if req.PromptLogprobs {
 		sr.NoPrefixCache, sr.MaxChunk = true, max(1, promptLogitsBytes/(4*vocab))
 	}
@@ -962,7 +981,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	defer func() { batch.Hidden = false }()
 	batch.Seqs = slices.Grow(batch.Seqs[:0], len(step.Seqs))[:len(step.Seqs)]
 	for i, s := range step.Seqs {
-		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica, NumLogits: promptRows[i]}
+		batch.Seqs[i] = forward.SeqBatch{Tokens: s.Tokens, Pos: s.Pos, Blocks: s.Blocks, Replica: s.Replica, NumLogits: promptRows[i], Adapter: s.Adapter}
 		if s.Sample {
 			batch.Seqs[i].NumLogits += 1 + s.Draft
 		}

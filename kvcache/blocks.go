@@ -75,6 +75,7 @@ type blockState struct {
 type Seq struct {
 	blocks []int
 	hashes []BlockHash // of blocks [0, len(hashes)), each full and computed
+	root   BlockHash   // the parent of the first block's hash: the salt's (Salted)
 	live   bool
 }
 
@@ -89,8 +90,20 @@ type Prefix struct {
 	Tokens  int // tokens covered by the matched blocks, a multiple of BlockSize
 	blocks  []int32
 	hashes  []BlockHash
-	queried int    // tokens looked up
-	evicted uint64 // the manager's eviction count at Match
+	root    BlockHash // Salted's
+	queried int       // tokens looked up
+	evicted uint64    // the manager's eviction count at Match
+}
+
+// Salted is the empty prefix of a sequence whose K/V depends on more than
+// its tokens (the LoRA adapter it runs with): the hashes of its blocks
+// start from salt, so they match only sequences of the same salt. Pass it
+// to Admit for a sequence that takes no cached blocks, or to Match. Salt
+// 0 is the zero Prefix.
+func Salted(salt uint64) Prefix {
+	var p Prefix
+	binary.LittleEndian.PutUint64(p.root[:], salt)
+	return p
 }
 
 // NewBlockManager returns a manager with every block fresh.
@@ -127,15 +140,21 @@ func NewBlockManager(cfg ManagerConfig) (*BlockManager, error) {
 // (a sequence's known tokens), never including the block that holds the
 // last token: at least one token must be computed to produce logits. It
 // changes nothing; pass the result to Admit before any other call that may
-// evict. With prefix caching off it matches nothing.
-func (m *BlockManager) Match(tokens []int) Prefix {
-	p := Prefix{evicted: m.evicted}
+// evict. With prefix caching off it matches nothing. It is MatchSalted
+// with salt 0.
+func (m *BlockManager) Match(tokens []int) Prefix { return m.MatchSalted(tokens, 0) }
+
+// MatchSalted is Match among the blocks cached by sequences of salt
+// (Salted).
+func (m *BlockManager) MatchSalted(tokens []int, salt uint64) Prefix {
+	p := Salted(salt)
+	p.evicted = m.evicted
 	if !m.cfg.EnablePrefixCaching || len(tokens) == 0 {
 		return p
 	}
 	p.queried = len(tokens)
 	bs := m.cfg.BlockSize
-	var parent BlockHash
+	parent := p.root
 	for i := 0; i < (len(tokens)-1)/bs; i++ {
 		h := m.hash(parent, tokens[i*bs:(i+1)*bs])
 		b, ok := m.cached[h]
@@ -173,7 +192,7 @@ func (m *BlockManager) Admit(p Prefix, numTokens int) (*Seq, bool) {
 	if take > avail || (m.seqs > 0 && avail-take < m.watermark) {
 		return nil, false
 	}
-	s := &Seq{blocks: make([]int, 0, need+len(p.blocks)+1), hashes: slices.Clone(p.hashes), live: true}
+	s := &Seq{blocks: make([]int, 0, need+len(p.blocks)+1), hashes: slices.Clone(p.hashes), root: p.root, live: true}
 	for _, b := range p.blocks {
 		st := &m.blocks[b]
 		if st.ref == 0 {
@@ -224,7 +243,7 @@ func (m *BlockManager) Cache(s *Seq, tokens []int, numComputed int) {
 	full := min(numComputed, len(tokens)) / bs
 	full = min(full, len(s.blocks))
 	for i := len(s.hashes); i < full; i++ {
-		var parent BlockHash
+		parent := s.root
 		if i > 0 {
 			parent = s.hashes[i-1]
 		}

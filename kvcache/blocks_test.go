@@ -460,3 +460,39 @@ func TestShardedAllocation(t *testing.T) {
 		seen[b] = true
 	}
 }
+
+// TestSaltedPrefix: blocks cached by a sequence of one salt match only
+// sequences of that salt, salt 0 being the unsalted Match, and a
+// sequence admitted without a match still caches under its salt.
+func TestSaltedPrefix(t *testing.T) {
+	m, err := NewBlockManager(ManagerConfig{NumBlocks: 16, BlockSize: 2, EnablePrefixCaching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []int{1, 2, 3, 4, 5}
+	run := func(p Prefix) *Seq {
+		s, ok := m.Admit(p, len(tokens))
+		if !ok {
+			t.Fatal("admit")
+		}
+		m.Cache(s, tokens, len(tokens))
+		return s
+	}
+	run(Salted(7)) // no lookup, cached under 7
+	if p := m.Match(tokens); p.Tokens != 0 {
+		t.Fatalf("unsalted match of salt 7's blocks: %d tokens", p.Tokens)
+	}
+	if p := m.MatchSalted(tokens, 8); p.Tokens != 0 {
+		t.Fatalf("salt 8 matched salt 7's blocks: %d tokens", p.Tokens)
+	}
+	if p := m.MatchSalted(tokens, 7); p.Tokens != 4 {
+		t.Fatalf("salt 7 matched %d tokens of its own, want 4", p.Tokens)
+	}
+	run(m.Match(tokens))
+	if p, q := m.Match(tokens), m.MatchSalted(tokens, 0); p.Tokens != 4 || q.Tokens != 4 {
+		t.Fatalf("unsalted: %d and %d tokens, want 4", p.Tokens, q.Tokens)
+	}
+	if s := run(m.MatchSalted(tokens, 7)); len(s.Blocks()) != 3 {
+		t.Fatalf("salt 7 sequence has %d blocks", len(s.Blocks()))
+	}
+}

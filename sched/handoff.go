@@ -32,6 +32,7 @@ type Handoff struct {
 	Running bool
 	Replica int
 	Blocks  []int // the block table covering Computed tokens; nil when waiting
+	Adapter int   // Request.Adapter
 }
 
 // Snapshot returns the state of every live request, running ones first
@@ -56,7 +57,7 @@ func (s *Scheduler) Snapshot() ([]Handoff, error) {
 }
 
 func handoff(r *request, blockSize int) Handoff {
-	h := Handoff{ID: r.id, Priority: r.priority, Arrival: r.arrival, PromptLen: r.promptLen, Tokens: slices.Clone(r.tokens), Replica: r.replica}
+	h := Handoff{ID: r.id, Priority: r.priority, Arrival: r.arrival, PromptLen: r.promptLen, Tokens: slices.Clone(r.tokens), Replica: r.replica, Adapter: r.adapter}
 	if r.state == running {
 		h.Running, h.Computed = true, r.computed
 		n := (r.computed + blockSize - 1) / blockSize
@@ -88,7 +89,7 @@ func (s *Scheduler) Adopt(h Handoff) ([]int, error) {
 	}
 	r := &request{
 		id: h.ID, priority: h.Priority, arrival: h.Arrival, order: s.order,
-		promptLen: h.PromptLen, tokens: slices.Clone(h.Tokens), replica: -1,
+		promptLen: h.PromptLen, tokens: slices.Clone(h.Tokens), replica: -1, adapter: h.Adapter,
 	}
 	if !h.Running {
 		s.order++
@@ -96,7 +97,7 @@ func (s *Scheduler) Adopt(h Handoff) ([]int, error) {
 		s.waiting.push(r)
 		return nil, nil
 	}
-	seq, ok := s.reps[0].kv.Admit(kvcache.Prefix{}, h.Computed)
+	seq, ok := s.reps[0].kv.Admit(kvcache.Salted(uint64(h.Adapter)), h.Computed)
 	if !ok {
 		return nil, fmt.Errorf("%w: adopt %q: %d blocks for %d computed tokens", ErrNoBlocks, h.ID, s.blocksFor(h.Computed), h.Computed)
 	}

@@ -92,7 +92,7 @@ func (s *Scheduler) SwapIn(max int) []HostSwap {
 		var seq *kvcache.Seq
 		ok := kv.NumFree()-reserve[r.replica] >= s.blocksFor(r.computed)
 		if ok {
-			seq, ok = kv.Admit(kvcache.Prefix{}, r.computed)
+			seq, ok = kv.Admit(kvcache.Salted(uint64(r.adapter)), r.computed)
 		}
 		if !ok {
 			blocked[r.replica] = true

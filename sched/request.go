@@ -36,6 +36,10 @@ type Request struct {
 	// MaxChunk, when positive, bounds each of the request's chunks, to
 	// bound what a step returns for it (logits for every position).
 	MaxChunk int
+	// Adapter is the LoRA adapter the request runs with (0: none): its
+	// steps carry it, and its blocks are prefix-cached apart from other
+	// adapters' (kvcache.Salted), since its K/V differs.
+	Adapter int
 }
 
 // FinishReason is how a request ended.
@@ -94,6 +98,7 @@ type request struct {
 	promptLen int
 	noPrefix  bool         // Request.NoPrefixCache
 	maxChunk  int          // Request.MaxChunk; 0 for none
+	adapter   int          // Request.Adapter
 	tokens    []int        // known: prompt, then sampled outputs
 	computed  int          // tokens of tokens whose KV is in kv
 	draft     []int        // speculative tokens to verify after the known ones (SetDraft)

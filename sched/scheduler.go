@@ -179,6 +179,7 @@ func (s *Scheduler) Add(r *Request) error {
 		promptLen: n,
 		noPrefix:  r.NoPrefixCache,
 		maxChunk:  r.MaxChunk,
+		adapter:   r.Adapter,
 		tokens:    tokens,
 		replica:   -1,
 	}

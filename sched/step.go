@@ -34,6 +34,7 @@ type SeqStep struct {
 	// not be modified.
 	Blocks  []int
 	Replica int
+	Adapter int // Request.Adapter
 	// Sample is set when this chunk reaches the end of the known tokens:
 	// the engine samples the next token from the last position's logits.
 	Sample bool
@@ -188,9 +189,9 @@ func (s *Scheduler) admitWaiting(st *Step, budget int) {
 			rep = s.pick()
 		}
 		kv := s.reps[rep].kv
-		var p kvcache.Prefix
+		p := kvcache.Salted(uint64(r.adapter))
 		if !r.noPrefix {
-			p = kv.Match(r.tokens)
+			p = kv.MatchSalted(r.tokens, uint64(r.adapter))
 		}
 		n := r.chunk(len(r.tokens)-p.Tokens, budget)
 		seq, ok := kv.Admit(p, p.Tokens+n)
@@ -227,6 +228,7 @@ func (s *Scheduler) plan(st *Step, r *request, n int) {
 		Blocks:  r.kv.Blocks(),
 		Replica: r.replica,
 		Sample:  pos+n == len(r.tokens),
+		Adapter: r.adapter,
 	})
 	st.NumBatchedTokens += n
 }
