@@ -217,8 +217,8 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	if e != nil {
 		return nil, e
 	}
-	if req.Model != s.opts.ModelName {
-		return nil, modelNotFound(req.Model)
+	if g.adapter, e = s.resolveModel(req.Model); e != nil {
+		return nil, e
 	}
 	tools, e := s.parseTools(req, &g)
 	if e != nil {

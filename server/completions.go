@@ -68,8 +68,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		writeError(w, e)
 		return
 	}
-	if req.Model != s.opts.ModelName {
-		writeError(w, modelNotFound(req.Model))
+	if g.adapter, e = s.resolveModel(req.Model); e != nil {
+		writeError(w, e)
 		return
 	}
 	if req.Suffix != nil && *req.Suffix != "" {

@@ -60,7 +60,8 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 		return
 	}
-	if e := s.embeddingModel(req.Model); e != nil {
+	adapter, e := s.embeddingModel(req.Model)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
@@ -82,7 +83,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, body []byte)
 		writeError(w, e)
 		return
 	}
-	vecs, u, e := s.embed(r.Context(), func(i int) (string, int) { return "input", i }, prompts, keep, req.Priority)
+	vecs, u, e := s.embed(r.Context(), func(i int) (string, int) { return "input", i }, prompts, keep, req.Priority, adapter)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -137,19 +138,20 @@ func (s *Server) embeddingPrompts(req *embeddingRequest) ([][]int, *apiError) {
 	return [][]int{ids}, nil
 }
 
-// embeddingModel checks that model names the served model and that it
-// can embed text (its tokenizer is loaded).
-func (s *Server) embeddingModel(model string) *apiError {
+// embeddingModel checks that model names the served model or one of its
+// LoRA adapters (returned: resolveModel) and that it can embed text (its
+// tokenizer is loaded).
+func (s *Server) embeddingModel(model string) (adapter int, e *apiError) {
 	if model == "" {
-		return invalid("model", "model is required")
+		return 0, invalid("model", "model is required")
 	}
-	if e := s.checkModel(model); e != nil {
-		return e
+	if adapter, e = s.resolveModel(model); e != nil {
+		return 0, e
 	}
 	if s.opts.Tokenizer == nil {
-		return invalid("model", "%s: embeddings need the model's tokenizer", model)
+		return 0, invalid("model", "%s: embeddings need the model's tokenizer", model)
 	}
-	return nil
+	return adapter, nil
 }
 
 // embed runs each prompt, cut to its last keep tokens
@@ -157,7 +159,7 @@ func (s *Server) embeddingModel(model string) *apiError {
 // and returns their embeddings in order — the final-norm hidden state of
 // the last token, not normalized — and the usage. field names prompt i's
 // request field and its index there, for errors.
-func (s *Server) embed(ctx context.Context, field func(i int) (string, int), prompts [][]int, keep, priority int) ([][]float32, usage, *apiError) {
+func (s *Server) embed(ctx context.Context, field func(i int) (string, int), prompts [][]int, keep, priority, adapter int) ([][]float32, usage, *apiError) {
 	limit := s.opts.Engine.MaxModelLen()
 	var jobs []*job
 	fail := func(e *apiError) ([][]float32, usage, *apiError) {
@@ -174,7 +176,7 @@ func (s *Server) embed(ctx context.Context, field func(i int) (string, int), pro
 			return fail(invalid(param, "This model's maximum context length is %d tokens. However, %s %d has %d tokens. Please reduce the length of the input.", limit, param, at, len(ids)))
 		}
 		id := s.newID("embd")
-		st, err := s.opts.Engine.Submit(engine.Request{ID: id, Prompt: ids, Embed: true, Priority: priority})
+		st, err := s.opts.Engine.Submit(engine.Request{ID: id, Prompt: ids, Embed: true, Priority: priority, Adapter: adapter})
 		if err != nil {
 			return fail(submitError(err, param))
 		}

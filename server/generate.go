@@ -97,7 +97,7 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 			req := engine.Request{
 				ID: id, Prompt: ids, MaxTokens: maxTokens, Sampling: params, Stop: g.stops, StopTokenIDs: g.stopIDs,
 				IgnoreEOS: g.ignoreEOS, MinTokens: g.minTokens, IncludeStop: g.keepStop, KeepSpecial: g.special, Priority: g.priority, Tier: g.tier,
-				PromptLogprobs: g.promptLogprobs >= 0, PromptTopLogprobs: max(g.promptLogprobs, 0),
+				PromptLogprobs: g.promptLogprobs >= 0, PromptTopLogprobs: max(g.promptLogprobs, 0), Adapter: g.adapter,
 			}
 			if format := g.format; format != nil {
 				if s.opts.CompactJSON && !format.Free() {

@@ -88,6 +88,7 @@ type generation struct {
 	promptLogprobs int
 	badWords       []string // bad_words, tokenized at start
 	truncate       int      // truncate_prompt_tokens: keep the prompt's last N tokens; 0: off, -1: the context's
+	adapter        int      // the LoRA adapter the model names (resolveModel); 0: the base model
 }
 
 // truncation reads vLLM's truncate_prompt_tokens (nil: 0, off).

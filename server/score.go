@@ -49,7 +49,8 @@ func (s *Server) score(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, e)
 		return
 	}
-	if e := s.embeddingModel(req.Model); e != nil {
+	adapter, e := s.embeddingModel(req.Model)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
@@ -78,7 +79,7 @@ func (s *Server) score(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 		return "text_2", i - len(first)
 	}
-	vecs, u, e := s.embed(r.Context(), field, append(first, second...), keep, req.Priority)
+	vecs, u, e := s.embed(r.Context(), field, append(first, second...), keep, req.Priority, adapter)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -136,7 +137,8 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, e)
 		return
 	}
-	if e := s.embeddingModel(req.Model); e != nil {
+	adapter, e := s.embeddingModel(req.Model)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
@@ -183,7 +185,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 		return "documents", i - 1
 	}
-	vecs, u, e := s.embed(r.Context(), field, prompts, keep, req.Priority)
+	vecs, u, e := s.embed(r.Context(), field, prompts, keep, req.Priority, adapter)
 	if e != nil {
 		writeError(w, e)
 		return

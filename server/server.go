@@ -41,10 +41,13 @@ type Backend interface {
 
 // Options configure a Server.
 type Options struct {
-	Engine       Backend
-	Tokenizer    *tokenizer.Tokenizer
-	ModelName    string         // served name; requests must name it
-	ModelRoot    string         // the model directory, reported by /v1/models as "root" ("" for the built-in model)
+	Engine    Backend
+	Tokenizer *tokenizer.Tokenizer
+	ModelName string // served name; requests must name it
+	ModelRoot string // the model directory, reported by /v1/models as "root" ("" for the built-in model)
+	// Adapters are the LoRA adapters requests may name as their model:
+	// Adapters[i] is the engine's adapter i+1 (engine.Request.Adapter).
+	Adapters     []Adapter
 	ChatTemplate *chat.Template // nil: chat requests get a 400
 	// ToolSyntax is how the model marks tool calls in free text, which
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
@@ -254,20 +257,30 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// Adapter is a LoRA adapter as the API names it.
+type Adapter struct {
+	Name string // what requests put in "model"
+	Path string // its directory, reported as "root"
+}
+
 type modelObject struct {
 	ID          string `json:"id"`
 	Object      string `json:"object"`
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"` // an adapter's base model, as vLLM reports it
 	MaxModelLen int    `json:"max_model_len"`
 }
 
+// models lists the served model, then its LoRA adapters.
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelObject{{
-		ID: s.opts.ModelName, Object: "model", Created: s.opts.Clock.Now().Unix(), OwnedBy: "gearbox",
-		Root: s.opts.ModelRoot, MaxModelLen: s.opts.Engine.MaxModelLen(),
-	}}})
+	now, maxLen := s.opts.Clock.Now().Unix(), s.opts.Engine.MaxModelLen()
+	data := []modelObject{{ID: s.opts.ModelName, Object: "model", Created: now, OwnedBy: "gearbox", Root: s.opts.ModelRoot, MaxModelLen: maxLen}}
+	for _, a := range s.opts.Adapters {
+		data = append(data, modelObject{ID: a.Name, Object: "model", Created: now, OwnedBy: "gearbox", Root: a.Path, Parent: s.opts.ModelName, MaxModelLen: maxLen})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 // decode parses body into v, reporting type errors by field. Unknown

@@ -118,8 +118,23 @@ func (s *Server) detokenize(w http.ResponseWriter, _ *http.Request, body []byte)
 // checkModel accepts an absent model name (the tokenizer endpoints make
 // it optional, as vLLM does) or the served one.
 func (s *Server) checkModel(name string) *apiError {
-	if name != "" && name != s.opts.ModelName {
-		return modelNotFound(name)
+	if name == "" {
+		return nil
 	}
-	return nil
+	_, e := s.resolveModel(name)
+	return e
+}
+
+// resolveModel maps a request's model to what runs it: 0 for the served
+// model, i for its i-th LoRA adapter (Options.Adapters[i−1]).
+func (s *Server) resolveModel(name string) (int, *apiError) {
+	if name == s.opts.ModelName {
+		return 0, nil
+	}
+	for i, a := range s.opts.Adapters {
+		if a.Name == name {
+			return i + 1, nil
+		}
+	}
+	return 0, modelNotFound(name)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gearboxlm/gearbox/gpu"
 	"github.com/gearboxlm/gearbox/gpu/cudaexec"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/model"
 	"github.com/gearboxlm/gearbox/parallel"
 	"github.com/gearboxlm/gearbox/policy"
@@ -155,8 +156,9 @@ type runnerSpec struct {
 	maxTokens   int // largest step in tokens
 	maxSeqs     int // most sequences at once
 	maxModelLen int
-	sidpSlots   int          // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
-	csps        *policy.CSPS // --policy csps: the CPU's sequence-sharded executor
+	sidpSlots   int             // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
+	csps        *policy.CSPS    // --policy csps: the CPU's sequence-sharded executor
+	adapters    []*lora.Adapter // --enable-lora: run by the CPU executor
 	// world makes the CPU ranks' World (--transport mpi); nil: in-process
 	world func(ranks int) (*comm.World, error)
 }
@@ -228,6 +230,12 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		}
 		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: --policy csps runs on the CPU executor only"}
 	}
+	if len(spec.adapters) > 0 && choice.Device.Kind == CUDA {
+		if want.Kind != Auto {
+			return nil, fmt.Errorf("LoRA adapters run on the CPU executor only; the GPU backend has no LoRA kernels: use --device cpu")
+		}
+		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: LoRA adapters run on the CPU executor only"}
+	}
 	if choice.Device.Kind == CUDA {
 		b, err := d.newCUDARunner(m, dt, kvd, choice, spec, logger)
 		if err == nil || want.Kind != Auto || !errors.Is(err, gpu.ErrNotFound) {
@@ -257,7 +265,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		return &built{runner: x, device: line, close: func() { pool.Close(); _ = m.Close() }}, nil
 	}
 	x, err := cpuexec.NewExecutor(cfg, m.Weights, cpuexec.Options{Placements: spec.placements, HostBlocks: host, WeightsFromHost: host > 0,
-		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots, World: spec.world})
+		BlockSize: spec.blockSize, NumBlocks: blocks, KVDType: kv, Pool: pool, SiDPSlots: spec.sidpSlots, World: spec.world, Adapters: spec.adapters})
 	if err != nil {
 		pool.Close()
 		return nil, err

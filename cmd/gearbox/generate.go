@@ -107,6 +107,8 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	blockSize := fs.Int("block-size", 16, "KV cache block size in tokens")
 	var spec specFlag
 	addSpecFlag(fs, &spec)
+	loraPath := fs.String("lora-path", "", "generate with this LoRA adapter (a PEFT directory) applied, on the CPU executor")
+	maxRank := fs.Int("max-lora-rank", 0, "largest LoRA rank accepted (default: any)")
 	par := addParallelFlags(fs)
 	dev := addDeviceFlags(fs, "auto")
 	if err := fs.Parse(args); err != nil {
@@ -148,6 +150,15 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		s.Log = slog.New(slog.NewTextHandler(stderr, nil)) // its mode switches
 	}
 	rs := runnerSpec{placements: pol.Placements(), hostKVBytes: par.hostKVBytes(pol), blockSize: *blockSize, maxTokens: *chunk, maxSeqs: 1, sidpSlots: par.sidpSlotsFor(pol), csps: cspsPolicy(pol)}
+	if *loraPath != "" {
+		lf := loraFlags{enable: true, modules: loraModules{{name: "adapter", path: *loraPath}}, maxRank: *maxRank}
+		if err := lf.check(par.policy, false); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		if rs.adapters, err = lf.load(m.Config, m.Name, logger); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+	}
 	draft, err := spec.draftRunner(dev, rs, logger)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
@@ -171,7 +182,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer eng.Start()()
 	ids := m.Tokenizer.Encode(*prompt, true)
-	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
+	req := engine.Request{Prompt: ids, MaxTokens: *maxTokens, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS, Adapter: len(rs.adapters)}
 	if format != nil {
 		req.Constraint = structured.TokenizerVocab(m.Tokenizer, m.EOS()).Matcher(format)
 	}

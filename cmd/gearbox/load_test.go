@@ -27,6 +27,7 @@ func startInProcess(t *testing.T, args ...string) string {
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", c.maxSeqs, "")
 	fs.StringVar(&c.sloTiers, "slo-tiers", "", "")
 	addSpecFlag(fs, &c.spec)
+	c.lora = addLoRAFlags(fs)
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	if err := fs.Parse(append([]string{"--device", "cpu"}, args...)); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,7 @@ type serveConfig struct {
 	drainTimeout  time.Duration
 	sloTiers      string
 	spec          specFlag
+	lora          *loraFlags
 	par           *parallelFlags
 	dev           *deviceFlags
 	tr            *transportFlags // nil: in-process ranks
@@ -81,6 +83,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
 	addSpecFlag(fs, &c.spec)
+	c.lora = addLoRAFlags(fs)
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	c.tr = addTransportFlags(fs)
@@ -145,6 +148,9 @@ type builtServer struct {
 // buildServer loads the model and wires executor, engine, metrics and API.
 // The engine loop runs until cleanup is called.
 func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*builtServer, drainer, func(), error) {
+	if err := c.lora.check(c.par.policy, c.tr != nil && c.tr.m != nil); err != nil {
+		return nil, nil, nil, err
+	}
 	if c.par.policy == "nitsum" {
 		return buildNitsum(c, logger, progress)
 	}
@@ -166,6 +172,9 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	spec, err := c.runnerSpec(m, pol)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	if spec.adapters, err = c.lora.load(m.Config, cmp.Or(c.servedName, m.Name), logger); err != nil {
 		return nil, nil, nil, err
 	}
 	maxLen := spec.maxModelLen
@@ -214,6 +223,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.Tiers, opts.Health = eng, metrics, logger, tiers, c.tr.health()
+	opts.Adapters = apiAdapters(spec.adapters)
 	api := server.New(opts)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

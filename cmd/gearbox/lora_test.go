@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gearboxlm/gearbox/internal/fixture"
+)
+
+// storiesLoRA writes a random LoRA adapter for the built-in model (the
+// shapes of model/builtin/stories260K/config.json) into a new directory.
+func storiesLoRA(t *testing.T, l fixture.LoRA) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), fmt.Sprint("adapter-", l.Seed))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := fixture.Spec{Hidden: 64, Intermediate: 172, Layers: 5, Heads: 8, KVHeads: 4, Vocab: 512}
+	if err := fixture.WriteLoRA(dir, spec, l); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestServeLoRA serves the built-in model with two LoRA adapters:
+// /v1/models lists them under the model, a completion naming one is
+// generate --lora-path's with that adapter and not the base model's,
+// chat and embeddings take them, and an unknown name is a 404. The flags'
+// errors are clear.
+func TestServeLoRA(t *testing.T) {
+	one := storiesLoRA(t, fixture.LoRA{Rank: 8, Seed: 1})
+	two := storiesLoRA(t, fixture.LoRA{Rank: 4, Modules: []string{"self_attn.q_proj", "self_attn.v_proj"}, Seed: 2})
+	url := startInProcess(t, "--enable-lora", "--lora-modules", "one="+one, "--lora-modules", `{"name": "two", "path": "`+two+`"}`)
+
+	models, code := get(t, url+"/v1/models")
+	var list struct {
+		Data []struct{ ID, Root, Parent string }
+	}
+	if err := json.Unmarshal([]byte(models), &list); err != nil || code != 200 || len(list.Data) != 3 ||
+		list.Data[1].ID != "one" || list.Data[1].Root != one || list.Data[1].Parent != "stories260K" || list.Data[2].ID != "two" || list.Data[0].Parent != "" {
+		t.Fatalf("/v1/models: %d %s", code, models)
+	}
+	text := func(model string) string {
+		out := complete(t, url, `{"model": "`+model+`", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}`)
+		var r struct{ Choices []struct{ Text string } }
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%s: %s", model, out)
+		}
+		return r.Choices[0].Text
+	}
+	base, withOne, withTwo := text("stories260K"), text("one"), text("two")
+	if base != storiesText || withOne == base || withTwo == base || withOne == withTwo {
+		t.Fatalf("base %q, one %q, two %q", base, withOne, withTwo)
+	}
+	var gen generateResult
+	out, _, err := runCLI(t, "generate", "--device", "cpu", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json", "--lora-path", one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &gen); err != nil || gen.Text != withOne {
+		t.Fatalf("generate --lora-path: %q (%v), served %q", gen.Text, err, withOne)
+	}
+	if out := complete(t, url, `{"model": "three", "prompt": "Once", "max_tokens": 2}`); !strings.Contains(out, "model_not_found") && !strings.Contains(out, "does not exist") {
+		t.Fatalf("unknown adapter: %s", out)
+	}
+	resp, code := post(t, url+"/v1/chat/completions", `{"model": "one", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}`)
+	if code != 200 && !strings.Contains(resp, "chat template") {
+		t.Fatalf("chat with an adapter: %d %s", code, resp)
+	}
+	embed := func(model string) []float64 {
+		resp, code := post(t, url+"/v1/embeddings", `{"model": "`+model+`", "input": "Once upon a time"}`)
+		var r struct {
+			Data []struct{ Embedding []float64 }
+		}
+		if err := json.Unmarshal([]byte(resp), &r); err != nil || code != 200 || len(r.Data) != 1 {
+			t.Fatalf("embeddings of %s: %d %s", model, code, resp)
+		}
+		return r.Data[0].Embedding
+	}
+	if e0, e1 := embed("stories260K"), embed("one"); fmt.Sprint(e0) == fmt.Sprint(e1) {
+		t.Fatal("the adapter does not change the embedding")
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lora-modules", "one=" + one}, "--lora-modules needs --enable-lora"},
+		{[]string{"--enable-lora", "--lora-modules", "stories260K=" + one}, `the name "stories260K" is taken`},
+		{[]string{"--enable-lora", "--lora-modules", "one=" + one + " one=" + two}, `the name "one" is taken`},
+		{[]string{"--enable-lora", "--lora-modules", "one"}, "want name=path"},
+		{[]string{"--enable-lora", "--lora-modules", "one=" + one, "--max-lora-rank", "4"}, "rank 8, above --max-lora-rank 4"},
+		{[]string{"--enable-lora", "--lora-modules", "x=/nonexistent"}, "adapter_config.json"},
+		{[]string{"--enable-lora", "--policy", "sidp", "--plan", "dp=2"}, "--policy sidp does not run LoRA adapters"},
+	} {
+		_, stderr, err := runCLI(t, append([]string{"serve", "--device", "cpu", "--port", "0"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error()+stderr, c.want) {
+			t.Errorf("%v: %v %s, want %q", c.args, err, stderr, c.want)
+		}
+	}
+}
+
+// post posts a JSON body and returns the response body and status.
+func post(t *testing.T, url, body string) (string, int) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), resp.StatusCode
+}
