@@ -2,7 +2,9 @@ package cpuexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"testing"
@@ -214,7 +216,11 @@ func TestSeesawDecodeMicroBatches(t *testing.T) {
 
 // serveAll serves reqs on an engine built from opts — all at once, or
 // one after the other (each alone) — and returns each one's tokens; with
-// set, *set[0] holds the engine while it runs.
+// set, *set[0] holds the engine while it runs. All at once, every request
+// is submitted before the loop starts, so that the steps, and the
+// resident counts the test reads, follow from the schedule alone and not
+// from when a submitting goroutine ran (a loaded machine once saw at most
+// four resident).
 func serveAll(t *testing.T, opts engine.Options, reqs []engine.Request, together bool, set ...**engine.Engine) [][]int {
 	t.Helper()
 	e, err := engine.NewEngine(opts)
@@ -224,37 +230,48 @@ func serveAll(t *testing.T, opts engine.Options, reqs []engine.Request, together
 	if len(set) > 0 {
 		*set[0] = e
 	}
-	stop := e.Start()
-	defer stop()
 	out := make([][]int, len(reqs))
-	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		run := func() {
-			o, err := e.Generate(context.Background(), r, nil)
-			if err == nil && (o.FinishReason != engine.FinishLength || len(o.Tokens) != r.MaxTokens) {
-				err = fmt.Errorf("%d tokens, finish %q; want %d, %q", len(o.Tokens), o.FinishReason, r.MaxTokens, engine.FinishLength)
-			}
-			if err == nil {
-				out[i] = o.Tokens
-			}
-			errs[i] = err
+	check := func(i int, tokens []int, finish string) {
+		if finish != engine.FinishLength || len(tokens) != reqs[i].MaxTokens {
+			t.Fatalf("%s: %d tokens, finish %q; want %d, %q", reqs[i].ID, len(tokens), finish, reqs[i].MaxTokens, engine.FinishLength)
 		}
-		if !together {
-			run()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run()
-		}()
+		out[i] = tokens
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("%s: %v", reqs[i].ID, err)
+	if !together {
+		defer e.Start()()
+		for i, r := range reqs {
+			o, err := e.Generate(context.Background(), r, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", r.ID, err)
+			}
+			check(i, o.Tokens, o.FinishReason)
 		}
+		return out
+	}
+	streams := make([]*engine.Stream, len(reqs))
+	for i, r := range reqs {
+		if streams[i], err = e.Submit(r); err != nil {
+			t.Fatalf("%s: %v", r.ID, err)
+		}
+	}
+	defer e.Start()()
+	for i, st := range streams {
+		var tokens []int
+		finish := ""
+		for {
+			ev, err := st.Recv(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", reqs[i].ID, err)
+			}
+			tokens = append(tokens, ev.Tokens...)
+			if ev.Finish != "" {
+				finish = ev.Finish
+			}
+		}
+		check(i, tokens, finish)
 	}
 	return out
 }
