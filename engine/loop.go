@@ -571,6 +571,9 @@ type Stats struct {
 	SwapInBytes      int64       // KV bytes brought back
 	DraftTokens      int64       // speculative tokens verified
 	AcceptedTokens   int64       // of those, the ones kept
+	// RunningAdapters and WaitingAdapters are the LoRA adapters of the
+	// running and of the waiting requests (sched.Scheduler.Adapters).
+	RunningAdapters, WaitingAdapters []int
 }
 
 // Stats returns a snapshot.
@@ -578,13 +581,17 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	hostUsed, hostTotal := e.sched.HostBlocks()
-	return Stats{
+	s := Stats{
 		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), Parked: e.sched.NumParked(), KVUsage: e.sched.KVUsage(),
 		HostKVUsage: policy.Tier{Used: hostUsed, Capacity: hostTotal}.Usage(),
 		Preemptions: e.sched.Preemptions(), PrefixQueries: e.sched.PrefixQueries(), PrefixHits: e.sched.PrefixHits(),
 		PlanSteps: e.exec.PlanSteps(), Phase: e.phase, Transitions: e.transitions, SwapOutBytes: e.swapOut, SwapInBytes: e.swapIn,
 		DraftTokens: e.draftTokens, AcceptedTokens: e.acceptedTokens,
 	}
+	if a, ok := e.exec.(AdapterRunner); ok && a.NumAdapters() > 0 {
+		s.RunningAdapters, s.WaitingAdapters = e.sched.Adapters()
+	}
+	return s
 }
 
 func (e *Engine) signal() {

@@ -231,6 +231,23 @@ func (s *Scheduler) NumRunning() int { return len(s.running) }
 // NumWaiting is the number of queued requests, new and preempted.
 func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
 
+// Adapters are the LoRA adapters (Request.Adapter, 0 left out) of the
+// running requests and of the waiting ones, each list sorted and without
+// repeats.
+func (s *Scheduler) Adapters() (running, waiting []int) {
+	ids := func(rs []*request) []int {
+		var out []int
+		for _, r := range rs {
+			if r.adapter > 0 {
+				out = append(out, r.adapter)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return ids(s.running), ids(s.waiting)
+}
+
 // KVUsage is the fraction of KV blocks in use, mean over replicas, in
 // [0, 1].
 func (s *Scheduler) KVUsage() float64 {

@@ -633,3 +633,27 @@ func TestDispatch(t *testing.T) {
 		t.Fatal("no preemption; the pool is meant to force one")
 	}
 }
+
+// TestAdapters: the running and the waiting requests' LoRA adapters,
+// sorted, without repeats and without the base model's 0.
+func TestAdapters(t *testing.T) {
+	s, err := New(Config{BlockSize: 4, NumBlocks: 64, MaxNumSeqs: 3, MaxModelLen: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range []int{2, 0, 2, 5, 1, 5} {
+		if err := s.Add(&Request{ID: fmt.Sprint(i), Prompt: []int{1, 2, 3}, MaxTokens: 4, Adapter: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if run, wait := s.Adapters(); len(run) != 0 || !slices.Equal(wait, []int{1, 2, 5}) {
+		t.Fatalf("before a step: running %v, waiting %v", run, wait)
+	}
+	step := s.Schedule()
+	if len(step.Seqs) != 3 {
+		t.Fatalf("%d scheduled", len(step.Seqs))
+	}
+	if run, wait := s.Adapters(); !slices.Equal(run, []int{2}) || !slices.Equal(wait, []int{1, 5}) {
+		t.Fatalf("running %v, waiting %v", run, wait)
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,9 +134,9 @@ func (m *Metrics) Step(s engine.StepStats) {
 // utilisation from 0 to 1, the KV cache's block geometry), each the
 // gearbox: metric of the same semantics under another name, so an
 // InferencePool of Gearbox pods needs no metric flags on the picker.
-// vllm:gpu_cache_usage_perc is the name older pickers scrape. Gearbox
-// serves no LoRA adapters, so it has no vllm:lora_requests_info (run the
-// picker with --lora-info-metric "").
+// vllm:gpu_cache_usage_perc is the name older pickers scrape. With LoRA
+// adapters, vllm:lora_requests_info too (WatchLoRA); without, the picker
+// runs with --lora-info-metric "".
 var gatewayAliases = map[string][]string{
 	"num_requests_waiting": {"vllm:num_requests_waiting"},
 	"num_requests_running": {"vllm:num_requests_running"},
@@ -173,6 +174,56 @@ func (m *Metrics) Watch(stats func() engine.Stats, kv kvcache.Layout) {
 	counter("kv_swap_out_bytes_total", "KV bytes parked on the host tier.", func(s engine.Stats) float64 { return float64(s.SwapOutBytes) })
 	counter("kv_swap_in_bytes_total", "KV bytes brought back from the host tier.", func(s engine.Stats) float64 { return float64(s.SwapInBytes) })
 	m.reg.MustRegister(c)
+}
+
+// WatchLoRA registers gearbox:lora_requests_info and its vLLM name, which
+// the gateway's endpoint picker reads for LoRA affinity: one sample whose
+// labels name the adapters of the running requests and of the waiting
+// ones (comma-separated, as vLLM writes them) and max_lora, the adapters
+// one step may mix (all of names here: the CPU executor has no adapter
+// slots), and whose value is the scrape's time in Unix seconds, as vLLM
+// sets it. names[i] is adapter i+1's.
+func (m *Metrics) WatchLoRA(stats func() engine.Stats, names []string, now func() time.Time) {
+	labels := []string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"}
+	var descs []*prometheus.Desc
+	for _, full := range []string{"gearbox:lora_requests_info", "vllm:lora_requests_info"} {
+		descs = append(descs, prometheus.NewDesc(full, "The scrape's Unix time, labelled with the LoRA adapters of the running and the waiting requests and how many one step may mix.", labels, nil))
+	}
+	m.reg.MustRegister(&loraCollector{descs: descs, stats: stats, names: names, now: now})
+}
+
+// loraCollector is WatchLoRA's collector.
+type loraCollector struct {
+	descs []*prometheus.Desc
+	stats func() engine.Stats
+	names []string
+	now   func() time.Time
+}
+
+// Describe implements prometheus.Collector.
+func (c *loraCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *loraCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	join := func(ids []int) string {
+		var parts []string
+		for _, id := range ids {
+			if id >= 1 && id <= len(c.names) {
+				parts = append(parts, c.names[id-1])
+			}
+		}
+		return strings.Join(parts, ",")
+	}
+	running, waiting, max := join(s.RunningAdapters), join(s.WaitingAdapters), strconv.Itoa(len(c.names))
+	t := float64(c.now().UnixNano()) / 1e9
+	for _, d := range c.descs {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, t, running, waiting, max)
+	}
 }
 
 // statsCollector gives the gauges and counters read from an engine's

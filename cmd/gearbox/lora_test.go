@@ -86,6 +86,9 @@ func TestServeLoRA(t *testing.T) {
 	if e0, e1 := embed("stories260K"), embed("one"); fmt.Sprint(e0) == fmt.Sprint(e1) {
 		t.Fatal("the adapter does not change the embedding")
 	}
+	if v := scrape(t, url, `vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""}`); v < 1e9 {
+		t.Fatalf("vllm:lora_requests_info = %v, want the scrape's Unix time", v)
+	}
 
 	for _, c := range []struct {
 		args []string

@@ -224,6 +224,13 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.Tiers, opts.Health = eng, metrics, logger, tiers, c.tr.health()
 	opts.Adapters = apiAdapters(spec.adapters)
+	if len(opts.Adapters) > 0 {
+		var names []string
+		for _, a := range opts.Adapters {
+			names = append(names, a.Name)
+		}
+		metrics.WatchLoRA(eng.Stats, names, clock.Real{}.Now)
+	}
 	api := server.New(opts)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
