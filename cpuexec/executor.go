@@ -40,11 +40,14 @@ type Executor struct {
 	invFreq []float64 // RoPE inverse frequencies
 	clock   clock.Clock
 
-	adapters []*lora.Adapter // Options.Adapters
-	maxRank  int             // their largest rank
-	kv       kvcache.Layout  // of rank 0; every rank has the same block count
-	out      []float32       // [NumLogits, vocab] of the last step
-	hid      []float32       // [NumLogits, hidden] of the last step, when its batch asked (Batch.Hidden)
+	// LoRA adapters by id − 1 (nil: freed), and the largest rank ever
+	// installed; steps hold adMu for reading, SetAdapter for writing.
+	adMu     sync.RWMutex
+	adapters []*lora.Adapter
+	maxRank  int
+	kv       kvcache.Layout // of rank 0; every rank has the same block count
+	out      []float32      // [NumLogits, vocab] of the last step
+	hid      []float32      // [NumLogits, hidden] of the last step, when its batch asked (Batch.Hidden)
 	steps    map[string]int
 	stepsMu  sync.Mutex // guards steps: PlanSteps may run beside Step (an engine's Stats, /metrics)
 	comm     comm.Stats // counted by worlds that were replaced
@@ -169,7 +172,7 @@ func NewExecutor(cfg *model.Config, w *model.Weights, opts Options) (*Executor, 
 	if opts.WeightsFromHost {
 		e.held[first.Name].built = true // re-sharded from the host when left and when reached again
 	}
-	if err := e.setAdapters(opts.Adapters, opts); err != nil {
+	if err := e.setAdapters(opts.Adapters); err != nil {
 		return nil, err
 	}
 	for r := range first.Coords {
@@ -345,6 +348,8 @@ func (e *Executor) Step(ctx context.Context, b *forward.Batch, p parallel.Placem
 	if err := b.Validate(c.Vocab, c.MaxPositions, e.kv.BlockSize, e.kv.NumBlocks, e.kvAt.Plan.DP); err != nil {
 		return nil, err
 	}
+	e.adMu.RLock()
+	defer e.adMu.RUnlock()
 	if err := e.checkAdapters(b); err != nil {
 		return nil, err
 	}

@@ -7,24 +7,33 @@ import (
 	"github.com/gearboxlm/gearbox/lora"
 )
 
-// setAdapters checks the LoRA adapters against the model and the
-// placements: every placement the rank program runs takes them (each
-// rank applies its slice of an update where it holds the slice of the
-// weight), but SiDP's pooled MLP, whose owners compute other ranks'
-// rows, and ranks in other processes, which hold no adapters, do not.
-func (e *Executor) setAdapters(adapters []*lora.Adapter, opts Options) error {
-	if len(adapters) == 0 {
-		return nil
-	}
-	if e.remote {
-		return fmt.Errorf("cpuexec: LoRA adapters need every rank in this process")
-	}
-	for _, p := range opts.Placements {
-		if p.FFN.Pooled() {
-			return fmt.Errorf("cpuexec: placement %s pools the MLP weights (SiDP), which does not run LoRA adapters", p)
+// setAdapters installs the adapters of Options as ids 1, 2, ….
+func (e *Executor) setAdapters(adapters []*lora.Adapter) error {
+	for i, a := range adapters {
+		if err := e.SetAdapter(i+1, a); err != nil {
+			return err
 		}
 	}
-	for _, a := range adapters {
+	return nil
+}
+
+// SetAdapter installs LoRA adapter a as id (1 up to one past the last
+// id), replacing the one there; a nil a frees the id, whose sequences
+// must have ended. It waits for a running step to end. Every placement
+// the rank program runs takes adapters (each rank applies its slice of an
+// update where it holds the slice of the weight), but SiDP's pooled MLP,
+// whose owners compute other ranks' rows, and ranks in other processes,
+// which hold no adapters, do not.
+func (e *Executor) SetAdapter(id int, a *lora.Adapter) error {
+	if a != nil {
+		if e.remote {
+			return fmt.Errorf("cpuexec: LoRA adapters need every rank in this process")
+		}
+		for _, h := range e.held {
+			if h.placement.FFN.Pooled() {
+				return fmt.Errorf("cpuexec: placement %s pools the MLP weights (SiDP), which does not run LoRA adapters", h.placement)
+			}
+		}
 		if len(a.Layers) != e.cfg.Layers {
 			return fmt.Errorf("cpuexec: adapter %s has %d layers, the model %d", a.Name, len(a.Layers), e.cfg.Layers)
 		}
@@ -35,21 +44,37 @@ func (e *Executor) setAdapters(adapters []*lora.Adapter, opts Options) error {
 				}
 			}
 		}
+	}
+	e.adMu.Lock()
+	defer e.adMu.Unlock()
+	switch {
+	case id < 1 || id > len(e.adapters)+1:
+		return fmt.Errorf("cpuexec: LoRA adapter id %d outside [1, %d]", id, len(e.adapters)+1)
+	case id == len(e.adapters)+1:
+		e.adapters = append(e.adapters, a)
+	default:
+		e.adapters[id-1] = a
+	}
+	if a != nil {
 		e.maxRank = max(e.maxRank, a.Rank)
 	}
-	e.adapters = adapters
 	return nil
 }
 
-// NumAdapters is the number of LoRA adapters the executor holds
+// HasAdapter reports whether LoRA adapter id is installed
 // (engine.AdapterRunner).
-func (e *Executor) NumAdapters() int { return len(e.adapters) }
+func (e *Executor) HasAdapter(id int) bool {
+	e.adMu.RLock()
+	defer e.adMu.RUnlock()
+	return id >= 1 && id <= len(e.adapters) && e.adapters[id-1] != nil
+}
 
 // checkAdapters refuses a batch naming an adapter the executor lacks.
+// Called with adMu read-locked.
 func (e *Executor) checkAdapters(b *forward.Batch) error {
 	for i, s := range b.Seqs {
-		if s.Adapter < 0 || s.Adapter > len(e.adapters) {
-			return fmt.Errorf("cpuexec: sequence %d names LoRA adapter %d; the executor holds %d", i, s.Adapter, len(e.adapters))
+		if s.Adapter != 0 && (s.Adapter < 0 || s.Adapter > len(e.adapters) || e.adapters[s.Adapter-1] == nil) {
+			return fmt.Errorf("cpuexec: sequence %d names LoRA adapter %d, which the executor does not hold", i, s.Adapter)
 		}
 	}
 	return nil

@@ -208,6 +208,55 @@ func TestLoRAEngine(t *testing.T) {
 	}
 }
 
+// TestLoRAFree installs an adapter at run time, refuses to free one a
+// live request runs with, frees it once the request has ended, and then
+// refuses requests for it at Submit (not in a step, where it would fail
+// the step's other requests).
+func TestLoRAFree(t *testing.T) {
+	m, adapters, refs := loraFixture(t)
+	x, err := NewExecutor(m.Config, m.Weights, Options{BlockSize: 4, NumBlocks: 64, Adapters: adapters[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.NewEngine(engine.Options{Exec: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.SetAdapter(3, adapters[1]); err == nil {
+		t.Fatal("id 3 installed after 1")
+	}
+	if err := x.SetAdapter(2, adapters[1]); err != nil || !x.HasAdapter(2) {
+		t.Fatalf("install as 2: %v", err)
+	}
+	prompt := fixture.Tokens(7, 9, m.Config.Vocab)
+	st, err := e.Submit(engine.Request{Prompt: prompt, MaxTokens: 4, Adapter: 2, IgnoreEOS: true, Sampling: sample.Params{Logprobs: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := func() error { return x.SetAdapter(2, nil) }
+	if e.FreeAdapter(2, free) || !x.HasAdapter(2) {
+		t.Fatal("freed an adapter a waiting request runs with")
+	}
+	defer e.Start()()
+	var got []int
+	for {
+		ev, err := st.Recv(context.Background())
+		if err != nil {
+			break
+		}
+		got = append(got, ev.Tokens...)
+	}
+	if want := refs[2].Greedy(prompt, 4); !slices.Equal(got, want) {
+		t.Fatalf("adapter installed at run time: %v, oracle %v", got, want)
+	}
+	if !e.FreeAdapter(2, free) || x.HasAdapter(2) || !x.HasAdapter(1) {
+		t.Fatal("the adapter was not freed once its request ended")
+	}
+	if _, err := e.Submit(engine.Request{Prompt: prompt, MaxTokens: 1, Adapter: 2}); !errors.Is(err, engine.ErrUnknownAdapter) {
+		t.Fatalf("a request for a freed adapter: %v", err)
+	}
+}
+
 // BenchmarkLoRAStep prices a decode step of 8 sequences (64 tokens of
 // context) on a 4-layer model of hidden 512, with every sequence on a
 // rank-16 adapter of all seven projections, on two of eight, and on

@@ -69,11 +69,11 @@ type Request struct {
 }
 
 // AdapterRunner is a Runner that applies LoRA adapters: a batch's
-// sequence with forward.SeqBatch.Adapter i in [1, NumAdapters()] runs
-// with its i-th.
+// sequence with forward.SeqBatch.Adapter i runs with the adapter
+// installed as id i (HasAdapter).
 type AdapterRunner interface {
 	Runner
-	NumAdapters() int
+	HasAdapter(id int) bool
 }
 
 // HiddenRunner is a Runner that also gives the final-norm hidden state
@@ -457,11 +457,6 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	if req.MaxTokens <= 0 {
 		return nil, fmt.Errorf("engine: max tokens must be positive, got %d", req.MaxTokens)
 	}
-	if req.Adapter != 0 {
-		if a, ok := e.exec.(AdapterRunner); !ok || req.Adapter < 0 || req.Adapter > a.NumAdapters() {
-			return nil, fmt.Errorf("%w: %d", ErrUnknownAdapter, req.Adapter)
-		}
-	}
 	if req.PromptLogprobs && (req.PromptTopLogprobs < 0 || req.PromptTopLogprobs > e.exec.Config().Vocab) {
 		return nil, fmt.Errorf("engine: prompt top log-probabilities must be in [0, %d], got %d", e.exec.Config().Vocab, req.PromptTopLogprobs)
 	}
@@ -507,6 +502,11 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 	}
 	if _, dup := e.reqs[req.ID]; dup {
 		return nil, fmt.Errorf("engine: request id %q is already live", req.ID)
+	}
+	if req.Adapter != 0 { // under the lock, against FreeAdapter
+		if a, ok := e.exec.(AdapterRunner); !ok || !a.HasAdapter(req.Adapter) {
+			return nil, fmt.Errorf("%w: %d", ErrUnknownAdapter, req.Adapter)
+		}
 	}
 	sr := sched.Request{ID: req.ID, Prompt: req.Prompt, MaxTokens: maxTokens, Priority: req.Priority, Arrival: l.arrival, Adapter: req.Adapter}
 	if req.PromptLogprobs {
@@ -588,10 +588,25 @@ func (e *Engine) Stats() Stats {
 		PlanSteps: e.exec.PlanSteps(), Phase: e.phase, Transitions: e.transitions, SwapOutBytes: e.swapOut, SwapInBytes: e.swapIn,
 		DraftTokens: e.draftTokens, AcceptedTokens: e.acceptedTokens,
 	}
-	if a, ok := e.exec.(AdapterRunner); ok && a.NumAdapters() > 0 {
+	if _, ok := e.exec.(AdapterRunner); ok {
 		s.RunningAdapters, s.WaitingAdapters = e.sched.Adapters()
 	}
 	return s
+}
+
+// FreeAdapter calls free, which uninstalls LoRA adapter id from the
+// runner, unless a live request runs with it, and reports whether it
+// did. Submit checks a request's adapter under the same lock, so no
+// request is admitted with an adapter being freed.
+func (e *Engine) FreeAdapter(id int, free func() error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.reqs {
+		if l.req.Adapter == id {
+			return false
+		}
+	}
+	return free() == nil
 }
 
 func (e *Engine) signal() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/kvcache"
+	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/slo"
 )
 
@@ -180,23 +181,23 @@ func (m *Metrics) Watch(stats func() engine.Stats, kv kvcache.Layout) {
 // the gateway's endpoint picker reads for LoRA affinity: one sample whose
 // labels name the adapters of the running requests and of the waiting
 // ones (comma-separated, as vLLM writes them) and max_lora, the adapters
-// one step may mix (all of names here: the CPU executor has no adapter
-// slots), and whose value is the scrape's time in Unix seconds, as vLLM
-// sets it. names[i] is adapter i+1's.
-func (m *Metrics) WatchLoRA(stats func() engine.Stats, names []string, now func() time.Time) {
+// one step may mix (every loaded one here: the CPU executor has no
+// adapter slots), and whose value is the scrape's time in Unix seconds,
+// as vLLM sets it. reg names the adapters.
+func (m *Metrics) WatchLoRA(stats func() engine.Stats, reg *lora.Registry, now func() time.Time) {
 	labels := []string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"}
 	var descs []*prometheus.Desc
 	for _, full := range []string{"gearbox:lora_requests_info", "vllm:lora_requests_info"} {
 		descs = append(descs, prometheus.NewDesc(full, "The scrape's Unix time, labelled with the LoRA adapters of the running and the waiting requests and how many one step may mix.", labels, nil))
 	}
-	m.reg.MustRegister(&loraCollector{descs: descs, stats: stats, names: names, now: now})
+	m.reg.MustRegister(&loraCollector{descs: descs, stats: stats, reg: reg, now: now})
 }
 
 // loraCollector is WatchLoRA's collector.
 type loraCollector struct {
 	descs []*prometheus.Desc
 	stats func() engine.Stats
-	names []string
+	reg   *lora.Registry
 	now   func() time.Time
 }
 
@@ -213,13 +214,13 @@ func (c *loraCollector) Collect(ch chan<- prometheus.Metric) {
 	join := func(ids []int) string {
 		var parts []string
 		for _, id := range ids {
-			if id >= 1 && id <= len(c.names) {
-				parts = append(parts, c.names[id-1])
+			if n := c.reg.Name(id); n != "" {
+				parts = append(parts, n)
 			}
 		}
 		return strings.Join(parts, ",")
 	}
-	running, waiting, max := join(s.RunningAdapters), join(s.WaitingAdapters), strconv.Itoa(len(c.names))
+	running, waiting, max := join(s.RunningAdapters), join(s.WaitingAdapters), strconv.Itoa(len(c.reg.List()))
 	t := float64(c.now().UnixNano()) / 1e9
 	for _, d := range c.descs {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, t, running, waiting, max)

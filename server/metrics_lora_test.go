@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/lora"
 )
 
 // TestLoRAMetrics checks gearbox:lora_requests_info and its vLLM name:
@@ -15,7 +16,8 @@ import (
 func TestLoRAMetrics(t *testing.T) {
 	m := NewMetrics("tp=1", "static")
 	stats := engine.Stats{RunningAdapters: []int{1, 3}, WaitingAdapters: []int{2}}
-	m.WatchLoRA(func() engine.Stats { return stats }, []string{"sql", "chat", "code"}, func() time.Time { return time.Unix(1700000000, 500000000) })
+	reg := lora.NewRegistry(nil, 0, nil, nil, nil, []*lora.Adapter{{Name: "sql"}, {Name: "chat"}, {Name: "code"}})
+	m.WatchLoRA(func() engine.Stats { return stats }, reg, func() time.Time { return time.Unix(1700000000, 500000000) })
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

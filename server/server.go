@@ -17,6 +17,7 @@ import (
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/clock"
 	"github.com/gearboxlm/gearbox/engine"
+	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/reasoning"
 	"github.com/gearboxlm/gearbox/sample"
 	"github.com/gearboxlm/gearbox/slo"
@@ -45,9 +46,12 @@ type Options struct {
 	Tokenizer *tokenizer.Tokenizer
 	ModelName string // served name; requests must name it
 	ModelRoot string // the model directory, reported by /v1/models as "root" ("" for the built-in model)
-	// Adapters are the LoRA adapters requests may name as their model:
-	// Adapters[i] is the engine's adapter i+1 (engine.Request.Adapter).
-	Adapters     []Adapter
+	// LoRA holds the LoRA adapters requests may name as their model (nil:
+	// none), under the ids engine.Request.Adapter takes. With
+	// RuntimeLoRA, POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+	// change them (vLLM's, behind its VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+	LoRA         *lora.Registry
+	RuntimeLoRA  bool
 	ChatTemplate *chat.Template // nil: chat requests get a 400
 	// ToolSyntax is how the model marks tool calls in free text, which
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a
@@ -136,6 +140,10 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("/tokenize", s.post(s.tokenize))
 	s.mux.HandleFunc("/detokenize", s.post(s.detokenize))
 	s.mux.HandleFunc("/v1/models", s.get(s.models))
+	if opts.RuntimeLoRA && opts.LoRA != nil {
+		s.mux.HandleFunc("/v1/load_lora_adapter", s.post(s.loadLoRA))
+		s.mux.HandleFunc("/v1/unload_lora_adapter", s.post(s.unloadLoRA))
+	}
 	s.mux.HandleFunc("/health", s.get(s.health))
 	s.mux.HandleFunc("/version", s.get(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": Version})
@@ -257,12 +265,6 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// Adapter is a LoRA adapter as the API names it.
-type Adapter struct {
-	Name string // what requests put in "model"
-	Path string // its directory, reported as "root"
-}
-
 type modelObject struct {
 	ID          string `json:"id"`
 	Object      string `json:"object"`
@@ -277,8 +279,10 @@ type modelObject struct {
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	now, maxLen := s.opts.Clock.Now().Unix(), s.opts.Engine.MaxModelLen()
 	data := []modelObject{{ID: s.opts.ModelName, Object: "model", Created: now, OwnedBy: "gearbox", Root: s.opts.ModelRoot, MaxModelLen: maxLen}}
-	for _, a := range s.opts.Adapters {
-		data = append(data, modelObject{ID: a.Name, Object: "model", Created: now, OwnedBy: "gearbox", Root: a.Path, Parent: s.opts.ModelName, MaxModelLen: maxLen})
+	if s.opts.LoRA != nil {
+		for _, a := range s.opts.LoRA.List() {
+			data = append(data, modelObject{ID: a.Name, Object: "model", Created: now, OwnedBy: "gearbox", Root: a.Path, Parent: s.opts.ModelName, MaxModelLen: maxLen})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
@@ -345,6 +349,8 @@ func submitError(err error, param string) *apiError {
 		return draining()
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return invalid(param, "%v", err)
+	case errors.Is(err, engine.ErrUnknownAdapter): // unloaded since the request named it
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: str("model"), Code: str("model_not_found"), Message: err.Error()}
 	case errors.Is(err, engine.ErrNoEmbeddings):
 		return invalid("model", "this deployment serves no embeddings (%v)", err)
 	case errors.Is(err, sample.ErrLogitBias):

@@ -126,14 +126,14 @@ func (s *Server) checkModel(name string) *apiError {
 }
 
 // resolveModel maps a request's model to what runs it: 0 for the served
-// model, i for its i-th LoRA adapter (Options.Adapters[i−1]).
+// model, a LoRA adapter's id for the adapter (Options.LoRA).
 func (s *Server) resolveModel(name string) (int, *apiError) {
 	if name == s.opts.ModelName {
 		return 0, nil
 	}
-	for i, a := range s.opts.Adapters {
-		if a.Name == name {
-			return i + 1, nil
+	if s.opts.LoRA != nil {
+		if id, ok := s.opts.LoRA.Lookup(name); ok {
+			return id, nil
 		}
 	}
 	return 0, modelNotFound(name)

@@ -158,7 +158,8 @@ type runnerSpec struct {
 	maxModelLen int
 	sidpSlots   int             // WaS slots per rank under a pooled (sidp) placement; 0: dp−1
 	csps        *policy.CSPS    // --policy csps: the CPU's sequence-sharded executor
-	adapters    []*lora.Adapter // --enable-lora: run by the CPU executor
+	lora        bool            // --enable-lora: the CPU executor, which runs adapters
+	adapters    []*lora.Adapter // --lora-modules, installed as ids 1, 2, …
 	// world makes the CPU ranks' World (--transport mpi); nil: in-process
 	world func(ranks int) (*comm.World, error)
 }
@@ -230,7 +231,7 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 		}
 		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: --policy csps runs on the CPU executor only"}
 	}
-	if len(spec.adapters) > 0 && choice.Device.Kind == CUDA {
+	if spec.lora && choice.Device.Kind == CUDA {
 		if want.Kind != Auto {
 			return nil, fmt.Errorf("LoRA adapters run on the CPU executor only; the GPU backend has no LoRA kernels: use --device cpu")
 		}

@@ -158,6 +158,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if rs.adapters, err = lf.load(m.Config, m.Name, logger); err != nil {
 			return fmt.Errorf("generate: %w", err)
 		}
+		rs.lora = true
 	}
 	draft, err := spec.draftRunner(dev, rs, logger)
 	if err != nil {

@@ -123,3 +123,80 @@ func post(t *testing.T, url, body string) (string, int) {
 	}
 	return string(b), resp.StatusCode
 }
+
+// TestServeRuntimeLoRA loads and unloads adapters over vLLM's runtime
+// endpoints: a loaded adapter is listed and served as generate
+// --lora-path serves it, a taken name or a bad directory is a 400, an
+// unloaded one is a 404 from then on while its running request ends
+// normally, and without --allow-runtime-lora-updating the endpoints do
+// not exist.
+func TestServeRuntimeLoRA(t *testing.T) {
+	one := storiesLoRA(t, fixture.LoRA{Rank: 8, Seed: 1})
+	two := storiesLoRA(t, fixture.LoRA{Rank: 4, Seed: 2})
+	url := startInProcess(t, "--enable-lora", "--allow-runtime-lora-updating", "--lora-modules", "one="+one)
+	resp, code := post(t, url+"/v1/load_lora_adapter", `{"lora_name": "two", "lora_path": "`+two+`"}`)
+	if code != 200 || resp != "Success: LoRA adapter 'two' added successfully." {
+		t.Fatalf("load: %d %s", code, resp)
+	}
+	models, _ := get(t, url+"/v1/models")
+	if !strings.Contains(models, `"id":"two"`) || !strings.Contains(models, `"root":"`+two+`"`) {
+		t.Fatalf("/v1/models after the load: %s", models)
+	}
+	out := complete(t, url, `{"model": "two", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}`)
+	var r struct{ Choices []struct{ Text string } }
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Choices) != 1 {
+		t.Fatal(out)
+	}
+	gen, _, err := runCLI(t, "generate", "--device", "cpu", "--prompt", "Once upon a time", "--max-tokens", "16", "--output", "json", "--lora-path", two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g generateResult
+	if err := json.Unmarshal([]byte(gen), &g); err != nil || g.Text != r.Choices[0].Text || g.Text == storiesText {
+		t.Fatalf("served %q, generate --lora-path %q (%v)", r.Choices[0].Text, g.Text, err)
+	}
+	for body, want := range map[string]string{
+		`{"lora_name": "two", "lora_path": "` + two + `"}`:         "has already been loaded",
+		`{"lora_name": "stories260K", "lora_path": "` + two + `"}`: "has already been loaded",
+		`{"lora_name": "three", "lora_path": "/nonexistent"}`:      "adapter_config.json",
+		`{"lora_name": "three"}`:                                   "both lora_name and lora_path",
+	} {
+		if resp, code := post(t, url+"/v1/load_lora_adapter", body); code != 400 || !strings.Contains(resp, want) {
+			t.Errorf("load %s: %d %s, want 400 %q", body, code, resp, want)
+		}
+	}
+
+	// Unload "one" while a streamed request runs with it: the request
+	// ends normally, new ones get a 404.
+	stream, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model": "one", "prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": true, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	buf := make([]byte, 1)
+	if _, err := stream.Body.Read(buf); err != nil { // the first event: the request runs
+		t.Fatal(err)
+	}
+	if resp, code := post(t, url+"/v1/unload_lora_adapter", `{"lora_name": "one"}`); code != 200 || !strings.Contains(resp, "removed successfully") {
+		t.Fatalf("unload: %d %s", code, resp)
+	}
+	rest, err := io.ReadAll(stream.Body)
+	if err != nil || !strings.Contains(string(rest), `"finish_reason":"length"`) || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("the running request after the unload: %v %s", err, rest)
+	}
+	if out := complete(t, url, `{"model": "one", "prompt": "Once", "max_tokens": 2}`); !strings.Contains(out, "model_not_found") {
+		t.Fatalf("a request for the unloaded adapter: %s", out)
+	}
+	if resp, code := post(t, url+"/v1/unload_lora_adapter", `{"lora_name": "one"}`); code != 404 || !strings.Contains(resp, "cannot be found") {
+		t.Fatalf("second unload: %d %s", code, resp)
+	}
+	if models, _ := get(t, url+"/v1/models"); strings.Contains(models, `"id":"one"`) {
+		t.Fatalf("/v1/models after the unload: %s", models)
+	}
+
+	fixed := startInProcess(t, "--enable-lora", "--lora-modules", "one="+one)
+	if _, code := post(t, fixed+"/v1/load_lora_adapter", `{"lora_name": "two", "lora_path": "`+two+`"}`); code != 404 {
+		t.Fatalf("load without --allow-runtime-lora-updating: %d", code)
+	}
+}

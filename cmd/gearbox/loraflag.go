@@ -5,18 +5,20 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
+	"github.com/gearboxlm/gearbox/engine"
 	"github.com/gearboxlm/gearbox/lora"
 	"github.com/gearboxlm/gearbox/model"
-	"github.com/gearboxlm/gearbox/server"
 )
 
 // loraFlags are vLLM's LoRA serving flags.
 type loraFlags struct {
-	enable  bool
-	modules loraModules
-	maxRank int
+	enable      bool
+	modules     loraModules
+	maxRank     int
+	runtimeFlag bool
 }
 
 // loraModule is one --lora-modules entry.
@@ -69,6 +71,7 @@ func addLoRAFlags(fs *flag.FlagSet) *loraFlags {
 	fs.BoolVar(&f.enable, "enable-lora", false, "serve LoRA adapters (--lora-modules) beside the model, on the CPU executor; requests name an adapter as their model")
 	fs.Var(&f.modules, "lora-modules", `a LoRA adapter in PEFT's format to serve: name=DIR (repeatable, or several separated by spaces) or {"name": …, "path": …}`)
 	fs.IntVar(&f.maxRank, "max-lora-rank", 16, "largest LoRA rank accepted")
+	fs.BoolVar(&f.runtimeFlag, "allow-runtime-lora-updating", false, "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (also on with vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)")
 	return f
 }
 
@@ -121,11 +124,30 @@ func (f *loraFlags) check(policy string, mpi bool) error {
 	return nil
 }
 
-// apiAdapters are the adapters as the API names them.
-func apiAdapters(adapters []*lora.Adapter) []server.Adapter {
-	var out []server.Adapter
-	for _, a := range adapters {
-		out = append(out, server.Adapter{Name: a.Name, Path: a.Path})
+// enabled reports --enable-lora.
+func (f *loraFlags) enabled() bool { return f != nil && f.enable }
+
+// runtime reports whether adapters may be loaded and unloaded over the
+// API: --allow-runtime-lora-updating, or vLLM's environment variable
+// VLLM_ALLOW_RUNTIME_LORA_UPDATING set to true or 1.
+func (f *loraFlags) runtime() bool {
+	if f.runtimeFlag {
+		return true
 	}
-	return out
+	v := strings.ToLower(strings.TrimSpace(os.Getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING")))
+	return v == "true" || v == "1"
+}
+
+// registry is the served adapters (loaded, installed in run as ids 1, 2,
+// …) for the API, installing later ones in run and freeing unloaded ones
+// once eng has no request with them.
+func (f *loraFlags) registry(cfg *model.Config, served string, loaded []*lora.Adapter, run engine.Runner, eng *engine.Engine) (*lora.Registry, error) {
+	x, ok := run.(interface {
+		SetAdapter(id int, a *lora.Adapter) error
+	})
+	if !ok {
+		return nil, fmt.Errorf("--enable-lora: the executor runs no LoRA adapters")
+	}
+	release := func(id int) bool { return eng.FreeAdapter(id, func() error { return x.SetAdapter(id, nil) }) }
+	return lora.NewRegistry(cfg, f.maxRank, x.SetAdapter, release, []string{served}, loaded), nil
 }

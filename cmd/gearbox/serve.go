@@ -174,9 +174,11 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if spec.adapters, err = c.lora.load(m.Config, cmp.Or(c.servedName, m.Name), logger); err != nil {
+	served := cmp.Or(c.servedName, m.Name)
+	if spec.adapters, err = c.lora.load(m.Config, served, logger); err != nil {
 		return nil, nil, nil, err
 	}
+	spec.lora = c.lora.enabled()
 	maxLen := spec.maxModelLen
 	draft, err := c.spec.draftRunner(c.dev, spec, logger) // before the target: on a GPU, the target's KV takes what is left
 	if err != nil {
@@ -223,13 +225,13 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		return nil, nil, nil, err
 	}
 	opts.Engine, opts.Metrics, opts.Logger, opts.Tiers, opts.Health = eng, metrics, logger, tiers, c.tr.health()
-	opts.Adapters = apiAdapters(spec.adapters)
-	if len(opts.Adapters) > 0 {
-		var names []string
-		for _, a := range opts.Adapters {
-			names = append(names, a.Name)
+	if spec.lora {
+		if opts.LoRA, err = c.lora.registry(m.Config, served, spec.adapters, run.runner, eng); err != nil {
+			run.close()
+			return nil, nil, nil, err
 		}
-		metrics.WatchLoRA(eng.Stats, names, clock.Real{}.Now)
+		opts.RuntimeLoRA = c.lora.runtime()
+		metrics.WatchLoRA(eng.Stats, opts.LoRA, clock.Real{}.Now)
 	}
 	api := server.New(opts)
 	runCtx, stop := context.WithCancel(context.Background())
