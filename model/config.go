@@ -57,6 +57,7 @@ type GenerationConfig struct {
 	Temperature       *float64
 	TopP              *float64
 	TopK              *int
+	MinP              *float64
 	RepetitionPenalty *float64
 }
 
@@ -147,6 +148,7 @@ func ParseGenerationConfig(data []byte) (*GenerationConfig, error) {
 		Temperature       *float64        `json:"temperature"`
 		TopP              *float64        `json:"top_p"`
 		TopK              *int            `json:"top_k"`
+		MinP              *float64        `json:"min_p"`
 		RepetitionPenalty *float64        `json:"repetition_penalty"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -156,7 +158,7 @@ func ParseGenerationConfig(data []byte) (*GenerationConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &GenerationConfig{EOS: eos, Temperature: raw.Temperature, TopP: raw.TopP, TopK: raw.TopK, RepetitionPenalty: raw.RepetitionPenalty}, nil
+	return &GenerationConfig{EOS: eos, Temperature: raw.Temperature, TopP: raw.TopP, TopK: raw.TopK, MinP: raw.MinP, RepetitionPenalty: raw.RepetitionPenalty}, nil
 }
 
 // ParseConfig parses and validates config.json contents.

@@ -210,6 +210,7 @@ type chatRun struct {
 // startChat validates a chat request (logprobs: the top alternatives
 // asked for, -1 for none), renders its prompt and submits its choices.
 func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*chatRun, *apiError) {
+	req.withDefaults(s.opts.Defaults)
 	g, e := req.validate(logprobs)
 	if e == nil {
 		g.tier, e = s.resolveTier(r, req.SLOTier)

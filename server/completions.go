@@ -60,6 +60,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		}
 		logprobs = *req.Logprobs
 	}
+	req.withDefaults(s.opts.Defaults)
 	g, e := req.validate(logprobs)
 	if e == nil {
 		g.tier, e = s.resolveTier(r, req.SLOTier)

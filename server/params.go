@@ -114,6 +114,41 @@ func truncated(ids []int, keep, limit int) []int {
 	return ids
 }
 
+// SamplingDefaults are the sampling parameters a request that leaves one
+// out gets instead of OpenAI's default: the model's generation_config.json
+// values, as vLLM's --generation-config auto applies them. Nil fields
+// keep OpenAI's.
+type SamplingDefaults struct {
+	Temperature, TopP, MinP, RepetitionPenalty *float64
+	TopK                                       *int
+}
+
+// Validate checks the defaults' ranges as a request's are checked.
+func (d *SamplingDefaults) Validate() error {
+	c := commonParams{Model: "defaults"}
+	c.withDefaults(d)
+	if _, e := c.validate(-1); e != nil {
+		return errors.New(e.Message)
+	}
+	return nil
+}
+
+// withDefaults fills the sampling fields c leaves out from d (nil: none);
+// validate then checks them as if the request had sent them.
+func (c *commonParams) withDefaults(d *SamplingDefaults) {
+	if d == nil {
+		return
+	}
+	for _, f := range []struct{ dst, def **float64 }{{&c.Temperature, &d.Temperature}, {&c.TopP, &d.TopP}, {&c.MinP, &d.MinP}, {&c.RepetitionPenalty, &d.RepetitionPenalty}} {
+		if *f.dst == nil {
+			*f.dst = *f.def
+		}
+	}
+	if c.TopK == nil {
+		c.TopK = d.TopK
+	}
+}
+
 // validate checks the shared fields; logprobs is the number of top
 // alternatives requested (-1 for none).
 func (c *commonParams) validate(logprobs int) (generation, *apiError) {

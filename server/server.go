@@ -50,8 +50,11 @@ type Options struct {
 	// none), under the ids engine.Request.Adapter takes. With
 	// RuntimeLoRA, POST /v1/load_lora_adapter and /v1/unload_lora_adapter
 	// change them (vLLM's, behind its VLLM_ALLOW_RUNTIME_LORA_UPDATING).
-	LoRA         *lora.Registry
-	RuntimeLoRA  bool
+	LoRA        *lora.Registry
+	RuntimeLoRA bool
+	// Defaults are the sampling parameters requests that leave them out
+	// get (nil: OpenAI's defaults).
+	Defaults     *SamplingDefaults
 	ChatTemplate *chat.Template // nil: chat requests get a 400
 	// ToolSyntax is how the model marks tool calls in free text, which
 	// tool_choice "auto" reads; "": "auto" is refused ("required" and a

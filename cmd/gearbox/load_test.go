@@ -26,8 +26,11 @@ func startInProcess(t *testing.T, args ...string) string {
 	fs.IntVar(&c.maxWaiting, "max-waiting", c.maxWaiting, "")
 	fs.IntVar(&c.maxSeqs, "max-num-seqs", c.maxSeqs, "")
 	fs.StringVar(&c.sloTiers, "slo-tiers", "", "")
+	fs.StringVar(&c.modelDir, "model", "", "")
+	fs.StringVar(&c.servedName, "served-model-name", "", "")
 	addSpecFlag(fs, &c.spec)
 	c.lora = addLoRAFlags(fs)
+	c.gen = addGenConfigFlags(fs)
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	if err := fs.Parse(append([]string{"--device", "cpu"}, args...)); err != nil {

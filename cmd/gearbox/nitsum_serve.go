@@ -96,7 +96,7 @@ func buildNitsum(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	}
 	metrics.SetPlan(cl.Stats().Layout.String()) // the pool's steps report its layout
 	watchNitsum(metrics, cl)
-	opts, err := c.apiOptions(m)
+	opts, err := c.apiOptions(m, logger)
 	if err != nil {
 		cl.Close()
 		pool.Close()

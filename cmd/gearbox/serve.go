@@ -52,6 +52,7 @@ type serveConfig struct {
 	sloTiers      string
 	spec          specFlag
 	lora          *loraFlags
+	gen           *genConfigFlags
 	par           *parallelFlags
 	dev           *deviceFlags
 	tr            *transportFlags // nil: in-process ranks
@@ -84,6 +85,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long to let running requests finish")
 	addSpecFlag(fs, &c.spec)
 	c.lora = addLoRAFlags(fs)
+	c.gen = addGenConfigFlags(fs)
 	c.par = addParallelFlags(fs)
 	c.dev = addDeviceFlags(fs, "auto")
 	c.tr = addTransportFlags(fs)
@@ -219,7 +221,7 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 		metrics.Tiers(tiers)
 	}
 
-	opts, err := c.apiOptions(m)
+	opts, err := c.apiOptions(m, logger)
 	if err != nil {
 		run.close()
 		return nil, nil, nil, err
@@ -271,12 +273,18 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 }
 
 // apiOptions are the API server's options that come from the model and
-// the flags: its names, chat template, tool-call syntax and special
-// tokens.
-func (c serveConfig) apiOptions(m *model.Model) (server.Options, error) {
+// the flags: its names, chat template, tool-call syntax, special tokens
+// and default sampling parameters.
+func (c serveConfig) apiOptions(m *model.Model, logger *slog.Logger) (server.Options, error) {
 	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore, FreeToolCalls: c.freeToolCalls}
 	if o.ModelName == "" {
 		o.ModelName = m.Name
+	}
+	if c.gen != nil {
+		var err error
+		if o.Defaults, err = c.gen.defaults(m, logger); err != nil {
+			return o, err
+		}
 	}
 	if c.modelDir != "" {
 		o.ModelRoot, _ = filepath.Abs(c.modelDir)
