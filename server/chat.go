@@ -221,6 +221,12 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	if g.adapter, e = s.resolveModel(req.Model); e != nil {
 		return nil, e
 	}
+	if e := req.checkBeam(&g, logprobs); e != nil {
+		return nil, e
+	}
+	if req.UseBeamSearch {
+		return nil, invalid("use_beam_search", "use_beam_search is served on /v1/completions (a chat prompt can be rendered there with /tokenize's messages)")
+	}
 	tools, e := s.parseTools(req, &g)
 	if e != nil {
 		return nil, e

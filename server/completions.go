@@ -85,6 +85,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		writeError(w, e)
 		return
 	}
+	if e := req.checkBeam(&g, logprobs); e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.UseBeamSearch {
+		s.completeBeams(w, r, &req, g, prompts, texts)
+		return
+	}
 	jobs, e := s.start(prompts, g, func(int) int { return 16 }, "prompt") // OpenAI's default max_tokens for completions
 	if e != nil {
 		writeError(w, e)

@@ -38,6 +38,8 @@ type commonParams struct {
 	PromptLogprobs    *int            `json:"prompt_logprobs"`            // vLLM's extra: the prompt tokens' log-probabilities, with this many top alternatives
 	AllowedTokenIDs   []int           `json:"allowed_token_ids"`          // vLLM's extra: only these tokens may be generated
 	BadWords          []string        `json:"bad_words"`                  // vLLM's extra: words that may not be generated
+	UseBeamSearch     bool            `json:"use_beam_search"`            // vLLM's extra: n beams instead of n samples
+	LengthPenalty     *float64        `json:"length_penalty"`             // vLLM's extra: beam scores divide by the length to this power (default 1)
 	TruncatePrompt    *int            `json:"truncate_prompt_tokens"`     // vLLM's extra: keep the prompt's last N tokens (-1: as many as the context allows)
 	TokensAsIDs       bool            `json:"return_tokens_as_token_ids"` // vLLM's extra: logprobs name tokens "token_id:N"
 	Priority          int             `json:"priority"`

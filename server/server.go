@@ -324,7 +324,7 @@ func knownFields(names ...string) func(string) bool {
 var commonFieldNames = []string{"model", "response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar", "structured_outputs", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
 	"stop_token_ids", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "stream", "stream_options",
 	"ignore_eos", "min_tokens", "include_stop_str_in_output", "skip_special_tokens", "prompt_logprobs", "allowed_token_ids", "bad_words",
-	"truncate_prompt_tokens", "return_tokens_as_token_ids", "priority", "user", "logit_bias", "best_of", "slo_tier"}
+	"truncate_prompt_tokens", "return_tokens_as_token_ids", "priority", "user", "logit_bias", "best_of", "slo_tier", "use_beam_search", "length_penalty"}
 
 func (s *Server) newID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, s.opts.Clock.Now().UnixNano(), s.nextID.Add(1))

@@ -51,6 +51,7 @@ type serverOpts struct {
 	tiers      *slo.Set
 	health     func() error
 	stepDelay  time.Duration // added to every step, to keep a request running
+	eos        []int         // Options.EOSTokens in place of the model's
 }
 
 // slowExec is the CPU executor with every step taking delay longer.
@@ -111,7 +112,7 @@ func newTestServer(t testing.TB, o serverOpts) *testServer {
 		syntax = toolcall.Detect(o.template)
 	}
 	api := New(Options{Engine: eng, Tokenizer: m.Tokenizer, ModelName: builtin.Name, ChatTemplate: tmpl, ToolSyntax: syntax, ReasoningParser: o.reasoning, CompactJSON: o.compact, ResponsesStore: o.store, BOS: "<s>", EOS: "</s>",
-		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health})
+		APIKey: o.apiKey, MaxBodyBytes: 1 << 20, Metrics: metrics, Tiers: o.tiers, Health: o.health, EOSTokens: o.eos})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
