@@ -70,28 +70,42 @@ func checkSameOutputs(t *testing.T, reqs []Request, got, want []*Output) {
 // few; that a draft KV pool too small for every sequence changes nothing
 // but the drafts; and that every draft KV block is free once the
 // requests have ended.
-func TestDraftModelMatchesPlain(t *testing.T) {
+// plainBaseline loads the builtin model and serves draftRequests without
+// drafts: the outputs speculative runs must equal.
+func plainBaseline(t *testing.T) (*model.Model, *tensor.Pool, []Request, []*Output) {
+	t.Helper()
 	m, err := model.LoadFS(builtin.FS(), builtin.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Vocab: m.Config.Vocab, Layers: 1, Hidden: 32, Heads: 4, MaxPositions: 512, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	random, err := model.Load(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer random.Close()
 	pool := tensor.NewPool(2)
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	reqs := draftRequests(m)
 	plainExec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := generateAll(t, startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}), reqs)
+	return m, pool, reqs, generateAll(t, startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}), reqs)
+}
+
+// randomDraft writes and loads a random 1-layer model of vocab tokens.
+func randomDraft(t *testing.T, vocab int) *model.Model {
+	t.Helper()
+	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Vocab: vocab, Layers: 1, Hidden: 32, Heads: 4, MaxPositions: 512, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := model.Load(dir, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestDraftModelMatchesPlain(t *testing.T) {
+	m, pool, reqs, want := plainBaseline(t)
+	random := randomDraft(t, m.Config.Vocab)
 	for _, c := range []struct {
 		name        string
 		draft       *model.Model
@@ -163,18 +177,7 @@ func (f *failingRunner) Step(ctx context.Context, b *forward.Batch, p parallel.P
 // TestDraftModelFailures checks that draft steps that fail cost drafts,
 // not outputs, and leave no draft KV block held.
 func TestDraftModelFailures(t *testing.T) {
-	m, err := model.LoadFS(builtin.FS(), builtin.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := tensor.NewPool(2)
-	defer pool.Close()
-	reqs := draftRequests(m)
-	plainExec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := generateAll(t, startEngine(t, plainExec, m.Tokenizer, m.EOS(), sched.Config{}), reqs)
+	m, pool, reqs, want := plainBaseline(t)
 	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 64, Pool: pool})
 	if err != nil {
 		t.Fatal(err)
@@ -211,15 +214,7 @@ func TestDraftModelRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := fixture.Dir(t.TempDir(), fixture.Spec{Vocab: m.Config.Vocab + 8, Layers: 1, Hidden: 32, Heads: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := model.Load(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := randomDraft(t, m.Config.Vocab+8)
 	exec, err := cpuexec.NewExecutor(m.Config, m.Weights, cpuexec.Options{NumBlocks: 16})
 	if err != nil {
 		t.Fatal(err)

@@ -113,15 +113,7 @@ func TestServeLoRA(t *testing.T) {
 func post(t *testing.T, url, body string) (string, int) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b), resp.StatusCode
+	return readResponse(t, resp, err)
 }
 
 // TestServeRuntimeLoRA loads and unloads adapters over vLLM's runtime

@@ -220,6 +220,12 @@ func complete(t *testing.T, base, body string) string {
 func get(t *testing.T, url string) (string, int) {
 	t.Helper()
 	resp, err := http.Get(url)
+	return readResponse(t, resp, err)
+}
+
+// readResponse is a response's body and status; err is the request's.
+func readResponse(t *testing.T, resp *http.Response, err error) (string, int) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
