@@ -58,7 +58,7 @@ type Request struct {
 	// per request; the engine keeps it through preemptions.
 	Constraint sample.Constraint
 	// Adapter is the LoRA adapter the request runs with: 0 for the base
-	// model, i for the runner's i-th (AdapterRunner).
+	// model, else the id the runner holds it as (AdapterRunner).
 	Adapter int
 	// Embed makes the request an embedding: its prompt is computed, and
 	// its one event carries the final-norm hidden state of the prompt's
@@ -420,7 +420,7 @@ func NewEngine(opts Options) (*Engine, error) {
 			return nil, err
 		}
 		e.draft, e.maxDrafts = d, opts.Speculative.NumTokens
-	case opts.Drafter != nil:
+	case opts.Drafter != nil && opts.Speculative.Method != "":
 		e.drafter, e.maxDrafts = opts.Drafter, opts.Speculative.NumTokens
 	case opts.Speculative.Method != "":
 		ngram, err := specdecode.NewNGram(opts.Speculative)

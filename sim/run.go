@@ -71,8 +71,8 @@ type Speculation struct {
 	// engine's draft model (its catch-up step and one step a draft after,
 	// every drafting sequence batched) on a second cost runner on the
 	// replica's first GPU and clock, so its steps take their time between
-	// the target's; that GPU also holds its weights, activations and as
-	// many KV blocks as the target's pool (draftKV).
+	// the target's; that GPU also holds its weights, activations and KV
+	// pool, sized as serve sizes it (draftKV).
 	Draft *model.Config
 }
 

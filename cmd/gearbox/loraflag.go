@@ -76,8 +76,9 @@ func addLoRAFlags(fs *flag.FlagSet) *loraFlags {
 }
 
 // load reads the adapters for a model of config cfg, served as served;
-// nil without --enable-lora (or without the flags: f nil). The CPU executor runs them under the
-// static, shift and seesaw policies; check refuses the rest.
+// nil without --enable-lora (or without the flags: f nil). The CPU
+// executor runs them under the static, shift and seesaw policies; check
+// refuses the rest.
 func (f *loraFlags) load(cfg *model.Config, served string, logger *slog.Logger) ([]*lora.Adapter, error) {
 	if f == nil {
 		return nil, nil
