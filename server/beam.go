@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"slices"
 
 	"github.com/gearboxlm/gearbox/engine"
@@ -154,52 +153,46 @@ func firstTop(ctx context.Context, st *engine.Stream) ([]sample.Logprob, *apiErr
 	}
 }
 
-// completeBeams answers a completion request with use_beam_search: for
-// each prompt, its n best beams as choices, in score order, with the text
-// after the prompt (a final end token left out) and finish_reason "stop"
-// for a beam that ended with an end token, "length" otherwise.
-func (s *Server) completeBeams(w http.ResponseWriter, r *http.Request, req *completionRequest, g generation, prompts [][]int, texts []string) {
+// beamJobs runs a beam search for each prompt (truncated and checked
+// against the context as start does; defaultMax gives max_tokens when the
+// request has none) and returns its beams as finished jobs, n a prompt in
+// score order: each with the text after the prompt (a final end token
+// left out), finish "stop" for a beam that ended with an end token,
+// "length" otherwise. The non-streaming response code reads them as it
+// reads the engine's.
+func (s *Server) beamJobs(ctx context.Context, prompts [][]int, g generation, defaultMax func(promptLen int) int, lengthPenalty *float64, promptParam string) ([]*job, *apiError) {
 	limit := s.opts.Engine.MaxModelLen()
 	penalty := 1.0
-	if req.LengthPenalty != nil {
-		penalty = *req.LengthPenalty
+	if lengthPenalty != nil {
+		penalty = *lengthPenalty
 	}
-	resp := completionResponse{ID: s.newID("cmpl"), Object: "text_completion", Created: s.opts.Clock.Now().Unix(), Model: req.Model}
-	var u usage
+	var jobs []*job
 	for p, ids := range prompts {
 		ids = truncated(ids, g.truncate, limit)
+		prompts[p] = ids
 		if len(ids) >= limit {
-			writeError(w, invalid("prompt", "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids)))
-			return
+			return nil, invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids))
 		}
 		maxTokens := g.maxTokens
 		if maxTokens == 0 {
-			maxTokens = min(16, limit-len(ids)) // OpenAI's default for completions
+			maxTokens = min(defaultMax(len(ids)), limit-len(ids))
 		} else if len(ids)+maxTokens > limit {
-			writeError(w, invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
-				limit, len(ids)+maxTokens, len(ids), maxTokens))
-			return
+			return nil, invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
+				limit, len(ids)+maxTokens, len(ids), maxTokens)
 		}
-		beams, e := s.beamSearch(r.Context(), ids, g, maxTokens, penalty)
+		beams, e := s.beamSearch(ctx, ids, g, maxTokens, penalty)
 		if e != nil {
-			writeError(w, e)
-			return
+			return nil, e
 		}
-		u.PromptTokens += len(ids)
 		for _, b := range beams {
 			out := b.tokens[len(ids):]
-			u.CompletionTokens += len(out)
+			j := &job{index: len(jobs), prompt: p, tokens: out, finish: b.finish, usage: engine.Usage{PromptTokens: len(ids), CompletionTokens: len(out)}}
 			if b.finish == engine.FinishStop {
 				out = out[:len(out)-1]
 			}
-			text := s.opts.Tokenizer.Decode(out, !g.special)
-			if req.Echo {
-				text = texts[p] + text
-			}
-			resp.Choices = append(resp.Choices, completionChoice{Index: len(resp.Choices), Text: text, FinishReason: finishReason(b.finish)})
+			j.text = s.opts.Tokenizer.Decode(out, !g.special)
+			jobs = append(jobs, j)
 		}
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	resp.Usage = &u
-	writeJSON(w, http.StatusOK, resp)
+	return jobs, nil
 }

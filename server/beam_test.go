@@ -166,7 +166,35 @@ func TestBeamSearch(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 %q", body, status, got, want)
 		}
 	}
-	if status, got := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", "messages": [{"role": "user", "content": "hi"}], "use_beam_search": true}`); status != 400 || !strings.Contains(string(got), "/v1/completions") {
-		t.Errorf("chat: %d %s", status, got)
+	// Chat: the beams of the rendered prompt, as completions gives them
+	// for its tokens.
+	messages := `[{"role": "user", "content": "Tell me a story about a dog"}]`
+	status, body := ts.post(t, "/tokenize", `{"model": "stories260K", "messages": `+messages+`}`)
+	var tok struct{ Tokens []int }
+	if err := json.Unmarshal(body, &tok); status != 200 || err != nil {
+		t.Fatalf("tokenize: %d %s", status, body)
+	}
+	ids, _ := json.Marshal(tok.Tokens)
+	status, body = ts.post(t, "/v1/completions", `{"model": "stories260K", "prompt": `+string(ids)+`, "n": 2, "max_tokens": 8, "use_beam_search": true}`)
+	var comp struct{ Choices []struct{ Text string } }
+	if err := json.Unmarshal(body, &comp); status != 200 || err != nil || len(comp.Choices) != 2 {
+		t.Fatalf("completions: %d %s", status, body)
+	}
+	status, body = ts.post(t, "/v1/chat/completions", `{"model": "stories260K", "messages": `+messages+`, "n": 2, "max_tokens": 8, "use_beam_search": true}`)
+	var chat struct {
+		Choices []struct {
+			Message struct{ Content string }
+		}
+	}
+	if err := json.Unmarshal(body, &chat); status != 200 || err != nil || len(chat.Choices) != 2 {
+		t.Fatalf("chat: %d %s", status, body)
+	}
+	for k := range chat.Choices {
+		if chat.Choices[k].Message.Content != comp.Choices[k].Text {
+			t.Errorf("chat beam %d: %q, completions of its tokens %q", k, chat.Choices[k].Message.Content, comp.Choices[k].Text)
+		}
+	}
+	if status, got := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", "messages": `+messages+`, "use_beam_search": true, "stream": true}`); status != 400 || !strings.Contains(string(got), "does not stream") {
+		t.Errorf("streamed chat beam search: %d %s", status, got)
 	}
 }

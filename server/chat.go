@@ -224,9 +224,6 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	if e := req.checkBeam(&g, logprobs); e != nil {
 		return nil, e
 	}
-	if req.UseBeamSearch {
-		return nil, invalid("use_beam_search", "use_beam_search is served on /v1/completions (a chat prompt can be rendered there with /tokenize's messages)")
-	}
 	tools, e := s.parseTools(req, &g)
 	if e != nil {
 		return nil, e
@@ -245,7 +242,13 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 		g.format = f.AfterThinking(reasoning.End)
 	}
 	run := &chatRun{prompts: [][]int{s.opts.Tokenizer.Encode(text, false)}}
-	if run.jobs, e = s.start(run.prompts, g, func(n int) int { return s.opts.Engine.MaxModelLen() - n }, "messages"); e != nil {
+	defaultMax := func(n int) int { return s.opts.Engine.MaxModelLen() - n }
+	if req.UseBeamSearch { // finished jobs, which collect passes over
+		run.jobs, e = s.beamJobs(r.Context(), run.prompts, g, defaultMax, req.LengthPenalty, "messages")
+	} else {
+		run.jobs, e = s.start(run.prompts, g, defaultMax, "messages")
+	}
+	if e != nil {
 		return nil, e
 	}
 	for range run.jobs {

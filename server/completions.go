@@ -89,11 +89,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		writeError(w, e)
 		return
 	}
-	if req.UseBeamSearch {
-		s.completeBeams(w, r, &req, g, prompts, texts)
-		return
+	defaultMax := func(int) int { return 16 } // OpenAI's default max_tokens for completions
+	var jobs []*job
+	if req.UseBeamSearch { // finished jobs, answered below as collected ones
+		jobs, e = s.beamJobs(r.Context(), prompts, g, defaultMax, req.LengthPenalty, "prompt")
+	} else {
+		jobs, e = s.start(prompts, g, defaultMax, "prompt")
 	}
-	jobs, e := s.start(prompts, g, func(int) int { return 16 }, "prompt") // OpenAI's default max_tokens for completions
 	if e != nil {
 		writeError(w, e)
 		return

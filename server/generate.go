@@ -185,9 +185,16 @@ func (s *Server) fanIn(ctx context.Context, jobs []*job) <-chan event {
 	return out
 }
 
-// collect waits for every job to finish, accumulating its output.
+// collect waits for every job to finish, accumulating its output. Jobs
+// without a stream (beam search's) are finished already.
 func (s *Server) collect(ctx context.Context, jobs []*job) *apiError {
-	for e := range s.fanIn(ctx, jobs) {
+	var running []*job
+	for _, j := range jobs {
+		if j.stream != nil {
+			running = append(running, j)
+		}
+	}
+	for e := range s.fanIn(ctx, running) {
 		j := e.job
 		j.text += e.ev.Text
 		j.tokens = append(j.tokens, e.ev.Tokens...)
