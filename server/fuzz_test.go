@@ -53,6 +53,8 @@ func FuzzRequests(f *testing.F) {
 		{"/v1/score", `{"model":"stories260K","text_1":"hi","text_2":["a",[1,2]],"truncate_prompt_tokens":2}`},
 		{"/v1/rerank", `{"model":"stories260K","query":"hi","documents":["a","b"],"top_n":1,"return_documents":false}`},
 		{"/v1/completions", `{"model":"stories260K","prompt":"hi","guided_grammar":"root ::= [a-z]+ (\",\" ws)?\nws ::= \" \"*"}`},
+		{"/v1/completions", `{"model":"stories260K","prompt":["hi","a"],"use_beam_search":true,"n":3,"length_penalty":0.5,"echo":true}`},
+		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"use_beam_search":true,"n":2,"max_tokens":3}`},
 	} {
 		f.Add(seed.path, seed.body)
 	}
