@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -22,6 +23,8 @@ type client struct {
 	url         string // base URL + endpoint
 	chat        bool   // chat completions: messages in, deltas out
 	model       string
+	loras       []string // models to choose among per request (Options.LoRAModules); nil: model
+	seed        uint64   // of the choice
 	apiKey      string
 	ignoreEOS   bool
 	temperature float64
@@ -72,10 +75,10 @@ type streamChunk struct {
 	Error json.RawMessage `json:"error"`
 }
 
-// body is the JSON request for prompt.
-func (c *client) body(prompt string, maxTokens int) ([]byte, error) {
+// body is the JSON request for prompt, the workload's index-th request.
+func (c *client) body(prompt string, maxTokens, index int) ([]byte, error) {
 	b := requestBody{
-		Model: c.model, Temperature: c.temperature, Stream: true,
+		Model: c.modelFor(index), Temperature: c.temperature, Stream: true,
 		StreamOptions: streamOptions{IncludeUsage: true}, IgnoreEOS: c.ignoreEOS,
 	}
 	if c.chat {
@@ -86,6 +89,16 @@ func (c *client) body(prompt string, maxTokens int) ([]byte, error) {
 		b.MaxTokens = maxTokens
 	}
 	return json.Marshal(b)
+}
+
+// modelFor is the model request index names: one of the LoRA modules,
+// chosen at random (reproducibly, by the seed and the index) as vLLM's
+// bench serve chooses, or the model.
+func (c *client) modelFor(index int) string {
+	if len(c.loras) == 0 {
+		return c.model
+	}
+	return c.loras[rand.New(rand.NewPCG(c.seed, uint64(index))).IntN(len(c.loras))]
 }
 
 // send posts body, req's request, streams the response and measures it

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -87,13 +88,31 @@ func TestClientStreams(t *testing.T) {
 
 func TestClientBodies(t *testing.T) {
 	c := &client{model: "m", temperature: 0}
-	b, _ := c.body("hi there", 9)
+	b, _ := c.body("hi there", 9, 0)
 	if string(b) != `{"model":"m","prompt":"hi there","max_tokens":9,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}` {
 		t.Fatalf("completions body %s", b)
 	}
 	c.chat, c.ignoreEOS = true, true
-	b, _ = c.body("hi", 3)
+	b, _ = c.body("hi", 3, 1)
 	if string(b) != `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}` {
 		t.Fatalf("chat body %s", b)
+	}
+	// With LoRA modules, each request names one of them, by the seed and
+	// its index, and every one is used.
+	c.loras, c.seed = []string{"a", "b", "c"}, 7
+	seen := map[string]int{}
+	for i := range 300 {
+		var body struct{ Model string }
+		raw, _ := c.body("hi", 3, i)
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatal(err)
+		}
+		if again := c.modelFor(i); again != body.Model {
+			t.Fatalf("request %d named %s, then %s", i, body.Model, again)
+		}
+		seen[body.Model]++
+	}
+	if len(seen) != 3 || seen["a"] < 70 || seen["b"] < 70 || seen["c"] < 70 {
+		t.Fatalf("models chosen %v", seen)
 	}
 }

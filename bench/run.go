@@ -47,6 +47,10 @@ type Options struct {
 	Endpoint string // EndpointCompletions (default) or EndpointChatCompletions
 	Model    string // the model name sent in requests
 	APIKey   string // sent as "Authorization: Bearer KEY" when set
+	// LoRAModules, when set, are the names requests send instead of
+	// Model: each request one of them at random (vLLM's --lora-modules),
+	// reproducibly by Seed.
+	LoRAModules []string
 
 	Requests []Request      // the workload, in arrival order
 	Prompts  *PromptBuilder // prompt text of each request's exact length
@@ -196,7 +200,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	c := &client{
 		http: httpClient, url: strings.TrimSuffix(o.BaseURL, "/") + o.Endpoint,
-		chat: o.Endpoint == EndpointChatCompletions, model: o.Model, apiKey: o.APIKey,
+		chat: o.Endpoint == EndpointChatCompletions, model: o.Model, loras: o.LoRAModules, seed: uint64(o.Seed), apiKey: o.APIKey,
 		ignoreEOS: o.IgnoreEOS, temperature: o.Temperature, timeout: o.RequestTimeout, clock: o.Clock,
 	}
 
@@ -300,7 +304,7 @@ func produce(ctx context.Context, c *client, b *PromptBuilder, reqs []Request, o
 		text, err := b.Prompt(r)
 		var body []byte
 		if err == nil {
-			body, err = c.body(text, r.OutputTokens)
+			body, err = c.body(text, r.OutputTokens, i)
 		}
 		select {
 		case out <- prepared{body, err}:

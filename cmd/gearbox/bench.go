@@ -42,6 +42,8 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	endpoint := fs.String("endpoint", bench.EndpointCompletions, "API endpoint: "+bench.EndpointCompletions+" or "+bench.EndpointChatCompletions+" (the server's chat template adds tokens to each prompt)")
 	model := fs.String("model", "", "model name sent in requests (default: the server's first model in /v1/models)")
 	apiKey := fs.String("api-key", "", "API key sent as a Bearer token (default: $OPENAI_API_KEY)")
+	var loras stringList
+	fs.Var(&loras, "lora-modules", "LoRA adapter names the server serves (repeatable, or several separated by spaces): each request names one at random instead of --model, as vLLM's bench serve does")
 	dataset := fs.String("dataset", "synthetic", "workload: azure:FILE (Azure LLM trace CSV), mooncake:FILE (Mooncake trace JSONL) or synthetic[:in=N,out=N,n=N] (lengths may be ranges LO-HI; defaults in=1024,out=128,n=1000)")
 	tokDir := fs.String("tokenizer", "", "directory with the model's tokenizer.json, to build prompts of exact token lengths (default: the model directory /v1/models reports as root, or the built-in one for stories260K)")
 	var maxRequests int
@@ -120,7 +122,7 @@ func runBenchServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	_, err = bench.Serve(ctx, bench.ServeConfig{
 		Options: bench.Options{
-			BaseURL: *baseURL, Endpoint: *endpoint, Model: *model, APIKey: *apiKey,
+			BaseURL: *baseURL, Endpoint: *endpoint, Model: *model, APIKey: *apiKey, LoRAModules: splitFields(loras),
 			RequestRate: requestRate, Burstiness: *burstiness, Replay: *replay, TimeScale: *timeScale, Seed: *seed,
 			MaxConcurrency: *maxConcurrency, IgnoreEOS: *ignoreEOS, Temperature: *temperature, RequestTimeout: *requestTimeout,
 			Report: bench.ReportOptions{Percentiles: percentiles, Metrics: metrics, SLO: slo},
@@ -173,4 +175,13 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// splitFields is the values of a repeatable flag, each split at spaces.
+func splitFields(values []string) []string {
+	var out []string
+	for _, v := range values {
+		out = append(out, strings.Fields(v)...)
+	}
+	return out
 }

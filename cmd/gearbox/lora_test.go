@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gearboxlm/gearbox/bench"
 	"github.com/gearboxlm/gearbox/internal/fixture"
 )
 
@@ -88,6 +90,20 @@ func TestServeLoRA(t *testing.T) {
 	}
 	if v := scrape(t, url, `vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""}`); v < 1e9 {
 		t.Fatalf("vllm:lora_requests_info = %v, want the scrape's Unix time", v)
+	}
+	// bench serve --lora-modules: every request names one of the
+	// adapters (a name the server lacks fails some).
+	for _, c := range []struct {
+		names  []string
+		failed bool
+	}{{[]string{"one", "two"}, false}, {[]string{"one", "three"}, true}} {
+		rep, err := bench.Serve(context.Background(), bench.ServeConfig{
+			Options: bench.Options{BaseURL: url, Model: "stories260K", LoRAModules: c.names, MaxConcurrency: 4, IgnoreEOS: true, Seed: 1},
+			Dataset: "synthetic:in=8,out=4", MaxRequests: 16,
+		}, io.Discard, io.Discard)
+		if err != nil || rep.Completed+rep.Failed != 16 || (rep.Failed > 0) != c.failed {
+			t.Fatalf("bench serve over %v: %v, %d completed, %d failed", c.names, err, rep.Completed, rep.Failed)
+		}
 	}
 
 	for _, c := range []struct {
