@@ -93,8 +93,10 @@ func (s *Server) beamSearch(ctx context.Context, prompt []int, g generation, max
 			}
 		}
 		for _, b := range live {
+			// No SLO tier: a beam step is not a request whose latency a
+			// tier's targets describe.
 			st, err := eng.Submit(engine.Request{ID: s.newID("beam"), Prompt: b.tokens, MaxTokens: 1, IgnoreEOS: true, Priority: g.priority,
-				Tier: g.tier, Adapter: g.adapter, Sampling: sample.Params{Logprobs: 2 * width}})
+				Adapter: g.adapter, Sampling: sample.Params{Logprobs: 2 * width}})
 			if err != nil {
 				abort()
 				return nil, submitError(err, "prompt")
