@@ -163,6 +163,9 @@ type StepStats struct {
 	// Speculative decoding: the sequences that carried drafts, their
 	// draft tokens, and the drafts the model agreed with.
 	Drafts, DraftTokens, AcceptedTokens int
+	// AcceptedPerPos[i] counts the sequences whose i-th draft was kept
+	// (vLLM's per-position acceptance), valid during the Observer call.
+	AcceptedPerPos []int
 }
 
 // FinishStats describes one request's end.
@@ -312,14 +315,15 @@ type Engine struct {
 
 	// runStep's buffers, reused from step to step (Iterate runs on one
 	// goroutine at a time).
-	batch      forward.Batch
-	taken      [][]int         // per sequence: accepted drafts, then the sampled token
-	promptRows []int           // per sequence: logits rows for prompt log-probabilities
-	lives      []*live         // per sequence: its request, nil if it has ended
-	forgotten  int             // requests forgotten so far: lives holds when it has not moved
-	tokBuf     []int           // backs taken
-	results    []sample.Result // per logits row
-	jobs       []sampleJob
+	batch       forward.Batch
+	taken       [][]int         // per sequence: accepted drafts, then the sampled token
+	promptRows  []int           // per sequence: logits rows for prompt log-probabilities
+	lives       []*live         // per sequence: its request, nil if it has ended
+	forgotten   int             // requests forgotten so far: lives holds when it has not moved
+	tokBuf      []int           // backs taken
+	results     []sample.Result // per logits row
+	jobs        []sampleJob
+	acceptedPos []int // StepStats.AcceptedPerPos
 
 	mu       sync.Mutex
 	sched    *sched.Scheduler
@@ -1079,7 +1083,7 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 	promptLogprobs(prompts, vocab)
 	sampleRows(jobs)
 	buf := slices.Grow(e.tokBuf[:0], rows)
-	stats := StepStats{}
+	stats := StepStats{AcceptedPerPos: e.acceptedPos[:0]}
 	for _, j := range jobs {
 		at := len(buf)
 		for _, r := range j.out[:j.n] {
@@ -1090,8 +1094,15 @@ func (e *Engine) runStep(ctx context.Context, step *sched.Step, d policy.Decisio
 			stats.Drafts++
 			stats.DraftTokens += len(j.drafts)
 			stats.AcceptedTokens += j.n - 1
+			for p := range j.n - 1 {
+				if p == len(stats.AcceptedPerPos) {
+					stats.AcceptedPerPos = append(stats.AcceptedPerPos, 0)
+				}
+				stats.AcceptedPerPos[p]++
+			}
 		}
 	}
+	e.acceptedPos = stats.AcceptedPerPos
 	e.tokBuf = buf
 	if err := e.sched.UpdateDrafts(step, taken); err != nil {
 		clear(jobs)

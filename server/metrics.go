@@ -27,6 +27,7 @@ type Metrics struct {
 	promptTokens, generationTokens   prometheus.Counter
 	preemptions                      prometheus.Counter
 	drafts, draftTokens, accepted    prometheus.Counter
+	acceptedPerPos                   *prometheus.CounterVec
 	prefixQueries, prefixHits        prometheus.Counter
 	success                          *prometheus.CounterVec
 	planInfo                         *prometheus.GaugeVec
@@ -67,6 +68,9 @@ func NewMetrics(plan, policy string) *Metrics {
 	m.drafts = counter("spec_decode_num_drafts_total", "Speculative decoding: sequence steps that carried draft tokens.")
 	m.draftTokens = counter("spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens verified.")
 	m.accepted = counter("spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted (the acceptance rate is this over draft tokens).")
+	m.acceptedPerPos = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:spec_decode_num_accepted_tokens_per_pos",
+		Help: "Speculative decoding: draft tokens accepted, by their position among a step's drafts (0 first)."}, []string{"position"})
+	m.reg.MustRegister(m.acceptedPerPos)
 	m.prefixQueries = counter("prefix_cache_queries_total", "Tokens looked up in the prefix cache when requests were admitted (a resumed request's tokens count again).")
 	m.prefixHits = counter("prefix_cache_hits_total", "Tokens looked up in the prefix cache that were found there.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gearbox:request_success_total", Help: "Requests that ended, by finish reason."}, []string{"finished_reason"})
@@ -116,6 +120,9 @@ func (m *Metrics) Step(s engine.StepStats) {
 	m.drafts.Add(float64(s.Drafts))
 	m.draftTokens.Add(float64(s.DraftTokens))
 	m.accepted.Add(float64(s.AcceptedTokens))
+	for p, n := range s.AcceptedPerPos {
+		m.acceptedPerPos.WithLabelValues(strconv.Itoa(p)).Add(float64(n))
+	}
 	m.prefixQueries.Add(float64(s.PrefixQueries - m.lastPrefixQueries))
 	m.prefixHits.Add(float64(s.PrefixHits - m.lastPrefixHit))
 	m.lastPrefixQueries, m.lastPrefixHit = s.PrefixQueries, s.PrefixHits

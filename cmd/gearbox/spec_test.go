@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -71,6 +72,19 @@ func testServeSpeculative(t *testing.T, plain, spec string) {
 	drafted, accepted := scrape(t, spec, "gearbox:spec_decode_num_draft_tokens_total"), scrape(t, spec, "gearbox:spec_decode_num_accepted_tokens_total")
 	if accepted == 0 || accepted > drafted || scrape(t, spec, "gearbox:spec_decode_num_drafts_total") == 0 {
 		t.Fatalf("%v of %v drafts accepted", accepted, drafted)
+	}
+	// Per position: they sum to the accepted drafts, and a draft is kept
+	// only after the ones before it were.
+	perPos, last := 0.0, math.Inf(1)
+	for p := range 4 {
+		n := scrape(t, spec, fmt.Sprintf(`gearbox:spec_decode_num_accepted_tokens_per_pos{position="%d"}`, p))
+		if n > last {
+			t.Fatalf("position %d kept %v drafts, position %d %v", p, n, p-1, last)
+		}
+		perPos, last = perPos+n, n
+	}
+	if perPos != accepted {
+		t.Fatalf("%v accepted by position, %v in all", perPos, accepted)
 	}
 	if got := scrape(t, spec, "gearbox:generation_tokens_total"); int(got) != completions {
 		t.Fatalf("server counted %v generated tokens, the completions %d", got, completions)
