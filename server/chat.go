@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/gearboxlm/gearbox/chat"
 	"github.com/gearboxlm/gearbox/engine"
@@ -23,7 +24,11 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
-	ChatTemplateKwargs  map[string]any  `json:"chat_template_kwargs"`
+	// ContinueFinalMessage renders the last message open-ended, with
+	// nothing of the template after its text, so that the model goes on
+	// with it (vLLM's; a prefilled start of the answer).
+	ContinueFinalMessage bool           `json:"continue_final_message"`
+	ChatTemplateKwargs   map[string]any `json:"chat_template_kwargs"`
 }
 
 type chatMessage struct {
@@ -49,7 +54,7 @@ type functionCall struct {
 }
 
 var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools",
-	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs"}, commonFieldNames...)...)
+	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}, commonFieldNames...)...)
 
 type chatDelta struct {
 	Role string `json:"role,omitempty"`
@@ -232,7 +237,7 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	if len(tools.functions) > 0 {
 		sent = req.Tools
 	}
-	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ChatTemplateKwargs)
+	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ContinueFinalMessage, req.ChatTemplateKwargs)
 	if e != nil {
 		return nil, e
 	}
@@ -259,12 +264,20 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 
 // renderChat renders a conversation into the prompt text with the chat
 // template: tools (nil for none) as the request sent them, for templates
-// that list them; addGen is add_generation_prompt (default true); kwargs
+// that list them; addGen is add_generation_prompt (default true, false
+// with continueFinal); continueFinal is continue_final_message; kwargs
 // are chat_template_kwargs, which may not set the template's own
 // variables.
-func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGen *bool, kwargs map[string]any) (string, *apiError) {
+func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGen *bool, continueFinal bool, kwargs map[string]any) (string, *apiError) {
 	if s.opts.ChatTemplate == nil {
 		return "", invalid("messages", "this model has no chat template; start the server with --chat-template FILE or use /v1/completions")
+	}
+	if continueFinal {
+		if addGen != nil && *addGen {
+			return "", invalid("continue_final_message", "continue_final_message and add_generation_prompt cannot both be true")
+		}
+		no := false
+		addGen = &no
 	}
 	msgs, e := parseMessages(messages)
 	if e != nil {
@@ -303,7 +316,27 @@ func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGe
 	case err != nil:
 		return "", internal(fmt.Errorf("chat template: %w", err))
 	}
+	if continueFinal {
+		return continueFinalMessage(text, msgs[len(msgs)-1].Content)
+	}
 	return text, nil
+}
+
+// continueFinalMessage cuts the rendered chat after the last occurrence of
+// the final message's text, as transformers' apply_chat_template does
+// with continue_final_message: the text is found with its surrounding
+// space trimmed; where the template kept it as sent (no leading space,
+// trailing space kept) the cut keeps its trailing space, else the cut is
+// right after its last non-space character.
+func continueFinalMessage(rendered, final string) (string, *apiError) {
+	at := strings.LastIndex(rendered, strings.TrimSpace(final))
+	if at < 0 {
+		return "", invalid("continue_final_message", "the final message does not appear in the chat the template renders, so it cannot be continued")
+	}
+	if lead := strings.TrimLeftFunc(final, unicode.IsSpace); rendered[at:min(len(rendered), at+len(lead))] == final {
+		return rendered[:at+len(lead)], nil
+	}
+	return rendered[:at+len(strings.TrimSpace(final))], nil
 }
 
 // parseMessages validates OpenAI messages and flattens text content parts.

@@ -127,7 +127,7 @@ func (s *Server) embeddingPrompts(req *embeddingRequest) ([][]int, *apiError) {
 		return nil, invalid("messages", "send input or messages, not both")
 	}
 	addGen := req.AddGenerationPrompt != nil && *req.AddGenerationPrompt
-	text, e := s.renderChat(req.Messages, nil, &addGen, req.ChatTemplateKwargs)
+	text, e := s.renderChat(req.Messages, nil, &addGen, false, req.ChatTemplateKwargs)
 	if e != nil {
 		return nil, e
 	}
