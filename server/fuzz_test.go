@@ -55,6 +55,7 @@ func FuzzRequests(f *testing.F) {
 		{"/v1/completions", `{"model":"stories260K","prompt":"hi","guided_grammar":"root ::= [a-z]+ (\",\" ws)?\nws ::= \" \"*"}`},
 		{"/v1/completions", `{"model":"stories260K","prompt":["hi","a"],"use_beam_search":true,"n":3,"length_penalty":0.5,"echo":true}`},
 		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"}],"use_beam_search":true,"n":2,"max_tokens":3}`},
+		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":" Once "}],"continue_final_message":true}`},
 	} {
 		f.Add(seed.path, seed.body)
 	}
