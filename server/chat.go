@@ -29,6 +29,9 @@ type chatRequest struct {
 	// with it (vLLM's; a prefilled start of the answer).
 	ContinueFinalMessage bool           `json:"continue_final_message"`
 	ChatTemplateKwargs   map[string]any `json:"chat_template_kwargs"`
+	// Documents are handed to the template as its documents variable
+	// (vLLM's; the RAG templates of Command R and Granite read them).
+	Documents []map[string]string `json:"documents"`
 }
 
 type chatMessage struct {
@@ -54,7 +57,7 @@ type functionCall struct {
 }
 
 var chatFields = knownFields(append([]string{"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools",
-	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}, commonFieldNames...)...)
+	"tool_choice", "parallel_tool_calls", "add_generation_prompt", "continue_final_message", "chat_template_kwargs", "documents"}, commonFieldNames...)...)
 
 type chatDelta struct {
 	Role string `json:"role,omitempty"`
@@ -237,7 +240,11 @@ func (s *Server) startChat(r *http.Request, req *chatRequest, logprobs int) (*ch
 	if len(tools.functions) > 0 {
 		sent = req.Tools
 	}
-	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ContinueFinalMessage, req.ChatTemplateKwargs)
+	kwargs, e := withDocuments(req.ChatTemplateKwargs, req.Documents)
+	if e != nil {
+		return nil, e
+	}
+	text, e := s.renderChat(req.Messages, sent, req.AddGenerationPrompt, req.ContinueFinalMessage, kwargs)
 	if e != nil {
 		return nil, e
 	}
@@ -320,6 +327,32 @@ func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGe
 		return continueFinalMessage(text, msgs[len(msgs)-1].Content)
 	}
 	return text, nil
+}
+
+// withDocuments adds a request's documents to its template variables
+// (nil: none): the template sees them as documents, a list of objects.
+// chat_template_kwargs may not set documents beside them.
+func withDocuments(kwargs map[string]any, docs []map[string]string) (map[string]any, *apiError) {
+	if docs == nil {
+		return kwargs, nil
+	}
+	if _, ok := kwargs["documents"]; ok {
+		return nil, invalid("chat_template_kwargs", "chat_template_kwargs may not set documents beside the request's documents")
+	}
+	out := make(map[string]any, len(kwargs)+1)
+	for k, v := range kwargs {
+		out[k] = v
+	}
+	list := make([]any, len(docs))
+	for i, d := range docs {
+		m := make(map[string]any, len(d))
+		for k, v := range d {
+			m[k] = v
+		}
+		list[i] = m
+	}
+	out["documents"] = list
+	return out, nil
 }
 
 // continueFinalMessage cuts the rendered chat after the last occurrence of

@@ -66,3 +66,28 @@ func TestServeContinueFinalMessage(t *testing.T) {
 		t.Fatalf("both true: %d %s", status, out)
 	}
 }
+
+// TestServeDocuments: a request's documents reach the template as its
+// documents variable, on chat and /tokenize; chat_template_kwargs may
+// not set them beside.
+func TestServeDocuments(t *testing.T) {
+	const tmpl = "{% for d in documents %}[{{ d['title'] }}: {{ d['text'] }}]{% endfor %}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+	ts := newTestServer(t, serverOpts{template: tmpl})
+	req := `"messages": [{"role": "user", "content": "Who is Lily?"}], "documents": [{"title": "cat", "text": "Lily is a cat."}, {"title": "dog", "text": "Ben is a dog."}]`
+	status, out := ts.post(t, "/tokenize", `{`+req+`, "add_generation_prompt": false}`)
+	var got struct{ Tokens []int }
+	if err := json.Unmarshal(out, &got); status != 200 || err != nil {
+		t.Fatalf("tokenize: %d %s", status, out)
+	}
+	status, out = ts.post(t, "/tokenize", `{"prompt": "[cat: Lily is a cat.][dog: Ben is a dog.]<|user|>Who is Lily?", "add_special_tokens": false}`)
+	var want struct{ Tokens []int }
+	if err := json.Unmarshal(out, &want); status != 200 || err != nil || mustJSON(got.Tokens) != mustJSON(want.Tokens) {
+		t.Fatalf("documents rendered as %v, want %v (%s)", got.Tokens, want.Tokens, out)
+	}
+	if status, out := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", `+req+`, "max_tokens": 2}`); status != 200 {
+		t.Fatalf("chat with documents: %d %s", status, out)
+	}
+	if status, out := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", `+req+`, "chat_template_kwargs": {"documents": []}}`); status != 400 {
+		t.Fatalf("documents twice: %d %s", status, out)
+	}
+}
