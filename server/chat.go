@@ -31,7 +31,7 @@ type chatRequest struct {
 	ChatTemplateKwargs   map[string]any `json:"chat_template_kwargs"`
 	// Documents are handed to the template as its documents variable
 	// (vLLM's; the RAG templates of Command R and Granite read them).
-	Documents []map[string]string `json:"documents"`
+	Documents json.RawMessage `json:"documents"`
 }
 
 type chatMessage struct {
@@ -329,12 +329,18 @@ func (s *Server) renderChat(messages []chatMessage, tools json.RawMessage, addGe
 	return text, nil
 }
 
-// withDocuments adds a request's documents to its template variables
-// (nil: none): the template sees them as documents, a list of objects.
-// chat_template_kwargs may not set documents beside them.
-func withDocuments(kwargs map[string]any, docs []map[string]string) (map[string]any, *apiError) {
-	if docs == nil {
+// withDocuments adds a request's documents (vLLM's: a list of objects
+// of strings; absent or null for none) to its template variables, as
+// sent, so a template that walks a document's items sees its keys in the
+// request's order. chat_template_kwargs may not set documents beside
+// them.
+func withDocuments(kwargs map[string]any, docs json.RawMessage) (map[string]any, *apiError) {
+	if len(docs) == 0 || string(docs) == "null" {
 		return kwargs, nil
+	}
+	var check []map[string]string
+	if err := json.Unmarshal(docs, &check); err != nil {
+		return nil, invalid("documents", "documents must be a list of objects of strings: %v", err)
 	}
 	if _, ok := kwargs["documents"]; ok {
 		return nil, invalid("chat_template_kwargs", "chat_template_kwargs may not set documents beside the request's documents")
@@ -343,15 +349,7 @@ func withDocuments(kwargs map[string]any, docs []map[string]string) (map[string]
 	for k, v := range kwargs {
 		out[k] = v
 	}
-	list := make([]any, len(docs))
-	for i, d := range docs {
-		m := make(map[string]any, len(d))
-		for k, v := range d {
-			m[k] = v
-		}
-		list[i] = m
-	}
-	out["documents"] = list
+	out["documents"] = docs
 	return out, nil
 }
 

@@ -71,15 +71,15 @@ func TestServeContinueFinalMessage(t *testing.T) {
 // documents variable, on chat and /tokenize; chat_template_kwargs may
 // not set them beside.
 func TestServeDocuments(t *testing.T) {
-	const tmpl = "{% for d in documents %}[{{ d['title'] }}: {{ d['text'] }}]{% endfor %}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+	const tmpl = "{% for d in documents %}[{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}]{% endfor %}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
 	ts := newTestServer(t, serverOpts{template: tmpl})
-	req := `"messages": [{"role": "user", "content": "Who is Lily?"}], "documents": [{"title": "cat", "text": "Lily is a cat."}, {"title": "dog", "text": "Ben is a dog."}]`
+	req := `"messages": [{"role": "user", "content": "Who is Lily?"}], "documents": [{"title": "cat", "text": "Lily is a cat."}, {"text": "Ben is a dog.", "title": "dog"}]`
 	status, out := ts.post(t, "/tokenize", `{`+req+`, "add_generation_prompt": false}`)
 	var got struct{ Tokens []int }
 	if err := json.Unmarshal(out, &got); status != 200 || err != nil {
 		t.Fatalf("tokenize: %d %s", status, out)
 	}
-	status, out = ts.post(t, "/tokenize", `{"prompt": "[cat: Lily is a cat.][dog: Ben is a dog.]<|user|>Who is Lily?", "add_special_tokens": false}`)
+	status, out = ts.post(t, "/tokenize", `{"prompt": "[title=cat;text=Lily is a cat.;][text=Ben is a dog.;title=dog;]<|user|>Who is Lily?", "add_special_tokens": false}`)
 	var want struct{ Tokens []int }
 	if err := json.Unmarshal(out, &want); status != 200 || err != nil || mustJSON(got.Tokens) != mustJSON(want.Tokens) {
 		t.Fatalf("documents rendered as %v, want %v (%s)", got.Tokens, want.Tokens, out)
@@ -89,5 +89,8 @@ func TestServeDocuments(t *testing.T) {
 	}
 	if status, out := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", `+req+`, "chat_template_kwargs": {"documents": []}}`); status != 400 {
 		t.Fatalf("documents twice: %d %s", status, out)
+	}
+	if status, out := ts.post(t, "/v1/chat/completions", `{"model": "stories260K", "messages": [{"role": "user", "content": "hi"}], "documents": [{"n": 1}]}`); status != 400 {
+		t.Fatalf("a document of a number: %d %s", status, out)
 	}
 }

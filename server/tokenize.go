@@ -10,16 +10,16 @@ import (
 // tokenizeRequest is vLLM's POST /tokenize: a prompt, or chat messages
 // rendered with the chat template as /v1/chat/completions renders them.
 type tokenizeRequest struct {
-	Model                string              `json:"model"` // optional; when set, the served model's name
-	Prompt               *string             `json:"prompt"`
-	Messages             []chatMessage       `json:"messages"`
-	AddSpecialTokens     *bool               `json:"add_special_tokens"` // default: true for a prompt, false for messages (the template writes them)
-	AddGenerationPrompt  *bool               `json:"add_generation_prompt"`
-	ContinueFinalMessage bool                `json:"continue_final_message"`
-	ChatTemplateKwargs   map[string]any      `json:"chat_template_kwargs"`
-	Documents            []map[string]string `json:"documents"`
-	Tools                json.RawMessage     `json:"tools"`
-	ReturnTokenStrs      bool                `json:"return_token_strs"`
+	Model                string          `json:"model"` // optional; when set, the served model's name
+	Prompt               *string         `json:"prompt"`
+	Messages             []chatMessage   `json:"messages"`
+	AddSpecialTokens     *bool           `json:"add_special_tokens"` // default: true for a prompt, false for messages (the template writes them)
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage bool            `json:"continue_final_message"`
+	ChatTemplateKwargs   map[string]any  `json:"chat_template_kwargs"`
+	Documents            json.RawMessage `json:"documents"`
+	Tools                json.RawMessage `json:"tools"`
+	ReturnTokenStrs      bool            `json:"return_token_strs"`
 }
 
 var tokenizeFields = knownFields("model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "continue_final_message", "chat_template_kwargs", "documents", "tools", "return_token_strs")
