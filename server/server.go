@@ -44,8 +44,11 @@ type Backend interface {
 type Options struct {
 	Engine    Backend
 	Tokenizer *tokenizer.Tokenizer
-	ModelName string // served name; requests must name it
-	ModelRoot string // the model directory, reported by /v1/models as "root" ("" for the built-in model)
+	ModelName string // served name; requests must name it (or an alias)
+	// ModelAliases are other names requests may give the model (vLLM's
+	// several --served-model-name), listed by /v1/models after it.
+	ModelAliases []string
+	ModelRoot    string // the model directory, reported by /v1/models as "root" ("" for the built-in model)
 	// LoRA holds the LoRA adapters requests may name as their model (nil:
 	// none), under the ids engine.Request.Adapter takes. With
 	// RuntimeLoRA, POST /v1/load_lora_adapter and /v1/unload_lora_adapter
@@ -281,7 +284,10 @@ type modelObject struct {
 // models lists the served model, then its LoRA adapters.
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	now, maxLen := s.opts.Clock.Now().Unix(), s.opts.Engine.MaxModelLen()
-	data := []modelObject{{ID: s.opts.ModelName, Object: "model", Created: now, OwnedBy: "gearbox", Root: s.opts.ModelRoot, MaxModelLen: maxLen}}
+	var data []modelObject
+	for _, name := range append([]string{s.opts.ModelName}, s.opts.ModelAliases...) {
+		data = append(data, modelObject{ID: name, Object: "model", Created: now, OwnedBy: "gearbox", Root: s.opts.ModelRoot, MaxModelLen: maxLen})
+	}
 	if s.opts.LoRA != nil {
 		for _, a := range s.opts.LoRA.List() {
 			data = append(data, modelObject{ID: a.Name, Object: "model", Created: now, OwnedBy: "gearbox", Root: a.Path, Parent: s.opts.ModelName, MaxModelLen: maxLen})

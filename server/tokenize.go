@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 
 	"github.com/gearboxlm/gearbox/toolcall"
 )
@@ -134,7 +135,7 @@ func (s *Server) checkModel(name string) *apiError {
 // resolveModel maps a request's model to what runs it: 0 for the served
 // model, a LoRA adapter's id for the adapter (Options.LoRA).
 func (s *Server) resolveModel(name string) (int, *apiError) {
-	if name == s.opts.ModelName {
+	if name == s.opts.ModelName || slices.Contains(s.opts.ModelAliases, name) {
 		return 0, nil
 	}
 	if s.opts.LoRA != nil {

@@ -155,7 +155,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := lf.check(par.policy, false); err != nil {
 			return fmt.Errorf("generate: %w", err)
 		}
-		if rs.adapters, err = lf.load(m.Config, m.Name, logger); err != nil {
+		if rs.adapters, err = lf.load(m.Config, []string{m.Name}, logger); err != nil {
 			return fmt.Errorf("generate: %w", err)
 		}
 		rs.lora = true

@@ -208,3 +208,27 @@ func TestServeRuntimeLoRA(t *testing.T) {
 		t.Fatalf("load without --allow-runtime-lora-updating: %d", code)
 	}
 }
+
+// TestServeModelAliases: --served-model-name with several names accepts
+// each and lists each, the first first; none may name an adapter.
+func TestServeModelAliases(t *testing.T) {
+	url := startInProcess(t, "--served-model-name", "alpha beta")
+	models, _ := get(t, url+"/v1/models")
+	var list struct{ Data []struct{ ID string } }
+	if err := json.Unmarshal([]byte(models), &list); err != nil || len(list.Data) != 2 || list.Data[0].ID != "alpha" || list.Data[1].ID != "beta" {
+		t.Fatalf("/v1/models: %s", models)
+	}
+	for _, name := range []string{"alpha", "beta"} {
+		if _, code := post(t, url+"/v1/completions", `{"model": "`+name+`", "prompt": "Once", "max_tokens": 2}`); code != 200 {
+			t.Errorf("model %s: %d", name, code)
+		}
+	}
+	if _, code := post(t, url+"/v1/completions", `{"model": "stories260K", "prompt": "Once", "max_tokens": 2}`); code != 404 {
+		t.Errorf("the directory's name beside --served-model-name: %d", code)
+	}
+	one := storiesLoRA(t, fixture.LoRA{Seed: 1})
+	_, stderr, err := runCLI(t, "serve", "--device", "cpu", "--port", "0", "--served-model-name", "alpha beta", "--enable-lora", "--lora-modules", "beta="+one)
+	if err == nil || !strings.Contains(err.Error()+stderr, `the name "beta" is taken`) {
+		t.Errorf("an adapter named as an alias: %v %s", err, stderr)
+	}
+}

@@ -75,11 +75,12 @@ func addLoRAFlags(fs *flag.FlagSet) *loraFlags {
 	return f
 }
 
-// load reads the adapters for a model of config cfg, served as served;
+// load reads the adapters for a model of config cfg, served under the
+// names served;
 // nil without --enable-lora (or without the flags: f nil). The CPU
 // executor runs them under the static, shift and seesaw policies; check
 // refuses the rest.
-func (f *loraFlags) load(cfg *model.Config, served string, logger *slog.Logger) ([]*lora.Adapter, error) {
+func (f *loraFlags) load(cfg *model.Config, served []string, logger *slog.Logger) ([]*lora.Adapter, error) {
 	if f == nil {
 		return nil, nil
 	}
@@ -92,7 +93,10 @@ func (f *loraFlags) load(cfg *model.Config, served string, logger *slog.Logger) 
 	if f.maxRank < 0 {
 		return nil, fmt.Errorf("--max-lora-rank %d: want at least 1 (or 0: any)", f.maxRank)
 	}
-	seen := map[string]bool{served: true}
+	seen := map[string]bool{}
+	for _, n := range served {
+		seen[n] = true
+	}
 	var out []*lora.Adapter
 	for _, m := range f.modules {
 		if seen[m.name] {
@@ -142,7 +146,7 @@ func (f *loraFlags) runtime() bool {
 // registry is the served adapters (loaded, installed in run as ids 1, 2,
 // …) for the API, installing later ones in run and freeing unloaded ones
 // once eng has no request with them.
-func (f *loraFlags) registry(cfg *model.Config, served string, loaded []*lora.Adapter, run engine.Runner, eng *engine.Engine) (*lora.Registry, error) {
+func (f *loraFlags) registry(cfg *model.Config, served []string, loaded []*lora.Adapter, run engine.Runner, eng *engine.Engine) (*lora.Registry, error) {
 	x, ok := run.(interface {
 		SetAdapter(id int, a *lora.Adapter) error
 	})
@@ -150,5 +154,5 @@ func (f *loraFlags) registry(cfg *model.Config, served string, loaded []*lora.Ad
 		return nil, fmt.Errorf("--enable-lora: the executor runs no LoRA adapters")
 	}
 	release := func(id int) bool { return eng.FreeAdapter(id, func() error { return x.SetAdapter(id, nil) }) }
-	return lora.NewRegistry(cfg, f.maxRank, x.SetAdapter, release, []string{served}, loaded), nil
+	return lora.NewRegistry(cfg, f.maxRank, x.SetAdapter, release, served, loaded), nil
 }

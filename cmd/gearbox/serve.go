@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gearboxlm/gearbox/chat"
@@ -62,7 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", "serve [--model DIR] [--host H] [--port P] [flags]", stderr)
 	c := serveConfig{}
 	fs.StringVar(&c.modelDir, "model", "", "Hugging Face model directory (default: the built-in stories260K model)")
-	fs.StringVar(&c.servedName, "served-model-name", "", "model name clients send (default: the directory's base name)")
+	fs.StringVar(&c.servedName, "served-model-name", "", "model name clients send (default: the directory's base name); several separated by spaces are all accepted and listed, the first reported")
 	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one)")
 	fs.StringVar(&c.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' on API requests")
@@ -176,7 +176,10 @@ func buildServer(c serveConfig, logger *slog.Logger, progress io.Writer) (*built
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	served := cmp.Or(c.servedName, m.Name)
+	served := c.servedNames()
+	if len(served) == 0 {
+		served = []string{m.Name}
+	}
 	if spec.adapters, err = c.lora.load(m.Config, served, logger); err != nil {
 		return nil, nil, nil, err
 	}
@@ -272,13 +275,17 @@ func (c serveConfig) runnerSpec(m *model.Model, pol policy.Policy) (runnerSpec, 
 	}, nil
 }
 
+// servedNames are --served-model-name's names, the first the one the
+// server reports; none when the flag is not given.
+func (c serveConfig) servedNames() []string { return strings.Fields(c.servedName) }
+
 // apiOptions are the API server's options that come from the model and
 // the flags: its names, chat template, tool-call syntax, special tokens
 // and default sampling parameters.
 func (c serveConfig) apiOptions(m *model.Model, logger *slog.Logger) (server.Options, error) {
-	o := server.Options{Tokenizer: m.Tokenizer, ModelName: c.servedName, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore, FreeToolCalls: c.freeToolCalls}
-	if o.ModelName == "" {
-		o.ModelName = m.Name
+	o := server.Options{Tokenizer: m.Tokenizer, ModelName: m.Name, EOSTokens: m.EOS(), APIKey: c.apiKey, MaxBodyBytes: c.maxBodyBytes, CompactJSON: c.compactJSON, ResponsesStore: c.respStore, FreeToolCalls: c.freeToolCalls}
+	if names := c.servedNames(); len(names) > 0 {
+		o.ModelName, o.ModelAliases = names[0], names[1:]
 	}
 	if c.gen != nil {
 		var err error
