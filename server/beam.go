@@ -156,7 +156,7 @@ func firstTop(ctx context.Context, st *engine.Stream) ([]sample.Logprob, *apiErr
 }
 
 // beamJobs runs a beam search for each prompt (truncated and checked
-// against the context as start does; defaultMax gives max_tokens when the
+// against the context as start does, by promptBudget; defaultMax gives max_tokens when the
 // request has none) and returns its beams as finished jobs, n a prompt in
 // score order: each with the text after the prompt (a final end token
 // left out), finish "stop" for a beam that ended with an end token,
@@ -170,18 +170,11 @@ func (s *Server) beamJobs(ctx context.Context, prompts [][]int, g generation, de
 	}
 	var jobs []*job
 	for p, ids := range prompts {
-		ids = truncated(ids, g.truncate, limit)
+		ids, maxTokens, e := promptBudget(ids, g, defaultMax, limit, promptParam)
+		if e != nil {
+			return nil, e
+		}
 		prompts[p] = ids
-		if len(ids) >= limit {
-			return nil, invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids))
-		}
-		maxTokens := g.maxTokens
-		if maxTokens == 0 {
-			maxTokens = min(defaultMax(len(ids)), limit-len(ids))
-		} else if len(ids)+maxTokens > limit {
-			return nil, invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
-				limit, len(ids)+maxTokens, len(ids), maxTokens)
-		}
 		beams, e := s.beamSearch(ctx, ids, g, maxTokens, penalty)
 		if e != nil {
 			return nil, e

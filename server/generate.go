@@ -70,24 +70,11 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 		g.params.BadWords = badWordTokens(s.opts.Tokenizer, g.badWords)
 	}
 	for p, ids := range prompts {
-		if len(ids) == 0 {
-			return fail(invalid(promptParam, "the prompt is empty"))
+		ids, maxTokens, e := promptBudget(ids, g, defaultMax, limit, promptParam)
+		if e != nil {
+			return fail(e)
 		}
-		ids = truncated(ids, g.truncate, limit)
 		prompts[p] = ids
-		if len(ids) >= limit {
-			return fail(invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids)))
-		}
-		maxTokens := g.maxTokens
-		if maxTokens == 0 {
-			maxTokens = min(defaultMax(len(ids)), limit-len(ids))
-		} else if len(ids)+maxTokens > limit {
-			return fail(invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
-				limit, len(ids)+maxTokens, len(ids), maxTokens))
-		}
-		if g.minTokens > maxTokens {
-			return fail(invalid("min_tokens", "min_tokens %d is above the %d tokens this completion may have", g.minTokens, maxTokens))
-		}
 		for c := 0; c < g.n; c++ {
 			params := g.params
 			if params.HasSeed {
@@ -113,6 +100,31 @@ func (s *Server) start(prompts [][]int, g generation, defaultMax func(promptLen 
 		}
 	}
 	return jobs, nil
+}
+
+// promptBudget checks one prompt against the context limit: it returns
+// the prompt cut to truncate_prompt_tokens and the tokens its completion
+// may have (max_tokens, or defaultMax of the prompt's length within the
+// context), or the error the request gets.
+func promptBudget(ids []int, g generation, defaultMax func(promptLen int) int, limit int, promptParam string) ([]int, int, *apiError) {
+	if len(ids) == 0 {
+		return nil, 0, invalid(promptParam, "the prompt is empty")
+	}
+	ids = truncated(ids, g.truncate, limit)
+	if len(ids) >= limit {
+		return nil, 0, invalid(promptParam, "This model's maximum context length is %d tokens. However, your prompt has %d tokens. Please reduce the length of the prompt.", limit, len(ids))
+	}
+	maxTokens := g.maxTokens
+	if maxTokens == 0 {
+		maxTokens = min(defaultMax(len(ids)), limit-len(ids))
+	} else if len(ids)+maxTokens > limit {
+		return nil, 0, invalid("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or completion.",
+			limit, len(ids)+maxTokens, len(ids), maxTokens)
+	}
+	if g.minTokens > maxTokens {
+		return nil, 0, invalid("min_tokens", "min_tokens %d is above the %d tokens this completion may have", g.minTokens, maxTokens)
+	}
+	return ids, maxTokens, nil
 }
 
 // badWordTokens tokenizes bad_words as vLLM does: each word with its
