@@ -121,8 +121,11 @@ func truncated(ids []int, keep, limit int) []int {
 // values, as vLLM's --generation-config auto applies them. Nil fields
 // keep OpenAI's.
 type SamplingDefaults struct {
-	Temperature, TopP, MinP, RepetitionPenalty *float64
-	TopK                                       *int
+	Temperature       *float64 `json:"temperature,omitempty"`
+	TopP              *float64 `json:"top_p,omitempty"`
+	TopK              *int     `json:"top_k,omitempty"`
+	MinP              *float64 `json:"min_p,omitempty"`
+	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty"`
 }
 
 // Validate checks the defaults' ranges as a request's are checked.

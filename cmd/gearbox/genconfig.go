@@ -49,25 +49,10 @@ func (f *genConfigFlags) defaults(m *model.Model, logger *slog.Logger) (*server.
 		d.Temperature, d.TopP, d.TopK, d.MinP, d.RepetitionPenalty = g.Temperature, g.TopP, g.TopK, g.MinP, g.RepetitionPenalty
 	}
 	if f.override != "" {
-		var o struct {
-			Temperature       *float64 `json:"temperature"`
-			TopP              *float64 `json:"top_p"`
-			TopK              *int     `json:"top_k"`
-			MinP              *float64 `json:"min_p"`
-			RepetitionPenalty *float64 `json:"repetition_penalty"`
-		}
 		dec := json.NewDecoder(strings.NewReader(f.override))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&o); err != nil {
+		if err := dec.Decode(d); err != nil { // over d: the fields it names replace the file's
 			return nil, fmt.Errorf("--override-generation-config: %w (it takes temperature, top_p, top_k, min_p and repetition_penalty)", err)
-		}
-		for _, p := range []struct{ dst, src **float64 }{{&d.Temperature, &o.Temperature}, {&d.TopP, &o.TopP}, {&d.MinP, &o.MinP}, {&d.RepetitionPenalty, &o.RepetitionPenalty}} {
-			if *p.src != nil {
-				*p.dst = *p.src
-			}
-		}
-		if o.TopK != nil {
-			d.TopK = o.TopK
 		}
 	}
 	if *d == (server.SamplingDefaults{}) {
@@ -76,19 +61,7 @@ func (f *genConfigFlags) defaults(m *model.Model, logger *slog.Logger) (*server.
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("default sampling parameters (--generation-config %s): %w", f.source, err)
 	}
-	var parts []string
-	add := func(name string, v any) { parts = append(parts, fmt.Sprintf("%s=%v", name, v)) }
-	for _, p := range []struct {
-		name string
-		v    *float64
-	}{{"temperature", d.Temperature}, {"top_p", d.TopP}, {"min_p", d.MinP}, {"repetition_penalty", d.RepetitionPenalty}} {
-		if p.v != nil {
-			add(p.name, *p.v)
-		}
-	}
-	if d.TopK != nil {
-		add("top_k", *d.TopK)
-	}
-	logger.Warn("default sampling parameters come from the model's generation config; requests that leave them out get these (--generation-config vllm: OpenAI's defaults)", "defaults", strings.Join(parts, " "))
+	shown, _ := json.Marshal(d)
+	logger.Warn("default sampling parameters come from the model's generation config; requests that leave them out get these (--generation-config vllm: OpenAI's defaults)", "defaults", string(shown))
 	return d, nil
 }
