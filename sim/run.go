@@ -259,17 +259,17 @@ func Run(opts RunOptions) (*RunResult, error) {
 			Exec: r.runner, Policy: opts.Policy, Clock: r.clk, Sched: opts.Sched, Logger: quiet,
 			OnEvent: func(s *engine.Stream) { r.ready = append(r.ready, s) },
 		}
-		if sp := opts.Speculative; sp.Tokens > 0 {
-			eo.Speculative = specdecode.Config{Method: specdecode.NGramMethod, NumTokens: sp.Tokens}
-			eo.Drafter = anyDrafter{}
-			if sp.Draft != nil {
-				single := []parallel.Placement{parallel.Standard(parallel.Single)}
-				if r.draft, err = NewCostRunner(opts.Cost, sp.Draft, single, opts.BlockSize, draftBlocks, r.clk); err != nil {
-					return nil, fmt.Errorf("sim: draft model: %w", err)
-				}
-				eo.Speculative = specdecode.Config{Method: specdecode.DraftModel, NumTokens: sp.Tokens, Model: "draft"}
-				eo.Drafter, eo.DraftRunner = nil, r.draft
+		switch sp := opts.Speculative; {
+		case sp.Tokens > 0 && sp.Draft != nil:
+			single := []parallel.Placement{parallel.Standard(parallel.Single)}
+			if r.draft, err = NewCostRunner(opts.Cost, sp.Draft, single, opts.BlockSize, draftBlocks, r.clk); err != nil {
+				return nil, fmt.Errorf("sim: draft model: %w", err)
 			}
+			eo.Speculative, eo.DraftRunner = specdecode.Config{Method: specdecode.DraftModel, NumTokens: sp.Tokens, Model: "draft"}, r.draft
+		case sp.Tokens > 0:
+			eo.Speculative, eo.Drafter = specdecode.Config{Method: specdecode.NGramMethod, NumTokens: sp.Tokens}, anyDrafter{}
+		}
+		if sp := opts.Speculative; sp.Tokens > 0 {
 			r.runner.Accept(sp.Acceptance, uint64(i))
 		}
 		// No tokenizer and no EOS: the engine produces no text and
