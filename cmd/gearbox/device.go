@@ -225,17 +225,22 @@ func (d *deviceFlags) newRunner(m *model.Model, spec runnerSpec, logger *slog.Lo
 	if spec.maxModelLen == 0 {
 		spec.maxModelLen = cfg.MaxPositions
 	}
-	if spec.csps != nil && choice.Device.Kind == CUDA {
-		if want.Kind != Auto {
-			return nil, fmt.Errorf("--policy csps runs on the CPU executor only; the GPU backend has no sequence-sharded KV layout: use --device cpu")
+	// What only the CPU executor runs: refused on a GPU named, the CPU
+	// chosen (and said why) under auto.
+	for _, cpuOnly := range []struct {
+		asked     bool
+		what, gpu string
+	}{
+		{spec.csps != nil, "--policy csps runs", "no sequence-sharded KV layout"},
+		{spec.lora, "LoRA adapters run", "no LoRA kernels"},
+	} {
+		if !cpuOnly.asked || choice.Device.Kind != CUDA {
+			continue
 		}
-		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: --policy csps runs on the CPU executor only"}
-	}
-	if spec.lora && choice.Device.Kind == CUDA {
 		if want.Kind != Auto {
-			return nil, fmt.Errorf("LoRA adapters run on the CPU executor only; the GPU backend has no LoRA kernels: use --device cpu")
+			return nil, fmt.Errorf("%s on the CPU executor only; the GPU backend has %s: use --device cpu", cpuOnly.what, cpuOnly.gpu)
 		}
-		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: LoRA adapters run on the CPU executor only"}
+		choice = Choice{Device: Device{Kind: CPU}, Reason: "auto: using cpu: " + cpuOnly.what + " on the CPU executor only"}
 	}
 	if choice.Device.Kind == CUDA {
 		b, err := d.newCUDARunner(m, dt, kvd, choice, spec, logger)
