@@ -31,20 +31,10 @@ import (
 func loraFixture(t *testing.T) (*model.Model, []*lora.Adapter, []*oracle.Model) {
 	t.Helper()
 	spec := parallelFixture(2)
-	dir, err := fixture.Dir(t.TempDir(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(dir, model.Options{DType: model.Float32})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := load(t, spec)
+	m, dir := l.m, l.dir
 	t.Cleanup(func() { m.Close() })
-	base, err := oracle.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs := []*oracle.Model{base}
+	refs := []*oracle.Model{l.ref}
 	var adapters []*lora.Adapter
 	for i, l := range []fixture.LoRA{
 		{Rank: 4, Seed: 1},

@@ -22,6 +22,7 @@ var fixtureSpecs = fixture.Foundation
 type loaded struct {
 	m   *model.Model
 	ref *oracle.Model
+	dir string // the fixture's directory
 }
 
 func load(t *testing.T, spec fixture.Spec) loaded {
@@ -38,7 +39,7 @@ func load(t *testing.T, spec fixture.Spec) loaded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return loaded{m, ref}
+	return loaded{m, ref, dir}
 }
 
 // assertClose checks max |got-want| ≤ 1e-4·max|want| over one logits row.
