@@ -73,11 +73,7 @@ func (c *commonParams) checkBeam(g *generation, logprobs int) *apiError {
 // beams compete together. The log-probabilities are the model's raw ones
 // (temperature does not change them, as in vLLM).
 func (s *Server) beamSearch(ctx context.Context, prompt []int, g generation, maxTokens int, lengthPenalty float64) ([]*beam, *apiError) {
-	eng, width := s.opts.Engine, g.n
-	eos := s.opts.EOSTokens
-	if eos == nil && s.opts.Tokenizer != nil {
-		eos = s.opts.Tokenizer.EOS()
-	}
+	eng, width, eos := s.opts.Engine, g.n, s.endTokens()
 	limit := eng.MaxModelLen()
 	live := []*beam{{tokens: slices.Clone(prompt), finish: engine.FinishLength}}
 	var done []*beam

@@ -340,13 +340,18 @@ func (s *Server) newID(prefix string) string {
 // structured output, building it on first use (a pass over every token).
 func (s *Server) structuredVocab() *structured.Vocab {
 	s.vocabOnce.Do(func() {
-		eos := s.opts.EOSTokens
-		if eos == nil {
-			eos = s.opts.Tokenizer.EOS()
-		}
-		s.vocab = structured.TokenizerVocab(s.opts.Tokenizer, eos)
+		s.vocab = structured.TokenizerVocab(s.opts.Tokenizer, s.endTokens())
 	})
 	return s.vocab
+}
+
+// endTokens are the ids that end a generation: Options.EOSTokens, else
+// the tokenizer's.
+func (s *Server) endTokens() []int {
+	if s.opts.EOSTokens != nil || s.opts.Tokenizer == nil {
+		return s.opts.EOSTokens
+	}
+	return s.opts.Tokenizer.EOS()
 }
 
 // submitError maps an engine admission error to its HTTP error.
